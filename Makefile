@@ -1,0 +1,50 @@
+# potatoq: `make demo` and `make test` set everything up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.potatoq-installed
+UV := $(shell command -v uv 2>/dev/null)
+
+.PHONY: demo test lint format bench reliability clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+	  if [ -n "$(UV)" ]; then uv venv -q --python $(PYTHON) $(VENV); \
+	  elif ! $(PYTHON) -m venv $(VENV) 2>/dev/null; then \
+	    rm -rf $(VENV); \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	      echo "installing python3-venv (needed by python3 -m venv) ..."; \
+	      (apt-get install -y -q python3-venv >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null)); \
+	      $(PYTHON) -m venv $(VENV); \
+	    else echo "error: '$(PYTHON) -m venv' failed; install python3-venv (Debian/Ubuntu) and retry" >&2; exit 1; fi; \
+	  fi; \
+	fi
+	@if [ -n "$(UV)" ]; then uv pip install -q --python $(PY) -e '.[dev]'; \
+	else $(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'; fi
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/potatoq demo
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check potatoq tests benchmarks
+	$(VENV)/bin/ruff format --check potatoq tests benchmarks
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format potatoq tests benchmarks
+	$(VENV)/bin/ruff check --fix potatoq tests benchmarks
+
+bench: $(STAMP)
+	@if [ -n "$(UV)" ]; then uv pip install -q --python $(PY) -e '.[dev,bench]'; \
+	else $(PY) -m pip install -q --disable-pip-version-check -e '.[dev,bench]'; fi
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,64 @@
+"""The URL → broker registry: the one place a broker class is chosen.
+
+Imports are lazy so that a missing extra (``potatoq[redis]`` …) only matters when that
+broker is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from urllib.parse import urlsplit
+
+from ..exceptions import ImproperlyConfigured
+from .base import Broker, BrokerConfig
+
+# scheme -> (module, class, extra that installs its client library)
+REGISTRY: dict[str, tuple[str, str, str | None]] = {
+    "memory": ("potatoq.brokers.memory", "MemoryBroker", None),
+    "sqlite": ("potatoq.brokers.sqlite", "SQLiteBroker", None),
+    "postgresql": ("potatoq.brokers.postgres", "PostgresBroker", "postgres"),
+    "postgres": ("potatoq.brokers.postgres", "PostgresBroker", "postgres"),
+    "redis": ("potatoq.brokers.redis", "RedisBroker", "redis"),
+    "rediss": ("potatoq.brokers.redis", "RedisBroker", "redis"),
+    "valkey": ("potatoq.brokers.redis", "RedisBroker", "redis"),
+    "valkeys": ("potatoq.brokers.redis", "RedisBroker", "redis"),
+    "unix": ("potatoq.brokers.redis", "RedisBroker", "redis"),
+    "amqp": ("potatoq.brokers.rabbitmq", "RabbitMQBroker", "rabbitmq"),
+    "amqps": ("potatoq.brokers.rabbitmq", "RabbitMQBroker", "rabbitmq"),
+}
+
+
+def scheme_of(url: str) -> str:
+    scheme = urlsplit(url).scheme.lower()
+    if "+" in scheme:  # e.g. "postgresql+psycopg" from SQLAlchemy-style URLs
+        scheme = scheme.split("+", 1)[0]
+    return scheme
+
+
+def broker_class(url: str) -> type[Broker]:
+    """The broker class for ``url``; a clear error for an unknown scheme or missing extra."""
+    from ..utils import mask_url
+
+    scheme = scheme_of(url)
+    entry = REGISTRY.get(scheme)
+    if entry is None:
+        known = ", ".join(sorted(f"{s}://" for s in REGISTRY))
+        raise ImproperlyConfigured(f"unknown broker URL scheme in {mask_url(url)!r}; use one of {known}")
+    module_name, class_name, extra = entry
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if extra is None or exc.name == module_name:
+            raise
+        raise ImproperlyConfigured(
+            f"the {scheme}:// broker needs an extra: pip install 'potatoq[{extra}]' ({exc})"
+        ) from exc
+    cls: type[Broker] = getattr(module, class_name)
+    return cls
+
+
+def create_broker(config: BrokerConfig) -> Broker:
+    return broker_class(config.url)(config)
+
+
+__all__ = ["REGISTRY", "Broker", "BrokerConfig", "broker_class", "create_broker", "scheme_of"]

@@ -1,0 +1,610 @@
+"""The broker contract: the only thing the worker and the app know about a broker.
+
+A broker stores messages and moves them through this life::
+
+    enqueue ──► scheduled (eta in the future) ──(due)──► ready ──claim──► running
+                                                          ▲                 │
+                       Requeue / recover (dead holder) ───┘                 │ settle
+                                                                            ▼
+            Complete (result + follow-ups)   RetryLater (same id, new eta)   DeadLetter
+
+Every operation is one atomic step in the broker (one SQL transaction, one Lua call, one
+confirmed publish + ack). ``settle`` writes the outcome's result, chord join and follow-up
+messages in the same step that removes the task, and it is *fenced*: a delivery whose claim
+was lost (its worker was declared dead and the task was delivered again) is refused, so a
+late worker can never overwrite the newer delivery's outcome.
+
+What crosses the boundary are small frozen dataclasses defined here: :class:`Delivery`,
+the outcome types, :class:`ResultRecord`, :class:`ChordJoin`, :class:`WorkerInfo`,
+:class:`QueueStats`, :class:`DeadLetterRecord`. All of them are JSON-friendly so the worker
+supervisor can receive a child's delivery over a pipe and settle it if the child dies.
+
+Rules every implementation follows:
+
+* methods are thread-safe (a worker child may run several threads);
+* fork-safe: a connection opened before ``fork()`` is never used, closed or garbage
+  collected in the child (see :class:`ProcessLocal`);
+* a payload that can't be decoded is still delivered (``Delivery.message is None`` and
+  ``Delivery.error`` says why) and its delivery counts, so the worker can dead-letter it
+  and one bad row can never block a queue;
+* names are validated (:func:`validate_queue_name`) before they reach SQL, Lua or AMQP.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+from .. import serialization
+from ..exceptions import InvalidName, MessageDecodeError
+from ..message import Message
+
+__all__ = [
+    "Broker",
+    "BrokerConfig",
+    "Capabilities",
+    "ChordJoin",
+    "Complete",
+    "DeadLetter",
+    "DeadLetterRecord",
+    "Delivery",
+    "Outcome",
+    "ProcessLocal",
+    "QueueStats",
+    "RecoverReport",
+    "Requeue",
+    "ResultRecord",
+    "RetryLater",
+    "WorkerInfo",
+    "WorkerRef",
+    "decode_delivery",
+    "validate_queue_name",
+]
+
+QUEUE_NAME_MAX = 200
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$")
+
+
+def validate_queue_name(name: str, *, allow_dots: bool = True) -> str:
+    """Return ``name`` if it is a safe queue name, else raise :class:`InvalidName` naming it.
+
+    Letters, digits, ``_ - : .`` (no dots on RabbitMQ, whose delay routing keys use them),
+    at most 200 characters. Every broker calls this before a name reaches SQL, Lua or AMQP.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidName(f"queue name must be a non-empty string, got {name!r:.60}")
+    if len(name) > QUEUE_NAME_MAX:
+        raise InvalidName(f"queue name is {len(name)} characters long; the limit is {QUEUE_NAME_MAX}")
+    if not _QUEUE_NAME.match(name) or (not allow_dots and "." in name):
+        allowed = "letters, digits, '_', '-', ':'" + (", '.'" if allow_dots else " (no '.')")
+        raise InvalidName(f"invalid queue name {name!r:.80}: use {allowed}")
+    return name
+
+
+# ----------------------------------------------------------------------------- value types
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerRef:
+    """Who holds a claim: a worker node (one per supervisor run) and the child's pid."""
+
+    node: str
+    pid: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Delivery:
+    """A claimed task. ``token`` fences it: only this delivery can settle it."""
+
+    id: str
+    queue: str
+    raw: bytes
+    token: str
+    deliveries: int  # times delivered, this one included (crashes count, shutdowns don't)
+    worker: WorkerRef
+    message: Message | None = None  # None when ``raw`` couldn't be decoded
+    error: str | None = None  # why decoding failed
+    handle: str | int | None = None  # broker-private (e.g. an AMQP delivery tag)
+    claimed_at: float = dataclasses.field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict, for sending a child's delivery to its supervisor."""
+        return {
+            "id": self.id,
+            "queue": self.queue,
+            "raw": self.raw,
+            "token": self.token,
+            "deliveries": self.deliveries,
+            "worker": [self.worker.node, self.worker.pid],
+            "handle": self.handle,
+            "claimed_at": self.claimed_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Delivery:
+        node, pid = data["worker"]
+        return decode_delivery(
+            id=data["id"],
+            queue=data["queue"],
+            raw=data["raw"],
+            token=data["token"],
+            deliveries=data["deliveries"],
+            worker=WorkerRef(node, pid),
+            handle=data.get("handle"),
+            claimed_at=data.get("claimed_at") or time.time(),
+        )
+
+
+def decode_delivery(
+    *,
+    id: str,
+    queue: str,
+    raw: bytes | str,
+    token: str,
+    deliveries: int,
+    worker: WorkerRef,
+    handle: str | int | None = None,
+    claimed_at: float | None = None,
+) -> Delivery:
+    """Build a :class:`Delivery`, decoding ``raw``; a decode failure is recorded, not raised."""
+    data = raw.encode() if isinstance(raw, str) else bytes(raw)
+    message: Message | None = None
+    error: str | None = None
+    try:
+        message = Message.decode(data)
+    except MessageDecodeError as exc:
+        error = exc.reason
+    return Delivery(
+        id=id,
+        queue=queue,
+        raw=data,
+        token=str(token),
+        deliveries=int(deliveries),
+        worker=worker,
+        message=message,
+        error=error,
+        handle=handle,
+        claimed_at=time.time() if claimed_at is None else claimed_at,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """A task's state and outcome as stored by a result backend."""
+
+    task_id: str
+    state: str
+    result: Any = None  # the return value, an encoded exception, or custom-state meta
+    traceback: str | None = None
+    name: str | None = None
+    retries: int = 0
+    date_done: float | None = None
+    parent_id: str | None = None
+    group_id: str | None = None
+    children: tuple[str, ...] = ()
+    args: tuple[Any, ...] | None = None
+    kwargs: Mapping[str, Any] | None = None
+
+    def encode(self) -> bytes:
+        body = dataclasses.asdict(self)
+        body["children"] = list(self.children)
+        return serialization.dumps(body, where=f"result of task {self.task_id}").encode()
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> ResultRecord:
+        body = serialization.loads(data)
+        body["children"] = tuple(body.get("children") or ())
+        if body.get("args") is not None:
+            body["args"] = tuple(body["args"])
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in body.items() if k in fields})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChordJoin:
+    """One header task of a chord reporting in.
+
+    ``value`` is the part's encoded outcome. The join is idempotent per ``index`` (a
+    redelivered header task joining twice counts once). The join that brings the number of
+    distinct parts to ``size`` enqueues ``callback``, exactly once, in the same atomic step.
+    The callback then reads the parts, in index order, with :meth:`Broker.chord_parts`.
+    """
+
+    group_id: str
+    index: int
+    size: int
+    value: bytes
+    callback: Message
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Complete:
+    """The task ran (successfully or not) and is done: remove it."""
+
+    result: ResultRecord | None = None
+    followups: tuple[Message, ...] = ()
+    chord: ChordJoin | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryLater:
+    """Run the task again: ``message`` (same id, retries + 1) becomes due at ``message.eta``.
+
+    The delivery count starts again from zero: it counts crashes of one attempt.
+    """
+
+    message: Message
+    result: ResultRecord | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Requeue:
+    """Put the task back, ready now.
+
+    ``crashed=False`` (a graceful shutdown) doesn't count this delivery towards
+    ``task_max_deliveries``; ``crashed=True`` (the process died) does.
+    """
+
+    crashed: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Move the task, payload unchanged, to the dead letters with ``reason``."""
+
+    reason: str
+    result: ResultRecord | None = None
+    followups: tuple[Message, ...] = ()
+    chord: ChordJoin | None = None
+
+
+Outcome = Complete | RetryLater | Requeue | DeadLetter
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunningTask:
+    pid: int
+    task_id: str
+    task: str
+    started_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """What a worker node reports with each heartbeat."""
+
+    node: str
+    hostname: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: float
+    running: tuple[RunningTask, ...] = ()
+    processed: int = 0
+    registered: tuple[str, ...] = ()
+    last_seen: float = 0.0  # filled in by the broker when read back
+
+    def encode(self) -> bytes:
+        return serialization.dumps(dataclasses.asdict(self), where="worker info").encode()
+
+    @classmethod
+    def decode(cls, data: bytes | str, last_seen: float | None = None) -> WorkerInfo:
+        body = serialization.loads(data)
+        body["queues"] = tuple(body.get("queues") or ())
+        body["registered"] = tuple(body.get("registered") or ())
+        body["running"] = tuple(RunningTask(**r) for r in body.get("running") or ())
+        if last_seen is not None:
+            body["last_seen"] = last_seen
+        return cls(**body)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    waiting: int
+    delayed: int
+    running: int
+    oldest_waiting_age: float | None  # seconds since the oldest ready task became due
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    id: str
+    queue: str
+    task: str | None
+    reason: str
+    raw: bytes  # the payload exactly as it was delivered; retry puts it back unchanged
+    died_at: float
+    deliveries: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoverReport:
+    requeued: int = 0
+    dead: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a broker can do, as data: shared tests and the worker branch on these, never on names."""
+
+    transactional_enqueue: bool = False  # enqueue(..., connection=) through the caller's DB-API connection
+    stores_results: bool = True  # results can live in the broker itself
+    results_by_default: bool = True  # result_backend=None means "the broker" (databases) or "none" (Redis, AMQP)
+    supervisor_settles: bool = True  # the supervisor may settle a dead child's delivery
+    exact_priorities: bool = True  # any int priority orders exactly (AMQP: bands)
+    leases: bool = False  # claims expire unless extend() is called
+    revoke_deletes: bool = True  # revoke() removes a waiting task from storage
+    crash_safe_storage: bool = True  # survives the broker process being killed (memory:// doesn't)
+    multiprocess: bool = True  # several processes share one broker (memory:// is per process)
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    """Settings a broker needs, taken from the app's config by the broker factory."""
+
+    url: str
+    transport_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    result_expires: float = 86400.0
+    max_deliveries: int = 5
+    dead_letter_max: int = 10000
+    dead_letter_ttl: float = 30 * 86400.0
+    dead_after: float = 60.0  # worker_dead_after: heartbeat silence (and lease length) before recovery
+    connection_timeout: float = 4.0
+    task_time_limit: float = 1800.0
+    result_backend: Broker | None = None  # for brokers that keep results elsewhere (RabbitMQ)
+
+
+# ----------------------------------------------------------------------------- fork safety
+
+T = TypeVar("T")
+
+# Objects opened in a parent process, kept referenced forever in a forked child so that
+# garbage collection never closes them there (closing an inherited SQLite connection
+# releases the parent's POSIX locks; an inherited socket would be shared with the parent).
+_INHERITED: list[object] = []
+
+
+class ProcessLocal(Generic[T]):
+    """A value per process *and* thread, made by ``factory`` on first use.
+
+    After ``fork()`` the child never touches the parent's value: it is parked in a list that
+    is never collected, and the child makes its own. ``close_all`` closes only values this
+    process made.
+    """
+
+    def __init__(self, factory: Callable[[], T], close: Callable[[T], None] | None = None) -> None:
+        self._factory = factory
+        self._close = close
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._values: dict[int, T] = {}
+
+    def get(self) -> T:
+        self._check_fork()
+        key = threading.get_ident()
+        value = self._values.get(key)
+        if value is None:
+            value = self._factory()
+            with self._lock:
+                self._values[key] = value
+        return value
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    _INHERITED.extend(self._values.values())
+                    self._values = {}
+                    self._pid = os.getpid()
+
+    def discard(self) -> None:
+        """Forget (and close) this thread's value, e.g. after a connection error."""
+        self._check_fork()
+        with self._lock:
+            value = self._values.pop(threading.get_ident(), None)
+        if value is not None and self._close is not None:
+            try:
+                self._close(value)
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close
+                pass
+
+    def close_all(self) -> None:
+        self._check_fork()
+        with self._lock:
+            values, self._values = list(self._values.values()), {}
+        if self._close is not None:
+            for value in values:
+                try:
+                    self._close(value)
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+# ----------------------------------------------------------------------------- the contract
+
+
+class Broker(abc.ABC):
+    """The contract. Subclasses implement every abstract method as one atomic broker step."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: URL schemes this broker serves, e.g. ``("sqlite",)``.
+    schemes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+
+    # -- messages ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        """Store one or many messages, due now or at ``message.eta``.
+
+        With ``connection`` (a DB-API connection of the same database, brokers with
+        ``capabilities.transactional_enqueue`` only) the rows are written inside the
+        caller's open transaction: rolled back means never run, committed means always run.
+        Enqueueing an id that is already waiting or running is a no-op.
+        """
+
+    @abc.abstractmethod
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        """Atomically take the best ready task from ``queues`` (tried in the order given).
+
+        Within a queue: highest priority first, FIFO within a priority. Due scheduled
+        tasks become ready without any worker holding them in memory. Records ``worker``
+        as the holder, increments the delivery count and sets a fresh fencing token.
+        """
+
+    @abc.abstractmethod
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        """Apply ``outcome`` to a claimed task in one atomic step.
+
+        Returns False, changing nothing, when the delivery is stale (its token no longer
+        matches: the task was recovered and delivered again).
+        """
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        """Settle, then claim the caller's next task. Brokers that can do both in one round
+        trip override this; busy workers then pay one round trip per task instead of two."""
+        return self.settle(delivery, outcome), self.claim(queues, worker)
+
+    @abc.abstractmethod
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        """Block until work may be ready in ``queues`` or ``timeout`` seconds pass.
+
+        Uses the broker's native wake-up; spurious returns are allowed, missed wake-ups are
+        not (the caller claims after every return).
+        """
+
+    def interrupt(self) -> None:  # noqa: B027 - optional hook
+        """Wake up a thread blocked in :meth:`wait` (used at shutdown). Optional."""
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def heartbeat(self, info: WorkerInfo) -> None:
+        """Record that worker node ``info.node`` is alive, with what it is running."""
+
+    @abc.abstractmethod
+    def workers(self) -> list[WorkerInfo]:
+        """Worker nodes with their last heartbeat (``last_seen``), newest first."""
+
+    @abc.abstractmethod
+    def forget_worker(self, node: str) -> None:
+        """Remove a node's heartbeat record (clean shutdown)."""
+
+    @abc.abstractmethod
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        """Make tasks held by dead holders ready again.
+
+        A holder is dead when its node's heartbeat is older than ``dead_after`` seconds (or
+        its lease expired, on lease brokers). A task whose delivery count has reached
+        ``max_deliveries`` is dead-lettered as ``WorkerLostError`` instead (with a FAILURE
+        result where results are stored). Safe to run from many workers at once.
+        """
+
+    def extend(self, deliveries: Sequence[Delivery], ttl: float) -> None:  # noqa: B027
+        """Push the lease deadline of running deliveries ``ttl`` seconds ahead (lease brokers)."""
+
+    # -- chords and periodic tasks ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def chord_join(self, join: ChordJoin) -> bool:
+        """Record one header part; True for the one call that completed the chord and
+        enqueued its callback. Idempotent per ``join.index``."""
+
+    @abc.abstractmethod
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        """The parts' values in index order (empty once forgotten or expired)."""
+
+    @abc.abstractmethod
+    def claim_fire_time(self, name: str, fire_time: float, message: Message) -> bool:
+        """Enqueue ``message`` for periodic entry ``name`` at ``fire_time`` unless some caller
+        already did: True exactly once per ``(name, fire_time)`` among any number of callers."""
+
+    # -- results ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def store_result(self, record: ResultRecord) -> None:
+        """Write (overwrite) a task's result; it expires after ``config.result_expires``."""
+
+    @abc.abstractmethod
+    def get_result(self, task_id: str) -> ResultRecord | None:
+        """The stored result, or None (unknown, expired or forgotten)."""
+
+    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
+        """Block until the task's result is in a ready state (or ``timeout``); return the
+        latest record seen. The default polls with a backoff; brokers with a native
+        notification override it."""
+        from ..states import READY_STATES
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            record = self.get_result(task_id)
+            if record is not None and record.state in READY_STATES:
+                return record
+            if deadline is not None and time.monotonic() >= deadline:
+                return record
+            sleep = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+            time.sleep(sleep)
+            delay = min(delay * 2, 0.1)
+
+    @abc.abstractmethod
+    def forget_result(self, task_id: str) -> None:
+        """Delete a stored result."""
+
+    # -- revocation, dead letters, stats --------------------------------------------------
+
+    @abc.abstractmethod
+    def revoke(self, task_id: str) -> bool:
+        """Remove a waiting (ready or scheduled) task; True if one was removed. Brokers that
+        can't delete (``revoke_deletes=False``) record the id and skip it at claim."""
+
+    def is_revoked(self, task_id: str) -> bool:
+        """True when a revoked id must be skipped at delivery (brokers that can't delete)."""
+        return False
+
+    @abc.abstractmethod
+    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
+        """Dead letters, newest first. Only reads: never removes or reorders them."""
+
+    @abc.abstractmethod
+    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        """Put dead letters (all when ``ids`` is None) back on their queue, payload unchanged."""
+
+    @abc.abstractmethod
+    def purge_dead(self) -> int:
+        """Delete every dead letter; return how many."""
+
+    @abc.abstractmethod
+    def queue_stats(self) -> list[QueueStats]:
+        """Per-queue counts of waiting, delayed and running tasks."""
+
+    @abc.abstractmethod
+    def purge(self, queues: Sequence[str]) -> int:
+        """Delete waiting (ready and scheduled) tasks of ``queues``; running ones stay."""
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def migrate(self) -> None:  # noqa: B027
+        """Create tables, queues or scripts now (otherwise done on first use)."""
+
+    def ping(self) -> None:  # noqa: B027
+        """Raise ``OperationalError`` if the broker can't be reached."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release this process's connections."""
+
+    def __repr__(self) -> str:
+        from ..utils import mask_url
+
+        return f"<{type(self).__name__} {mask_url(self.config.url)}>"

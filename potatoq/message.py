@@ -1,0 +1,119 @@
+"""The wire envelope: one versioned, compact JSON object per task message.
+
+Layout (version 1)::
+
+    {"v": 1, "id": "…", "task": "proj.add", "q": "default", "a": [2, 3], "k": {},
+     "p": 0, "eta": 1764690000.5, "exp": null, "r": 0, "h": {…}}
+
+``h`` (headers) carries what the executor needs beyond the call itself: parent/root/group
+ids, the chain still to run, link callbacks, chord membership, per-call time limits. Brokers
+never look inside ``h``; they only need ``id``, ``queue``, ``priority`` and ``eta``, which
+are also top-level fields so that a broker can index them without decoding the payload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from . import serialization
+from .exceptions import MessageDecodeError
+
+VERSION = 1
+
+
+def new_id() -> str:
+    """A fresh task id (a UUID4 string, as Celery uses)."""
+    return str(uuid.uuid4())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Message:
+    """One task to run: what crosses the broker boundary on the way in."""
+
+    id: str
+    task: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    eta: float | None = None  # epoch seconds; None = run now
+    expires: float | None = None  # epoch seconds; a delivery after this is dropped as REVOKED
+    retries: int = 0
+    headers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        """The message as compact UTF-8 JSON bytes."""
+        body = {
+            "v": VERSION,
+            "id": self.id,
+            "task": self.task,
+            "q": self.queue,
+            "a": list(self.args),
+            "k": dict(self.kwargs),
+            "p": self.priority,
+            "eta": self.eta,
+            "exp": self.expires,
+            "r": self.retries,
+            "h": dict(self.headers),
+        }
+        return serialization.dumps(body, where=f"message for task {self.task!r}").encode()
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> Message:
+        """Parse bytes written by :meth:`encode`; raise :class:`MessageDecodeError` with the reason."""
+        try:
+            body = serialization.loads(data)
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise MessageDecodeError(f"payload is not valid potatoq JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise MessageDecodeError(f"payload is a JSON {type(body).__name__}, not an object")
+        version = body.get("v")
+        if version != VERSION:
+            raise MessageDecodeError(f"unknown message version {version!r} (this worker reads {VERSION})")
+        try:
+            msg = cls(
+                id=_str(body, "id"),
+                task=_str(body, "task"),
+                args=tuple(_typed(body, "a", list, [])),
+                kwargs=_typed(body, "k", dict, {}),
+                queue=_str(body, "q"),
+                priority=int(body.get("p") or 0),
+                eta=_opt_float(body.get("eta")),
+                expires=_opt_float(body.get("exp")),
+                retries=int(body.get("r") or 0),
+                headers=_typed(body, "h", dict, {}),
+            )
+        except (TypeError, ValueError) as exc:
+            raise MessageDecodeError(f"malformed message: {exc}") from None
+        return msg
+
+    def replace(self, **changes: Any) -> Message:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def is_due(self, now: float | None = None) -> bool:
+        return self.eta is None or self.eta <= (time.time() if now is None else now)
+
+
+def _str(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise MessageDecodeError(f"field {key!r} must be a non-empty string, got {value!r:.80}")
+    return value
+
+
+def _typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise MessageDecodeError(f"field {key!r} must be a JSON {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,104 @@
+"""The one codec seam: compact JSON with tagged extension types. Never pickle.
+
+``datetime``, ``date``, ``time``, ``UUID``, ``Decimal``, ``bytes`` and ``tuple`` round-trip
+through ``{"__pq__": tag, "v": value}`` objects. Anything else that JSON can't hold fails at
+encode time with a :class:`SerializationError` naming where the value sits, so a bad argument
+is reported by ``.delay()`` in the caller, never by a worker later.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from .exceptions import SerializationError
+
+TAG = "__pq__"
+
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "dt": dt.datetime.fromisoformat,
+    "d": dt.date.fromisoformat,
+    "t": dt.time.fromisoformat,
+    "td": lambda v: dt.timedelta(seconds=v),
+    "u": uuid.UUID,
+    "dec": Decimal,
+    "b": lambda v: base64.b64decode(v),
+    "tup": tuple,
+    "set": set,
+}
+
+
+def _tag(obj: Any) -> Any:
+    """Turn one non-JSON value into its tagged form (called by ``json`` for unknown types)."""
+    if isinstance(obj, dt.datetime):
+        return {TAG: "dt", "v": obj.isoformat()}
+    if isinstance(obj, dt.date):
+        return {TAG: "d", "v": obj.isoformat()}
+    if isinstance(obj, dt.time):
+        return {TAG: "t", "v": obj.isoformat()}
+    if isinstance(obj, dt.timedelta):
+        return {TAG: "td", "v": obj.total_seconds()}
+    if isinstance(obj, uuid.UUID):
+        return {TAG: "u", "v": str(obj)}
+    if isinstance(obj, Decimal):
+        return {TAG: "dec", "v": str(obj)}
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return {TAG: "b", "v": base64.b64encode(bytes(obj)).decode("ascii")}
+    if isinstance(obj, set | frozenset):
+        return {TAG: "set", "v": [_mark_tuples(x) for x in obj]}
+    to_json = getattr(obj, "__json__", None)
+    if callable(to_json):
+        return to_json()
+    raise TypeError(f"{type(obj).__module__}.{type(obj).__qualname__}")
+
+
+def _mark_tuples(obj: Any) -> Any:
+    """``json`` turns tuples into lists before ``default`` sees them; tag them first."""
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return {TAG: "tup", "v": [_mark_tuples(x) for x in obj]}
+    if isinstance(obj, list):
+        return [_mark_tuples(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _mark_tuples(v) for k, v in obj.items()}
+    return obj
+
+
+def _untag(obj: dict[str, Any]) -> Any:
+    tag = obj.get(TAG)
+    if tag is None or len(obj) != 2 or "v" not in obj:
+        return obj
+    decoder = _DECODERS.get(tag)
+    if decoder is None:
+        raise ValueError(f"unknown type tag {tag!r}")
+    return decoder(obj["v"])
+
+
+_encoder = json.JSONEncoder(default=_tag, separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps(obj: Any, *, where: str = "value") -> str:
+    """Encode ``obj`` as compact JSON text; ``where`` names it in the error."""
+    try:
+        return _encoder.encode(_mark_tuples(obj))
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"{where} can't be serialized to JSON: {exc} (potatoq sends JSON only, never pickle)"
+        ) from None
+
+
+def loads(data: str | bytes) -> Any:
+    """Decode JSON text produced by :func:`dumps`."""
+    return json.loads(data, object_hook=_untag)
+
+
+def check_serializable(args: Any, kwargs: dict[str, Any]) -> None:
+    """Raise a :class:`SerializationError` naming the first argument that can't be encoded."""
+    for i, value in enumerate(args):
+        dumps(value, where=f"argument {i} ({type(value).__name__})")
+    for name, value in kwargs.items():
+        dumps(value, where=f"keyword argument {name!r} ({type(value).__name__})")

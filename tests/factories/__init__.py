@@ -1,0 +1,1 @@
+"""One module per broker kind: NAME, optional SERVICE, make_config(ctx) -> BrokerConfig."""
