@@ -505,8 +505,9 @@ class Broker(abc.ABC):
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         """Make tasks held by dead holders ready again.
 
-        A holder is dead when its node's heartbeat is older than ``dead_after`` seconds (or
-        its lease expired, on lease brokers). A task whose delivery count has reached
+        A holder is dead when its node's last heartbeat (or, with no heartbeat on record,
+        its claim) is older than ``dead_after`` seconds (or its lease expired, on lease
+        brokers). A task whose delivery count has reached
         ``max_deliveries`` is dead-lettered as ``WorkerLostError`` instead (with a FAILURE
         result where results are stored). Safe to run from many workers at once.
         """
@@ -517,18 +518,21 @@ class Broker(abc.ABC):
     # -- chords and periodic tasks ------------------------------------------------------------
 
     @abc.abstractmethod
-    def chord_join(self, join: ChordJoin) -> bool:
-        """Record one header part; True for the one call that completed the chord and
-        enqueued its callback. Idempotent per ``join.index``."""
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        """Record one header part; True for the one call that completed the chord (and, with
+        ``enqueue_callback``, enqueued its callback in the same step). Idempotent per
+        ``join.index``. ``enqueue_callback=False`` is for a broker that keeps chords in a
+        separate result backend and sends the callback itself (RabbitMQ)."""
 
     @abc.abstractmethod
     def chord_parts(self, group_id: str) -> list[bytes]:
         """The parts' values in index order (empty once forgotten or expired)."""
 
     @abc.abstractmethod
-    def claim_fire_time(self, name: str, fire_time: float, message: Message) -> bool:
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
         """Enqueue ``message`` for periodic entry ``name`` at ``fire_time`` unless some caller
-        already did: True exactly once per ``(name, fire_time)`` among any number of callers."""
+        already did: True exactly once per ``(name, fire_time)`` among any number of callers.
+        With ``message=None`` only the fire time is recorded (the caller sends it)."""
 
     # -- results ------------------------------------------------------------------------------
 
