@@ -327,38 +327,61 @@ def test_settle_and_claim_hands_over_the_next_task(broker: Broker) -> None:
 
 
 def test_settle_is_atomic_when_the_settler_is_killed(make_broker: BrokerMaker) -> None:
-    broker = make_broker()
+    """SIGKILL a settling process at random moments: no task is ever half settled."""
+    broker = make_broker(dead_after=0.3)
     needs_processes(broker)
     needs_results(broker)
-    tasks = [msg("atomic") for _ in range(3000)]
-    broker.enqueue(tasks)
+    tasks: list[Message] = []
+    batch, killed_mid_run, rng = 500, 0, random.Random()
 
-    def settle_forever(round_no: int) -> int:
-        worker = WorkerRef(f"killed-{round_no}", os.getpid())
+    def settle_forever(worker: WorkerRef, started_w: int) -> int:
+        signalled = False
         while True:
             delivery = broker.claim(["atomic"], worker)
             if delivery is None:
                 return 0
             followups = (msg("atomic-next", id=f"{delivery.id}-a"), msg("atomic-next", id=f"{delivery.id}-b"))
             broker.settle(delivery, Complete(result=result(delivery.id, "done"), followups=followups))
+            if not signalled:
+                os.write(started_w, b"x")  # the parent starts its random countdown now
+                signalled = True
 
-    rng = random.Random()
-    for round_no in range(3):
+    for round_no in range(4):
+        new_tasks = [msg("atomic") for _ in range(batch)]
+        broker.enqueue(new_tasks)
+        tasks += new_tasks
+        started_r, started_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             code = 99
             try:
-                code = settle_forever(round_no)
+                os.close(started_r)
+                code = settle_forever(WorkerRef(f"killed-{round_no}", os.getpid()), started_w)
             finally:
                 os._exit(code)
-        time.sleep(rng.uniform(0.05, 0.4))
+        os.close(started_w)
+        assert os.read(started_r, 1) == b"x", "the settling child died before settling anything"
+        os.close(started_r)
+        time.sleep(rng.uniform(0.0, 0.2))
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+        if finished:  # it drained the queue before the kill: give the next round more work
+            batch *= 4
+            continue
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+        killed_mid_run += 1
+    assert killed_mid_run, "every child finished before it could be killed"
 
     done = {t.id for t in tasks if broker.get_result(t.id) is not None}
-    waiting, _, running = stats_of(broker, "atomic")
-    assert waiting + running == len(tasks) - len(done), "a task vanished without its result"
-    assert stats_of(broker, "atomic-next")[0] == 2 * len(done)
+    assert done, "no task was settled"
+    # Every task without a result must still be there: requeue the killed holders' claims.
+    poll(
+        lambda: broker.recover(0.3, 100) and stats_of(broker, "atomic")[2] == 0,
+        "the killed children's tasks to be requeued",
+    )
+    left = {d.id for d in claim_n(broker, ["atomic"], len(tasks) - len(done))}
+    assert left == {t.id for t in tasks} - done, "a task vanished without its result"
+    assert_nothing_claimable(broker, ["atomic"])
     followup_ids = {d.id for d in claim_n(broker, ["atomic-next"], 2 * len(done))}
     assert followup_ids == {f"{t}-{s}" for t in done for s in "ab"}
     assert_nothing_claimable(broker, ["atomic-next"])
