@@ -839,7 +839,8 @@ class SQLiteBroker(Broker):
             return conn.execute(_SQL["job_revoke"], {"id": task_id}).rowcount > 0
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        rows = self._read("dead_list", {"limit": int(limit), "offset": int(offset)})
+        cutoff = self.clock() - self.config.dead_letter_ttl
+        rows = self._read("dead_list", {"cutoff": cutoff, "limit": int(limit), "offset": int(offset)})
         return [
             DeadLetterRecord(
                 id=task_id,
@@ -854,22 +855,21 @@ class SQLiteBroker(Broker):
         ]
 
     def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        """Restore the latest death of each id; one whose id is waiting or running again stays."""
         now = self.clock()
+        params = {
+            "cutoff": now - self.config.dead_letter_ttl,
+            "ids": None if ids is None else json.dumps(list(ids)),
+        }
         restored = 0
         with self._write() as conn:
-            if ids is None:
-                rows = conn.execute(_SQL["dead_take_all"]).fetchall()
-            else:
-                rows = conn.execute(_SQL["dead_take_ids"], {"ids": json.dumps(list(ids))}).fetchall()
-            for task_id, queue, task, priority, payload in rows:
-                params = {
-                    "id": task_id,
-                    "queue": queue,
-                    "task": task,
-                    "priority": priority,
-                    "payload": payload,
-                }
-                restored += conn.execute(_SQL["dead_restore"], {**params, "now": now}).rowcount
+            for seq, task_id, queue, task, priority, payload in conn.execute(
+                _SQL["dead_newest"], params
+            ).fetchall():
+                job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
+                if conn.execute(_SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
+                    conn.execute(_SQL["dead_delete"], {"seq": seq})
+                    restored += 1
         return restored
 
     def purge_dead(self) -> int:
