@@ -336,7 +336,9 @@ class Capabilities:
 
     transactional_enqueue: bool = False  # enqueue(..., connection=) through the caller's DB-API connection
     stores_results: bool = True  # results can live in the broker itself
-    results_by_default: bool = True  # result_backend=None means "the broker" (databases) or "none" (Redis, AMQP)
+    results_by_default: bool = (
+        True  # result_backend=None means "the broker" (databases) or "none" (Redis, AMQP)
+    )
     supervisor_settles: bool = True  # the supervisor may settle a dead child's delivery
     exact_priorities: bool = True  # any int priority orders exactly (AMQP: bands)
     leases: bool = False  # claims expire unless extend() is called
