@@ -640,7 +640,12 @@ class SQLiteBroker(Broker):
             return self._interrupts == interrupts
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Return when another connection commits, a scheduled task is due, or ``timeout``."""
+        """Return when another connection commits, a scheduled task is due, or ``timeout``.
+
+        The reference point is the data_version read by this thread's last claim that found
+        nothing, so a commit landing between that claim and this call is not missed; a wait
+        with no such claim before it starts from the value it reads itself.
+        """
         local = self._conn()
         names = self._queue_list(queues)
         start = time.monotonic()

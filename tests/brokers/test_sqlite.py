@@ -519,6 +519,7 @@ def test_wait_returns_when_another_connection_commits(make: Any) -> None:
     started = threading.Event()
 
     def wait() -> None:
+        assert waiter.claim(["default"], WORKER) is None  # as a worker does before waiting
         started.set()
         waiter.wait(["default"], 120.0)
 
