@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import serialization
-from ..exceptions import InvalidName, MessageDecodeError
+from ..exceptions import InvalidName, MessageDecodeError, OperationalError
 from ..message import Message
 
 __all__ = [
@@ -434,6 +434,10 @@ class Broker(abc.ABC):
     """The contract. Subclasses implement every abstract method as one atomic broker step."""
 
     capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Exceptions meaning "the broker can't be reached right now": callers retry these with
+    #: backoff (settles) or until ``broker_connection_timeout`` (enqueues). Brokers extend
+    #: it with their client library's connection errors.
+    connection_errors: ClassVar[tuple[type[BaseException], ...]] = (ConnectionError, OSError, OperationalError)
     #: URL schemes this broker serves, e.g. ``("sqlite",)``.
     schemes: ClassVar[tuple[str, ...]] = ()
 
