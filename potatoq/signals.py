@@ -51,7 +51,7 @@ class Signal:
                 continue
             try:
                 responses.append((receiver, receiver(sender=sender, signal=self, **kwargs)))
-            except Exception as exc:  # noqa: BLE001 - a receiver must not break the caller
+            except Exception as exc:
                 logger.exception("signal %s receiver %r raised %r", self.name, receiver, exc)
                 responses.append((receiver, exc))
         return responses
