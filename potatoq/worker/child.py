@@ -15,6 +15,7 @@ runs it, so a child that dies mid-task has its task settled by the supervisor at
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -25,13 +26,14 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, Protocol
 
-from .. import signals
-from ..brokers.base import Delivery, Outcome, WorkerRef
-from ..exceptions import SoftTimeLimitExceeded
+from potatoq import signals
+from potatoq.brokers.base import Delivery, Outcome, WorkerRef
+from potatoq.exceptions import SoftTimeLimitExceeded
+
 from .limits import SoftLimits
 from .options import WorkerOptions
 from .procinfo import rss_kib
-from .settling import UNREACHABLE, Backoff, describe, log_stale, settle_reliably
+from .settling import Backoff, connection_errors, describe, log_stale, settle_reliably
 
 __all__ = ["ChildRunner", "QueueRotation", "Reporter", "child_main"]
 
@@ -91,19 +93,15 @@ class ChildRunner:
     def request_stop(self) -> None:
         """Stop claiming; running tasks finish and are settled. Safe from a signal handler."""
         self.stopping.set()
-        try:
+        with contextlib.suppress(Exception):  # best effort: slots re-check within idle_wait anyway
             self.broker.interrupt()
-        except Exception:  # noqa: BLE001 - best effort: slots re-check within idle_wait anyway
-            pass
 
     def _retire(self, why: str) -> None:
         if self.retired is None:
             self.retired = why
             logger.info("child %d retiring: %s", os.getpid(), why)
-            try:
+            with contextlib.suppress(OSError):
                 self.reporter.retire(why)
-            except OSError:
-                pass
         self.request_stop()
 
     def run(self) -> None:
@@ -138,9 +136,11 @@ class ChildRunner:
                         self.broker.wait(self.options.queues, self.options.idle_wait)
                         continue
                     backoff.reset()
-                except UNREACHABLE as exc:
+                except connection_errors(self.broker) as exc:
                     delay = backoff()
-                    logger.warning("claim failed: the broker is unreachable (%r); retrying in %.1fs", exc, delay)
+                    logger.warning(
+                        "claim failed: the broker is unreachable (%r); retrying in %.1fs", exc, delay
+                    )
                     self.stopping.wait(delay)
                     continue
                 limits = self._limits(delivery)
@@ -152,7 +152,7 @@ class ChildRunner:
     def _limits(self, delivery: Delivery) -> tuple[float | None, float | None]:
         try:
             soft, hard = self.executor.time_limits(delivery)
-        except Exception:  # noqa: BLE001 - a bad header must not kill the slot
+        except Exception:
             logger.exception("can't read the time limits of %s; using none", describe(delivery))
             return None, None
         return soft, hard
@@ -197,8 +197,10 @@ class ChildRunner:
         if not self.stopping.is_set():
             try:
                 applied, nxt = self.broker.settle_and_claim(delivery, outcome, self.rotation(), self.worker)
-            except Exception:  # noqa: BLE001 - settle alone below retries or dead-letters as needed
-                logger.debug("settle_and_claim of %s failed; settling alone", describe(delivery), exc_info=True)
+            except Exception:
+                logger.debug(
+                    "settle_and_claim of %s failed; settling alone", describe(delivery), exc_info=True
+                )
             else:
                 if not applied:
                     log_stale(delivery, outcome)
@@ -217,11 +219,13 @@ def _log_outcome(delivery: Delivery, outcome: Outcome, seconds: float) -> None:
     result = getattr(outcome, "result", None)
     state = result.state if result is not None else type(outcome).__name__
     if type(outcome).__name__ == "DeadLetter":
-        logger.error("%s dead-lettered in %.3fs: %s", describe(delivery), seconds, getattr(outcome, "reason", ""))
-    elif state == "FAILURE":
+        logger.error(
+            "%s dead-lettered in %.3fs: %s", describe(delivery), seconds, getattr(outcome, "reason", "")
+        )
+    elif result is not None and state == "FAILURE":
         logger.error("%s FAILURE in %.3fs: %s", describe(delivery), seconds, _short(result.result))
-    elif logger.isEnabledFor(logging.INFO):
-        logger.info("%s %s in %.3fs", describe(delivery), state, seconds)
+    else:  # the executor logs each run at INFO with its return value
+        logger.debug("%s %s in %.3fs", describe(delivery), state, seconds)
 
 
 def _short(value: Any) -> str:
@@ -232,16 +236,20 @@ def _short(value: Any) -> str:
 # ----------------------------------------------------------------------------- the process
 
 
-def child_main(app: Any, options: WorkerOptions, write_fd: int, inherited_fds: Sequence[int]) -> None:
+def child_main(
+    app: Any, options: WorkerOptions, write_fd: int, inherited_fds: Sequence[int], index: int = 1
+) -> None:
     """The body of a forked child; never returns (``os._exit``)."""
     code = 0
     try:
+        import multiprocessing
+
+        # %(processName)s in log lines: "Worker-2" instead of the inherited "MainProcess"
+        multiprocessing.current_process().name = f"Worker-{index}"
         signal.set_wakeup_fd(-1)  # the supervisor's wake-up pipe is not ours
         for fd in inherited_fds:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor decides
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
@@ -256,7 +264,7 @@ def child_main(app: Any, options: WorkerOptions, write_fd: int, inherited_fds: S
 
         signal.signal(signal.SIGTERM, on_term)
         runner.run()
-    except BaseException:  # noqa: BLE001 - report anything, then leave without unwinding the parent's state
+    except BaseException:
         logger.exception("worker child %d crashed", os.getpid())
         code = 1
     finally:
@@ -264,8 +272,6 @@ def child_main(app: Any, options: WorkerOptions, write_fd: int, inherited_fds: S
             signals.worker_process_shutdown.send(sender=app, pid=os.getpid(), exitcode=code)
         finally:
             for stream in (sys.stdout, sys.stderr):
-                try:
+                with contextlib.suppress(Exception):
                     stream.flush()
-                except Exception:  # noqa: BLE001, S110
-                    pass
             os._exit(code)

@@ -8,6 +8,7 @@ connection timeout, delaying the supervisor's own work (reaping children, hard l
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -16,11 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..brokers.base import Delivery, Outcome, WorkerInfo
+from potatoq.brokers.base import Delivery, Outcome, WorkerInfo
+
 from .options import WorkerOptions
 from .running import Running
 from .scheduler import Scheduler
-from .settling import UNREACHABLE, Backoff, attempt_settle, describe
+from .settling import Backoff, attempt_settle, connection_errors, describe
 
 __all__ = ["Chores", "PendingSettle"]
 
@@ -95,7 +97,9 @@ class Chores:
             # retry the round soon, but don't spin against a dead broker
             retry_at = self.clock() + 1.0
             for name in self._due:
-                self._due[name] = min(self._due[name], retry_at) if self._due[name] <= now else self._due[name]
+                self._due[name] = (
+                    min(self._due[name], retry_at) if self._due[name] <= now else self._due[name]
+                )
             return retry_at
         if self._unreachable_since is not None:
             logger.warning("the broker is reachable again (after %.0fs)", now - self._unreachable_since)
@@ -105,13 +109,13 @@ class Chores:
     def next_due(self) -> float:
         due = min(self._due.values())
         if self.pending:
-            due = min(due, min(p.due for p in self.pending))
+            due = min(due, *(p.due for p in self.pending))
         return due
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except UNREACHABLE as exc:
+        except connection_errors(self.broker) as exc:
             if self._unreachable_since is None:
                 self._unreachable_since = self.clock()
                 logger.warning("%s failed: the broker is unreachable: %r", what, exc)
@@ -177,12 +181,10 @@ class Chores:
         """At shutdown: keep retrying pending settles for up to ``timeout`` seconds."""
         deadline = self.clock() + timeout
         while self.pending and self.clock() < deadline:
-            try:
+            with contextlib.suppress(_Unreachable):
                 self._settle_pending(self.clock())
-            except _Unreachable:
-                pass
             if self.pending:
-                wake = min(min(p.due for p in self.pending), deadline)
+                wake = min(*(p.due for p in self.pending), deadline)
                 time.sleep(max(0.0, wake - self.clock()))
         for item in self.pending:
             logger.error(

@@ -23,8 +23,8 @@ import os
 import threading
 from typing import Any
 
-from .. import serialization
-from ..brokers.base import Delivery
+from potatoq import serialization
+from potatoq.brokers.base import Delivery
 
 __all__ = ["ChildEvent", "EventReader", "EventWriter"]
 

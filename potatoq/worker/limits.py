@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from types import FrameType
 
-from ..exceptions import SoftTimeLimitExceeded
+from potatoq.exceptions import SoftTimeLimitExceeded
 
 __all__ = ["SoftLimits"]
 

@@ -9,8 +9,9 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from ..brokers.base import validate_queue_name
-from ..exceptions import ImproperlyConfigured
+from potatoq.brokers.base import validate_queue_name
+from potatoq.exceptions import ImproperlyConfigured
+
 from .procinfo import available_cpus
 
 __all__ = ["POOLS", "WorkerOptions"]
@@ -22,7 +23,7 @@ POOLS = ("prefork", "threads", "solo")
 class WorkerOptions:
     """Everything the supervisor, the children and the scheduler need to know.
 
-    ``processes`` × ``threads`` tasks run at once: ``-P prefork -c 4 -t 2`` is 4 children of
+    ``processes`` x ``threads`` tasks run at once: ``-P prefork -c 4 -t 2`` is 4 children of
     2 threads, ``-P threads -c 8`` one child of 8 threads, ``-P solo`` one task in-process.
     """
 
@@ -78,7 +79,9 @@ class WorkerOptions:
         names = tuple(queues) if queues else (conf.task_default_queue,)
         for name in names:
             validate_queue_name(name)
-        max_tasks = max_tasks_per_child if max_tasks_per_child is not None else conf.worker_max_tasks_per_child
+        max_tasks = (
+            max_tasks_per_child if max_tasks_per_child is not None else conf.worker_max_tasks_per_child
+        )
         max_memory = (
             max_memory_per_child if max_memory_per_child is not None else conf.worker_max_memory_per_child
         )

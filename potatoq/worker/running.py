@@ -6,7 +6,7 @@ import dataclasses
 import threading
 import time
 
-from ..brokers.base import Delivery, RunningTask
+from potatoq.brokers.base import Delivery, RunningTask
 
 __all__ = ["Running", "RunningTable", "TableReporter"]
 

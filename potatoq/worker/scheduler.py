@@ -29,9 +29,10 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from .. import signals
-from ..schedules import BaseSchedule, maybe_schedule, resolve_timezone
-from .settling import UNREACHABLE
+from potatoq import signals
+from potatoq.schedules import BaseSchedule, maybe_schedule, resolve_timezone
+
+from .settling import connection_errors
 
 __all__ = ["Entry", "Scheduler", "load_entries", "run_beat"]
 
@@ -127,12 +128,14 @@ class Scheduler:
     def _fire(self, entry: Entry, now: float) -> None:
         following = self._skip_to(entry, now)
         fire = entry.next_fire
-        message = self.app.make_message(entry.task, args=entry.args, kwargs=dict(entry.kwargs), **entry.options)
+        message = self.app.make_message(
+            entry.task, args=entry.args, kwargs=dict(entry.kwargs), **entry.options
+        )
         expires = following if message.expires is None else min(message.expires, following)
         message = message.replace(expires=expires)
         try:
             won = self.app.broker.claim_fire_time(entry.name, fire, message)
-        except UNREACHABLE:
+        except connection_errors(self.app.broker):
             raise  # the caller logs it; this fire time is tried again next tick (until overtaken)
         except Exception:
             logger.exception("periodic %s: sending fire time %s failed", entry.name, _when(fire, self.tz))
@@ -140,7 +143,9 @@ class Scheduler:
         entry.next_fire = following
         if won:
             entry.sent += 1
-            logger.info("periodic %s: sent %s[%s] for %s", entry.name, entry.task, message.id, _when(fire, self.tz))
+            logger.info(
+                "periodic %s: sent %s[%s] for %s", entry.name, entry.task, message.id, _when(fire, self.tz)
+            )
         else:
             logger.debug("periodic %s: %s already sent by another worker", entry.name, _when(fire, self.tz))
 
@@ -165,7 +170,7 @@ def run_beat(app: Any, *, stop: threading.Event | None = None) -> int:
     while not stop.is_set():
         try:
             delay = scheduler.tick()
-        except UNREACHABLE as exc:
+        except connection_errors(app.broker) as exc:
             logger.warning("beat: the broker is unreachable: %r; retrying in 1s", exc)
             delay = 1.0
         stop.wait(delay)

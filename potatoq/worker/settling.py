@@ -18,15 +18,29 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..brokers.base import Broker, DeadLetter, Delivery, Outcome
-from ..exceptions import OperationalError
+from potatoq.brokers.base import Broker, DeadLetter, Delivery, Outcome
+from potatoq.exceptions import OperationalError
 
-__all__ = ["UNREACHABLE", "Backoff", "attempt_settle", "describe", "log_stale", "settle_reliably"]
+__all__ = [
+    "UNREACHABLE",
+    "Backoff",
+    "attempt_settle",
+    "connection_errors",
+    "describe",
+    "log_stale",
+    "settle_reliably",
+]
 
 logger = logging.getLogger("potatoq.worker.settle")
 
-#: Errors that mean "the broker is unreachable right now", worth retrying.
+#: Errors that mean "the broker is unreachable right now", worth retrying (each broker
+#: adds its client library's own in ``Broker.connection_errors``).
 UNREACHABLE: tuple[type[BaseException], ...] = (OperationalError, ConnectionError, OSError)
+
+
+def connection_errors(broker: Broker) -> tuple[type[BaseException], ...]:
+    """The exceptions that mean ``broker`` can't be reached right now."""
+    return UNREACHABLE + tuple(getattr(broker, "connection_errors", ()))
 
 
 class Backoff:
@@ -58,7 +72,7 @@ def attempt_settle(broker: Broker, delivery: Delivery, outcome: Outcome) -> tupl
     for _ in range(2):
         try:
             applied = broker.settle(delivery, outcome)
-        except UNREACHABLE as exc:
+        except connection_errors(broker) as exc:
             logger.debug("settling %s: broker unreachable: %r", describe(delivery), exc)
             return None, outcome
         except Exception as exc:

@@ -19,8 +19,9 @@ import threading
 from types import FrameType
 from typing import Any
 
-from .. import signals
-from ..brokers.base import Requeue
+from potatoq import signals
+from potatoq.brokers.base import Requeue
+
 from .child import ChildRunner
 from .chores import Chores
 from .options import WorkerOptions
@@ -51,9 +52,14 @@ class SoloWorker:
     def run(self) -> int:
         from .executor import Executor
 
+        finalize = getattr(self.app, "finalize", None)
+        if finalize is not None:
+            finalize()
         signals.worker_init.send(sender=self.app, options=self.options)
         signals.worker_process_init.send(sender=self.app)
-        runner = ChildRunner(self.app, self.options, TableReporter(self.table, os.getpid()), Executor(self.app))
+        runner = ChildRunner(
+            self.app, self.options, TableReporter(self.table, os.getpid()), Executor(self.app)
+        )
         self.runner = runner
 
         def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -36,9 +36,10 @@ import time
 from types import FrameType
 from typing import Any
 
-from .. import signals
-from ..brokers.base import Delivery, Outcome, Requeue
-from ..exceptions import TimeLimitExceeded, WorkerLostError
+from potatoq import signals
+from potatoq.brokers.base import Delivery, Outcome, Requeue
+from potatoq.exceptions import TimeLimitExceeded, WorkerLostError
+
 from .child import child_main
 from .chores import Chores
 from .ipc import ChildEvent, EventReader
@@ -59,6 +60,7 @@ KILLED_AT_HARD_LIMIT = "hard time limit"
 class Child:
     pid: int
     reader: EventReader
+    index: int
     started: float = dataclasses.field(default_factory=time.monotonic)
     running: RunningTable = dataclasses.field(default_factory=RunningTable)
     killed: str | None = None  # why we SIGKILLed it
@@ -89,11 +91,14 @@ class Supervisor:
     # -- public ----------------------------------------------------------------------------
 
     def run(self) -> int:
+        finalize = getattr(self.app, "finalize", None)
+        if finalize is not None:
+            finalize()  # on_after_configure hooks (add_periodic_task …) before the children fork
         self._install_signals()
         self.selector.register(self._wakeup_r, selectors.EVENT_READ, None)
         signals.worker_init.send(sender=self.app, options=self.options)
         logger.info(
-            "worker %s starting: %d process%s × %d thread%s, queues %s, broker %r",
+            "worker %s starting: %d process%s x %d thread%s, queues %s, broker %r",
             self.options.node,
             self.options.processes,
             "" if self.options.processes == 1 else "es",
@@ -102,8 +107,8 @@ class Supervisor:
             ",".join(self.options.queues),
             self.app.broker,
         )
-        for _ in range(self.options.processes):
-            self._spawn()
+        for index in range(1, self.options.processes + 1):
+            self._spawn(index)
         signals.worker_ready.send(sender=self.app, node=self.options.node)
         logger.info("worker %s ready", self.options.node)
         try:
@@ -152,7 +157,7 @@ class Supervisor:
 
     # -- children ----------------------------------------------------------------------------
 
-    def _spawn(self) -> None:
+    def _spawn(self, index: int) -> None:
         read_fd, write_fd = os.pipe()
         inherited = [self._wakeup_r, self._wakeup_w, read_fd]
         inherited += [child.reader.fd for child in self.children.values()]
@@ -164,9 +169,9 @@ class Supervisor:
                 stream.flush()
         pid = os.fork()
         if pid == 0:  # the child
-            child_main(self.app, self.options, write_fd, inherited)
+            child_main(self.app, self.options, write_fd, inherited, index)
         os.close(write_fd)
-        child = Child(pid=pid, reader=EventReader(read_fd))
+        child = Child(pid=pid, reader=EventReader(read_fd), index=index)
         self.children[pid] = child
         self.selector.register(read_fd, selectors.EVENT_READ, child)
         logger.debug("started child %d", pid)
@@ -175,8 +180,10 @@ class Supervisor:
         missing = self.options.processes - len(self.children)
         if missing <= 0 or time.monotonic() < self._respawn_at:
             return
-        for _ in range(missing):
-            self._spawn()
+        used = {child.index for child in self.children.values()}
+        free = [i for i in range(1, self.options.processes + 1) if i not in used]
+        for index in free[:missing]:
+            self._spawn(index)
 
     def _read_events(self, child: Child) -> None:
         events, _eof = child.reader.read()
@@ -239,7 +246,9 @@ class Supervisor:
     def _outcome_for_lost(self, child: Child, item: Running, how: str) -> Outcome | None:
         delivery = item.delivery
         if not self.app.broker.capabilities.supervisor_settles:
-            logger.warning("%s lost with child %d; the broker will redeliver it", describe(delivery), child.pid)
+            logger.warning(
+                "%s lost with child %d; the broker will redeliver it", describe(delivery), child.pid
+            )
             if item.key in child.victims:
                 self._record_time_limit(item)
             return None
@@ -276,7 +285,7 @@ class Supervisor:
             outcome: Outcome = self.executor.lost_outcome(delivery, exc)
         except Exception:
             logger.exception("building the failure outcome of %s failed", describe(delivery))
-            from ..brokers.base import DeadLetter
+            from potatoq.brokers.base import DeadLetter
 
             outcome = DeadLetter(reason=f"{type(exc).__name__}: {exc}")
         return outcome
@@ -286,11 +295,14 @@ class Supervisor:
         by brokers that check stored results)."""
         outcome = self._lost(item.delivery, TimeLimitExceeded(f"hard time limit ({item.hard:g}s) exceeded"))
         record = getattr(outcome, "result", None)
-        if record is not None:
+        backend = self.app.backend
+        if record is not None and backend is not None:
             try:
-                self.app.broker.store_result(record)
+                backend.store_result(record)
             except Exception as exc:  # noqa: BLE001
-                logger.warning("could not record the time-limit failure of %s: %r", describe(item.delivery), exc)
+                logger.warning(
+                    "could not record the time-limit failure of %s: %r", describe(item.delivery), exc
+                )
 
     @property
     def executor(self) -> Any:
