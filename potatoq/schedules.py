@@ -49,11 +49,13 @@ class ParseError(ValueError):
     """A crontab field can't be parsed; the message names the field and the bad part."""
 
 
-class crontab_parser:  # noqa: N801 - Celery's name
+class crontab_parser:
     """Parse one crontab field (``'*'``, ``'*/15'``, ``'1-5'``, ``'mon-fri'``, ``'1,3,5'``,
     ``'1-30/2'``) into the set of values it matches, within ``[min_, max_]``."""
 
-    def __init__(self, max_: int, min_: int = 0, names: dict[str, int] | None = None, field: str = "") -> None:
+    def __init__(
+        self, max_: int, min_: int = 0, names: dict[str, int] | None = None, field: str = ""
+    ) -> None:
         self.max_ = max_
         self.min_ = min_
         self.names = names or {}
@@ -116,7 +118,7 @@ class BaseSchedule:
             yield ts
 
 
-class schedule(BaseSchedule):  # noqa: N801 - Celery's name
+class schedule(BaseSchedule):
     """Every ``run_every`` (seconds or a ``timedelta``), on the epoch-aligned grid.
 
     ``relative`` is accepted for Celery compatibility and ignored: fire times are aligned so
@@ -162,7 +164,7 @@ def _field(value: Any, parser: crontab_parser) -> set[int]:
     raise ParseError(f"crontab {parser.field}: expected a string, int or list, got {value!r}")
 
 
-class crontab(BaseSchedule):  # noqa: N801 - Celery's name
+class crontab(BaseSchedule):
     """Celery's ``crontab(minute, hour, day_of_week, day_of_month, month_of_year)``.
 
     ``day_of_week``: 0 or ``sun`` is Sunday … 6 or ``sat`` (7 also means Sunday). As in
@@ -184,7 +186,9 @@ class crontab(BaseSchedule):  # noqa: N801 - Celery's name
         dow = _field(day_of_week, crontab_parser(7, names=DAY_NAMES, field="day_of_week"))
         self.day_of_week = {d % 7 for d in dow}
         self.day_of_month = _field(day_of_month, crontab_parser(31, 1, field="day_of_month"))
-        self.month_of_year = _field(month_of_year, crontab_parser(12, 1, names=MONTH_NAMES, field="month_of_year"))
+        self.month_of_year = _field(
+            month_of_year, crontab_parser(12, 1, names=MONTH_NAMES, field="month_of_year")
+        )
         self._minutes = sorted(self.minute)
         self._hours = sorted(self.hour)
         self._every_hour = len(self.hour) == 24

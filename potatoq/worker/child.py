@@ -263,6 +263,7 @@ def child_main(
             runner.request_stop()
 
         signal.signal(signal.SIGTERM, on_term)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the supervisor's fork
         runner.run()
     except BaseException:
         logger.exception("worker child %d crashed", os.getpid())

@@ -167,9 +167,15 @@ class Supervisor:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        pid = os.fork()
-        if pid == 0:  # the child
-            child_main(self.app, self.options, write_fd, inherited, index)
+        # SIGTERM stays blocked in the child until it has its own handler (child_main
+        # unblocks it): a shutdown that starts right now must not hit the inherited one.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child
+                child_main(self.app, self.options, write_fd, inherited, index)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.close(write_fd)
         child = Child(pid=pid, reader=EventReader(read_fd), index=index)
         self.children[pid] = child

@@ -22,6 +22,9 @@ if os.environ.get("POTATOQ_TEST_BEAT"):
         "tick": {"task": "proj.tick", "schedule": float(os.environ["POTATOQ_TEST_BEAT"])},
     }
 app.conf.worker_heartbeat_interval = 1.0
+# Per-test settings: a JSON object in $POTATOQ_TEST_CONF, e.g. {"worker_shutdown_timeout": 2}
+for key, value in json.loads(os.environ.get("POTATOQ_TEST_CONF") or "{}").items():
+    app.conf[key] = value
 
 
 def _dir() -> Path:
@@ -114,6 +117,7 @@ def which(label: str) -> list:
     return [label, os.getpid()]
 
 
-@app.task(name="proj.tick")
-def tick() -> None:
-    mark(f"tick-{time.time_ns()}-{os.getpid()}")
+@app.task(name="proj.tick", bind=True)
+def tick(self) -> None:
+    """One marker per run, named by its fire time (the message expires at the next one)."""
+    mark(f"tick-{self.request.expires:.3f}-{self.request.id}", os.getpid())

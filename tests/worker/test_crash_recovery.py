@@ -1,0 +1,50 @@
+"""At-least-once across child crashes: requeued at once, dead-lettered after 5 crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from potatoq.exceptions import WorkerLostError
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_task_of_a_killed_child_completes_once_the_child_is_replaced(env, client):
+    worker = env.worker("-c", "1")
+    result = client.block.delay("a", release="go")
+    first = env.wait_marker("started-a")
+    assert first["delivery"] == 1
+    os.kill(first["pid"], signal.SIGKILL)
+    # the supervisor requeues at once and a new child takes it (no dead_after wait)
+    second = wait_for(
+        lambda: (m := env.marker("started-a")) and m["pid"] != first["pid"] and m, what="redelivery"
+    )
+    assert second["delivery"] == 2
+    assert first["pid"] not in worker.children()
+    env.mark("go")
+    assert result.get(timeout=30) == second["pid"]
+    assert client.add.delay(1, 2).get(timeout=30) == 3
+    assert worker.stop() == 0
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_task_killing_its_own_process_is_dead_lettered_after_five_deliveries(env, client, how):
+    worker = env.worker("-c", "2")
+    doomed = client.crash_self.delay(how)
+    others = [client.add.delay(i, i) for i in range(20)]
+    with pytest.raises(WorkerLostError):
+        doomed.get(timeout=60)
+    assert [r.get(timeout=30) for r in others] == [i + i for i in range(20)]
+    assert env.markers(f"crash-{doomed.id}-") == [f"crash-{doomed.id}-{n}" for n in range(1, 6)]
+    dead = client.app.broker.list_dead()
+    assert [(d.id, d.deliveries) for d in dead] == [(doomed.id, 5)]
+    assert "WorkerLostError" in dead[0].reason
+    # the worker keeps running, with a full set of children
+    assert client.add.delay(2, 2).get(timeout=30) == 4
+    assert len(worker.children()) == 2
+    assert worker.stop() == 0
