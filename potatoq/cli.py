@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
 import logging
 import os
 import sys
@@ -56,7 +57,9 @@ def _import(name: str) -> Any:
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if missing and (name == missing or name.startswith(missing + ".")):
-            raise UsageError(f"can't import {name!r}: no module named {missing!r} (is it on sys.path?)") from None
+            raise UsageError(
+                f"can't import {name!r}: no module named {missing!r} (is it on sys.path?)"
+            ) from None
         raise
 
 
@@ -86,8 +89,8 @@ def find_app(spec: str) -> Any:
                 value = getattr(value, part)
             except AttributeError:
                 raise UsageError(f"module {module_name!r} has no attribute {attr_path!r}") from None
-        if not _is_app(value) and callable(value):
-            value = value()  # an app factory
+        if inspect.isfunction(value):
+            value = value()  # an app factory: def create_app() -> Potatoq
         if not _is_app(value):
             raise UsageError(f"{spec!r} is a {type(value).__name__}, not a potatoq app")
         return value
@@ -155,7 +158,10 @@ COMMANDS: dict[str, Command] = {}
 
 
 def command(
-    name: str, help: str, *, arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    name: str,
+    help: str,  # noqa: A002 - argparse's word for it
+    *,
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> Callable[[Callable[[CommandContext], int]], Callable[[CommandContext], int]]:
     """Register ``potatoq NAME``: the decorated function returns the exit status."""
 
@@ -197,7 +203,10 @@ def setup_logging(app: Any, level: str | None) -> None:
     """A stderr handler for potatoq's loggers (or the root one with worker_hijack_root_logger)."""
     hijack = bool(getattr(app.conf, "worker_hijack_root_logger", False))
     target = logging.getLogger() if hijack else logging.getLogger("potatoq")
-    fmt = getattr(app.conf, "worker_log_format", None) or "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"
+    fmt = (
+        getattr(app.conf, "worker_log_format", None)
+        or "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"
+    )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(fmt))
     if hijack:
@@ -241,22 +250,32 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     from potatoq.worker import POOLS
 
     parser.add_argument(
-        "-c", "--concurrency", type=_positive_int, help="child processes (default: CPUs available to this process)"
+        "-c",
+        "--concurrency",
+        type=_positive_int,
+        help="child processes (default: CPUs available to this process)",
     )
     parser.add_argument("-t", "--threads", type=_positive_int, help="threads per child process (default 1)")
     parser.add_argument(
-        "-Q", "--queues", action="append", help="queues to consume, comma-separated (default: task_default_queue)"
+        "-Q",
+        "--queues",
+        action="append",
+        help="queues to consume, comma-separated (default: task_default_queue)",
     )
     parser.add_argument("-P", "--pool", choices=POOLS, help="prefork (default), threads or solo")
     _add_loglevel(parser)
     parser.add_argument("--max-tasks-per-child", type=_positive_int, help="recycle a child after N tasks")
     parser.add_argument(
-        "--max-memory-per-child", type=_memory_size, help="recycle a child above SIZE resident (KiB, or 200M, 1G)"
+        "--max-memory-per-child",
+        type=_memory_size,
+        help="recycle a child above SIZE resident (KiB, or 200M, 1G)",
     )
     parser.add_argument("-n", "--hostname", dest="nodename", help="node name (default potatoq@HOSTNAME)")
     parser.add_argument("--without-beat", action="store_true", help="don't run the periodic scheduler here")
     parser.add_argument("--time-limit", type=float, help="hard time limit in seconds (task_time_limit)")
-    parser.add_argument("--soft-time-limit", type=float, help="soft time limit in seconds (task_soft_time_limit)")
+    parser.add_argument(
+        "--soft-time-limit", type=float, help="soft time limit in seconds (task_soft_time_limit)"
+    )
 
 
 @command("worker", "run a worker: claim and run tasks", arguments=_worker_arguments)
@@ -321,7 +340,9 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the demo's temporary directory")
 
 
-@command("demo", "run a real worker on a fresh SQLite file and send it a mix of tasks", arguments=_demo_arguments)
+@command(
+    "demo", "run a real worker on a fresh SQLite file and send it a mix of tasks", arguments=_demo_arguments
+)
 def cmd_demo(ctx: CommandContext) -> int:
     from potatoq.demo import run_demo
 

@@ -8,6 +8,7 @@ files, results or broker state with a deadline; nothing sleeps for correctness.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -81,10 +82,8 @@ class Worker:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(10)
         self._log_file.close()
 
@@ -122,7 +121,9 @@ class Env:
             return None
 
     def wait_marker(self, name: str, timeout: float = DEADLINE) -> Any:
-        return wait_for(lambda: (self.dir / name).exists() and [self.marker(name)], timeout, f"marker {name}")[0]
+        return wait_for(
+            lambda: (self.dir / name).exists() and [self.marker(name)], timeout, f"marker {name}"
+        )[0]
 
     def markers(self, prefix: str) -> list[str]:
         return sorted(p.name for p in self.dir.iterdir() if p.name.startswith(prefix))

@@ -7,6 +7,7 @@ evidence in ``$POTATOQ_TEST_DIR`` (marker files) so tests can wait on events, no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -99,10 +100,8 @@ def hang(self, seconds: float) -> str:
     mark(f"started-{self.request.id}", os.getpid())
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(SoftTimeLimitExceeded):
             time.sleep(0.05)
-        except SoftTimeLimitExceeded:
-            pass
     return "finished"
 
 

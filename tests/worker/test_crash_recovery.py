@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -48,3 +49,15 @@ def test_task_killing_its_own_process_is_dead_lettered_after_five_deliveries(env
     assert client.add.delay(2, 2).get(timeout=30) == 4
     assert len(worker.children()) == 2
     assert worker.stop() == 0
+
+
+def test_worker_recovers_tasks_of_a_silent_node(env, client):
+    from potatoq.brokers.base import WorkerRef
+
+    result = client.add.delay(20, 22)
+    ghost = client.app.broker.claim(["default"], WorkerRef("ghost@nowhere:1-dead", 999999))
+    assert ghost is not None and ghost.id == result.id  # held by a node that never heartbeats
+    worker = env.worker("-c", "1", env={"POTATOQ_TEST_CONF": json.dumps({"worker_dead_after": 1.0})})
+    assert result.get(timeout=30) == 42
+    assert worker.stop() == 0
+    assert "recovered tasks of dead workers: 1 requeued" in worker.output()

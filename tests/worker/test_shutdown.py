@@ -56,7 +56,7 @@ def test_second_sigint_stops_at_once_and_still_requeues(env, client):
 def test_sigterm_when_idle_exits_zero_and_forgets_the_heartbeat(env, client):
     worker = env.worker("-c", "2")
     assert client.add.delay(1, 1).get(timeout=30) == 2
-    wait_for(lambda: client.app.broker.workers(), what="a heartbeat")
+    wait_for(client.app.broker.workers, what="a heartbeat")
     assert worker.stop() == 0
     assert client.app.broker.workers() == []
 
