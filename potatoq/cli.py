@@ -336,13 +336,7 @@ def cmd_migrate(ctx: CommandContext) -> int:
 # -- demo -------------------------------------------------------------------------------------
 
 
-def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--keep", action="store_true", help="keep the demo's temporary directory")
-
-
-@command(
-    "demo", "run a real worker on a fresh SQLite file and send it a mix of tasks", arguments=_demo_arguments
-)
+@command("demo", "run a real worker on a fresh SQLite file and send it a mix of tasks")
 def cmd_demo(ctx: CommandContext) -> int:
     from potatoq.demo import run_demo
 
