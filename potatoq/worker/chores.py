@@ -73,7 +73,18 @@ class Chores:
 
     def settle_later(self, delivery: Delivery, outcome: Outcome) -> None:
         """Settle now if the broker answers, else keep retrying from :meth:`run_due`."""
-        self.pending.append(PendingSettle(delivery, outcome, due=self.clock()))
+        applied, outcome = attempt_settle(self.broker, delivery, outcome)
+        if applied is None:
+            item = PendingSettle(delivery, outcome)
+            delay = item.backoff()
+            item.due = self.clock() + delay
+            logger.warning(
+                "settling %s (%s) failed: the broker is unreachable; retrying in %.1fs",
+                describe(delivery),
+                type(outcome).__name__,
+                delay,
+            )
+            self.pending.append(item)
 
     def run_due(self) -> float:
         """Run whatever is due; return the monotonic time of the next due chore."""
@@ -107,7 +118,7 @@ class Chores:
         return self.next_due()
 
     def next_due(self) -> float:
-        due = min(self._due.values())
+        due = min(t for name, t in self._due.items() if name != "beat" or self.scheduler is not None)
         if self.pending:
             due = min(due, *(p.due for p in self.pending))
         return due

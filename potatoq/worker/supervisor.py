@@ -132,6 +132,7 @@ class Supervisor:
             self._handle_signals()
             self._reap()
             self._enforce_hard_limits()
+            next_chores = min(next_chores, self.chores.next_due())  # a settle may have been deferred
             if time.monotonic() >= next_chores:
                 next_chores = self.chores.run_due()
             if self.stopping:
