@@ -72,6 +72,9 @@ class Signature(dict[str, Any]):
             app = task.app
         opts = dict(options or {})
         opts.update(ex)
+        for key in ("link", "link_error"):
+            if key in opts:
+                opts[key] = _callbacks(opts[key])
         immutable = bool(opts.pop("immutable", immutable))
         dict.__init__(
             self,
@@ -137,6 +140,9 @@ class Signature(dict[str, Any]):
                 copy["args"] = tuple(args) + copy.args
             if kwargs:
                 copy["kwargs"] = {**copy.kwargs, **kwargs}
+        for key in ("link", "link_error"):
+            if key in opts:
+                opts[key] = [*copy.options.get(key, []), *_callbacks(opts[key])]
         if opts:
             copy.options.update(opts)
         return copy
@@ -146,6 +152,9 @@ class Signature(dict[str, Any]):
     def set(self, immutable: bool | None = None, **options: Any) -> Signature:
         if immutable is not None:
             self["immutable"] = immutable
+        for key in ("link", "link_error"):
+            if key in options:
+                options[key] = _callbacks(options[key])
         self.options.update(options)
         return self
 
@@ -252,6 +261,15 @@ class Signature(dict[str, Any]):
 
 
 subtask = signature_class = Signature
+
+
+def _callbacks(value: Any) -> list[dict[str, Any]]:
+    """``link=`` / ``link_error=`` accept one signature or a list of them."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return [dict(value)]
+    return [dict(v) for v in value]
 
 
 def _deepcopy(value: Any) -> Any:

@@ -10,6 +10,7 @@ the outcome to ``Broker.settle`` so that the result and follow-ups land atomical
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import threading
@@ -182,12 +183,18 @@ class Executor:
         return self._success(task, message, request, retval, args, kwargs, runtime)
 
     def _call(self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if task.is_async:
-            return self._loop().run_until_complete(task.run(*args, **kwargs))
         retval = task.run(*args, **kwargs)
         if inspect.iscoroutine(retval):
-            return self._loop().run_until_complete(retval)
+            return self._await(retval)
         return retval
+
+    def _await(self, coro: Any) -> Any:
+        if asyncio._get_running_loop() is not None:
+            # Drained from inside a running event loop (tests, eager mode in async code):
+            # this thread's loop is busy, so run the coroutine on a loop of its own thread.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                return pool.submit(asyncio.run, coro).result()
+        return self._loop().run_until_complete(coro)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
