@@ -15,6 +15,7 @@ runs it, so a child that dies mid-task has its task settled by the supervisor at
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -30,7 +31,7 @@ from potatoq import signals
 from potatoq.brokers.base import Delivery, Outcome, WorkerRef
 from potatoq.exceptions import SoftTimeLimitExceeded
 
-from .limits import SoftLimits
+from .limits import SOFT_LIMIT_CANCEL, SoftLimits
 from .options import WorkerOptions
 from .procinfo import rss_kib
 from .settling import Backoff, connection_errors, describe, log_stale, settle_reliably
@@ -169,6 +170,13 @@ class ChildRunner:
             # outcome yet, the task hit its soft limit outside its own code.
             if outcome is None:
                 outcome = self.executor.lost_outcome(delivery, exc)
+        except asyncio.CancelledError as exc:  # an async task cancelled at its soft limit
+            if outcome is None:
+                reason = str(exc) or "cancelled"
+                failure = SoftTimeLimitExceeded(
+                    f"soft time limit ({soft:g}s) exceeded" if reason == SOFT_LIMIT_CANCEL else reason
+                )
+                outcome = self.executor.lost_outcome(delivery, failure)
         except Exception as exc:  # the executor promises not to raise; keep the slot alive anyway
             logger.exception("executor failed on %s", describe(delivery))
             outcome = self.executor.lost_outcome(delivery, exc)

@@ -11,6 +11,13 @@ one has to happen inside the task so that it can clean up. Two mechanisms, one i
   bytecode, so a thread blocked inside C code sees it only when that call returns; the hard
   limit covers the rest.
 
+An ``async def`` task running on an event loop in the main thread is cancelled instead
+(``CancelledError("SoftTimeLimitExceeded")`` at its current ``await``): an exception raised
+from the signal handler would surface in the loop's ``select()`` and leave the coroutine
+suspended inside the loop. A task that lets the cancellation propagate fails with
+``SoftTimeLimitExceeded``. (In worker threads an async task gets the plain asynchronous
+exception, which fails it without running its cleanup.)
+
 Either way an exception can't be aimed precisely at "still inside the task": it may land
 just after the task returned. :meth:`SoftLimits.guard` disarms under a lock, so nothing new
 fires after it exits, and callers treat a ``SoftTimeLimitExceeded`` that escapes the guard
@@ -19,6 +26,7 @@ as "the task hit its soft limit" only if no outcome was produced yet.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import heapq
@@ -31,7 +39,10 @@ from types import FrameType
 
 from potatoq.exceptions import SoftTimeLimitExceeded
 
-__all__ = ["SoftLimits"]
+__all__ = ["SOFT_LIMIT_CANCEL", "SoftLimits"]
+
+#: The ``CancelledError`` message an async task gets at its soft limit.
+SOFT_LIMIT_CANCEL = "SoftTimeLimitExceeded"
 
 
 def _raise_in_thread(thread_id: int, exc: type[BaseException] | None) -> None:
@@ -39,6 +50,11 @@ def _raise_in_thread(thread_id: int, exc: type[BaseException] | None) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc is not None else None
     )
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel(SOFT_LIMIT_CANCEL)
 
 
 class SoftLimits:
@@ -75,9 +91,19 @@ class SoftLimits:
     # -- main thread: SIGALRM ----------------------------------------------------------------
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
-        if self._armed_token is not None:
-            self._armed_token = None
-            raise SoftTimeLimitExceeded(f"soft time limit ({self._armed_seconds:g}s) exceeded")
+        if self._armed_token is None:
+            return
+        self._armed_token = None
+        message = f"soft time limit ({self._armed_seconds:g}s) exceeded"
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            # An async task: raising here would land in the event loop's select() and
+            # leave the coroutine suspended in the loop. Cancel it instead, so it sees
+            # CancelledError at its current await, can clean up, and the loop is left clean.
+            # call_soon_threadsafe wakes the loop: select() is retried after this handler.
+            loop.call_soon_threadsafe(_cancel_all, loop)
+            return
+        raise SoftTimeLimitExceeded(message)
 
     @contextlib.contextmanager
     def _signal_guard(self, seconds: float) -> Iterator[None]:

@@ -120,3 +120,13 @@ def which(label: str) -> list:
 def tick(self) -> None:
     """One marker per run, named by its fire time (the message expires at the next one)."""
     mark(f"tick-{self.request.expires:.3f}-{self.request.id}", os.getpid())
+
+
+@app.task(name="proj.async_soft", bind=True)
+async def async_soft(self, seconds: float) -> str:
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:  # how an async task sees its soft limit
+        mark(f"soft-{self.request.id}")
+        raise
+    return "finished"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from potatoq.exceptions import TimeLimitExceeded
+from potatoq.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 
 pytestmark = pytest.mark.slow
 
@@ -47,4 +47,15 @@ def test_soft_time_limit_in_worker_threads(env, client, pool):
     quick = client.add.delay(1, 1)
     assert quick.get(timeout=30) == 2
     assert spinning.get(timeout=30) == "cleaned up"
+    assert worker.stop() == 0
+
+
+def test_async_task_is_cancelled_at_its_soft_limit_and_can_clean_up(env, client):
+    worker = env.worker("-c", "1")
+    result = client.async_soft.apply_async((60,), soft_time_limit=0.3)
+    with pytest.raises(SoftTimeLimitExceeded):
+        result.get(timeout=30)
+    assert (env.dir / f"soft-{result.id}").exists()
+    # the event loop was left clean: the next async task runs normally
+    assert client.async_add.delay(2, 2).get(timeout=30) == 4
     assert worker.stop() == 0
