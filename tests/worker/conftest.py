@@ -15,11 +15,17 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from potatoq.brokers import broker_class
+from potatoq.brokers.base import BrokerConfig
+from tests import services
+from tests.conftest import FACTORIES, FactoryContext
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 30.0
@@ -89,12 +95,18 @@ class Worker:
 
 
 class Env:
-    """One test's broker file, marker directory and worker processes."""
+    """One test's broker, marker directory and worker processes."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, config: BrokerConfig, name: str = "sqlite") -> None:
+        self.name = name
         self.dir = tmp_path / "marks"
         self.dir.mkdir()
-        self.url = f"sqlite:///{tmp_path / 'broker.sqlite3'}"
+        self.url = config.url
+        self.conf: dict[str, Any] = {}
+        if config.transport_options:
+            self.conf["broker_transport_options"] = dict(config.transport_options)
+        if config.result_backend is not None:  # a separate result store (RabbitMQ)
+            self.conf["result_backend"] = config.result_backend.config.url
         self.tmp = tmp_path
         self.vars = {
             **os.environ,
@@ -104,9 +116,18 @@ class Env:
         }
         self.workers: list[Worker] = []
 
-    def worker(self, *args: str, env: dict[str, str] | None = None, command: str = "worker") -> Worker:
+    def worker(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        conf: dict[str, Any] | None = None,
+        command: str = "worker",
+    ) -> Worker:
+        """Start a worker; ``conf`` becomes app settings in it (over this test's broker options)."""
         log = self.tmp / f"worker-{len(self.workers)}.log"
-        worker = Worker(list(args), {**self.vars, **(env or {})}, log, command=command)
+        settings = {**self.conf, **(conf or {})}
+        variables = {**self.vars, "POTATOQ_TEST_CONF": json.dumps(settings), **(env or {})}
+        worker = Worker(list(args), variables, log, command=command)
         self.workers.append(worker)
         return worker
 
@@ -128,27 +149,68 @@ class Env:
     def markers(self, prefix: str) -> list[str]:
         return sorted(p.name for p in self.dir.iterdir() if p.name.startswith(prefix))
 
+    def close(self, failed: bool) -> None:
+        for worker in self.workers:
+            worker.kill()
+            if failed:
+                print(f"---- {worker.log.name} ----\n{worker.output()[-6000:]}")
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    report = getattr(request.node, "rep_call", None)
+    return bool(report is not None and report.failed)
+
 
 @pytest.fixture
 def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
-    environment = Env(tmp_path)
+    """SQLite: the worker behaviour that doesn't depend on the broker."""
+    environment = Env(tmp_path, BrokerConfig(url=f"sqlite:///{tmp_path / 'broker.sqlite3'}"))
     yield environment
-    failed = getattr(request.node, "rep_call", None)
-    for worker in environment.workers:
-        worker.kill()
-        if failed is not None and failed.failed:
-            print(f"---- {worker.log.name} ----\n{worker.output()[-6000:]}")
+    environment.close(_failed(request))
+
+
+@pytest.fixture(params=list(FACTORIES))
+def broker_env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+    """Every broker in tests/factories that processes can share, isolated as in the contract suite."""
+    module = FACTORIES[request.param]
+    service = getattr(module, "SERVICE", None)
+    if service:
+        services.require(service)
+    ctx = FactoryContext(tmp_path=tmp_path, unique=f"w{uuid.uuid4().hex[:10]}", overrides={})
+    config = module.make_config(ctx)
+    environment: Env | None = None
+    try:
+        if not broker_class(config.url).capabilities.multiprocess:
+            pytest.skip(f"{request.param}: a worker subprocess can't share this broker")
+        environment = Env(tmp_path, config, request.param)
+        yield environment
+    finally:
+        if environment is not None:
+            environment.close(_failed(request))
+        for fn in reversed(ctx.finalizers):
+            fn()
+
+
+def _client(env: Env) -> Iterator[Any]:
+    from tests.worker import proj
+
+    proj.app.conf.broker_url = env.url
+    proj.app.conf.broker_transport_options = env.conf.get("broker_transport_options", {})
+    proj.app.conf.result_backend = env.conf.get("result_backend")
+    proj.app.close()
+    yield proj
+    proj.app.close()
 
 
 @pytest.fixture
 def client(env: Env) -> Iterator[Any]:
     """The test app, talking to this test's broker."""
-    from tests.worker import proj
+    yield from _client(env)
 
-    proj.app.conf.broker_url = env.url
-    proj.app.close()
-    yield proj
-    proj.app.close()
+
+@pytest.fixture
+def broker_client(broker_env: Env) -> Iterator[Any]:
+    yield from _client(broker_env)
 
 
 @pytest.hookimpl(hookwrapper=True)

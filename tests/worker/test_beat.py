@@ -18,7 +18,8 @@ def _fire_times(env) -> collections.Counter[str]:
     return collections.Counter(name.split("-")[1] for name in env.markers("tick-"))
 
 
-def test_two_workers_send_each_one_second_fire_time_once(env, client):
+def test_two_workers_send_each_one_second_fire_time_once(broker_env):
+    env = broker_env
     first = env.worker("-c", "1", env=BEAT)
     second = env.worker("-c", "1", env=BEAT)
     wait_for(lambda: len(_fire_times(env)) >= 5, timeout=30, what="five fire times")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -15,7 +14,8 @@ from .conftest import wait_for
 pytestmark = pytest.mark.slow
 
 
-def test_task_of_a_killed_child_completes_once_the_child_is_replaced(env, client):
+def test_task_of_a_killed_child_completes_once_the_child_is_replaced(broker_env, broker_client):
+    env, client = broker_env, broker_client
     worker = env.worker("-c", "1")
     result = client.block.delay("a", release="go")
     first = env.wait_marker("started-a")
@@ -34,7 +34,8 @@ def test_task_of_a_killed_child_completes_once_the_child_is_replaced(env, client
 
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
-def test_task_killing_its_own_process_is_dead_lettered_after_five_deliveries(env, client, how):
+def test_task_killing_its_own_process_is_dead_lettered_after_five_deliveries(broker_env, broker_client, how):
+    env, client = broker_env, broker_client
     worker = env.worker("-c", "2")
     doomed = client.crash_self.delay(how)
     others = [client.add.delay(i, i) for i in range(20)]
@@ -51,13 +52,27 @@ def test_task_killing_its_own_process_is_dead_lettered_after_five_deliveries(env
     assert worker.stop() == 0
 
 
-def test_worker_recovers_tasks_of_a_silent_node(env, client):
+def test_worker_recovers_tasks_of_a_silent_node(broker_env, broker_client):
+    env, client = broker_env, broker_client
     from potatoq.brokers.base import WorkerRef
 
     result = client.add.delay(20, 22)
     ghost = client.app.broker.claim(["default"], WorkerRef("ghost@nowhere:1-dead", 999999))
     assert ghost is not None and ghost.id == result.id  # held by a node that never heartbeats
-    worker = env.worker("-c", "1", env={"POTATOQ_TEST_CONF": json.dumps({"worker_dead_after": 1.0})})
+    worker = env.worker("-c", "1", conf={"worker_dead_after": 1.0})
     assert result.get(timeout=30) == 42
     assert worker.stop() == 0
     assert "recovered tasks of dead workers: 1 requeued" in worker.output()
+
+
+def test_leases_of_long_tasks_are_extended_so_they_are_not_redelivered(broker_env, broker_client):
+    env, client = broker_env, broker_client
+    if not client.app.broker.capabilities.leases:
+        pytest.skip(f"{env.name} doesn't use leases")
+    # claims expire after worker_dead_after (2 s) unless the supervisor extends them
+    worker = env.worker("-c", "1", conf={"worker_dead_after": 2.0})
+    result = client.block.delay("long", timeout=5.0)
+    assert env.wait_marker("started-long")["delivery"] == 1
+    assert result.get(timeout=30)
+    assert env.marker("started-long")["delivery"] == 1  # never delivered again
+    assert worker.stop() == 0

@@ -3,7 +3,6 @@ requeue the rest without counting a crash, exit 0. Nothing is lost."""
 
 from __future__ import annotations
 
-import json
 import signal
 
 import pytest
@@ -17,9 +16,10 @@ def _waiting(client) -> int:
     return sum(s.waiting for s in client.app.broker.queue_stats())
 
 
-def test_sigterm_finishes_the_short_task_and_requeues_the_long_one(env, client):
-    grace = {"POTATOQ_TEST_CONF": json.dumps({"worker_shutdown_timeout": 1.5})}
-    worker = env.worker("-c", "2", env=grace)
+def test_sigterm_finishes_the_short_task_and_requeues_the_long_one(broker_env, broker_client):
+    env, client = broker_env, broker_client
+    grace = {"worker_shutdown_timeout": 1.5}
+    worker = env.worker("-c", "2", conf=grace)
     short = client.block.delay("short", release="go-short")
     long = client.block.delay("long", release="go-long")
     env.wait_marker("started-short")
@@ -41,8 +41,8 @@ def test_sigterm_finishes_the_short_task_and_requeues_the_long_one(env, client):
 
 
 def test_second_sigint_stops_at_once_and_still_requeues(env, client):
-    grace = {"POTATOQ_TEST_CONF": json.dumps({"worker_shutdown_timeout": 120})}
-    worker = env.worker("-c", "1", env=grace)
+    grace = {"worker_shutdown_timeout": 120}
+    worker = env.worker("-c", "1", conf=grace)
     long = client.block.delay("long", release="never")
     env.wait_marker("started-long")
     worker.signal(signal.SIGINT)

@@ -9,7 +9,8 @@ from potatoq.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 pytestmark = pytest.mark.slow
 
 
-def test_hard_time_limit_kills_the_child_and_fails_the_task_without_redelivery(env, client):
+def test_hard_time_limit_kills_the_child_and_fails_the_task_without_redelivery(broker_env, broker_client):
+    env, client = broker_env, broker_client
     worker = env.worker("-c", "1")
     result = client.hang.apply_async((60,), time_limit=1, soft_time_limit=0.3)
     first_pid = env.wait_marker(f"started-{result.id}")
