@@ -62,9 +62,10 @@ class Chores:
         self.pending: list[PendingSettle] = []
         self.scheduler = Scheduler(app) if options.beat else None
         now = clock()
-        self._due = {"heartbeat": now, "recover": now, "extend": now + LEASE_EXTEND_INTERVAL, "beat": now}
         self.recover_interval = max(0.5, min(options.heartbeat_interval, options.dead_after / 4))
-        self.extend_interval = max(0.5, min(LEASE_EXTEND_INTERVAL, options.dead_after / 3))
+        # Leases last dead_after; extend well before that (every 5 s by default).
+        self.extend_interval = max(0.2, min(LEASE_EXTEND_INTERVAL, options.dead_after / 3))
+        self._due = {"heartbeat": now, "recover": now, "extend": now + self.extend_interval, "beat": now}
         self._unreachable_since: float | None = None
 
     @property

@@ -83,7 +83,8 @@ class Worker:
         return self.proc.wait(timeout)
 
     def output(self) -> str:
-        self._log_file.flush()
+        if not self._log_file.closed:
+            self._log_file.flush()
         return self.log.read_text(errors="replace")
 
     def kill(self) -> None:
@@ -105,8 +106,11 @@ class Env:
         self.conf: dict[str, Any] = {}
         if config.transport_options:
             self.conf["broker_transport_options"] = dict(config.transport_options)
+        capabilities = broker_class(config.url).capabilities
         if config.result_backend is not None:  # a separate result store (RabbitMQ)
             self.conf["result_backend"] = config.result_backend.config.url
+        elif capabilities.stores_results and not capabilities.results_by_default:
+            self.conf["result_backend"] = "broker"  # opt-in on Redis: the tests read results
         self.tmp = tmp_path
         self.vars = {
             **os.environ,
@@ -194,12 +198,14 @@ def broker_env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
 def _client(env: Env) -> Iterator[Any]:
     from tests.worker import proj
 
+    saved = dict(proj.app.conf)
     proj.app.conf.broker_url = env.url
     proj.app.conf.broker_transport_options = env.conf.get("broker_transport_options", {})
     proj.app.conf.result_backend = env.conf.get("result_backend")
     proj.app.close()
     yield proj
     proj.app.close()
+    proj.app.conf.update(saved)  # undo what the test changed
 
 
 @pytest.fixture

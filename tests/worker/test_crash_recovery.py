@@ -56,6 +56,8 @@ def test_worker_recovers_tasks_of_a_silent_node(broker_env, broker_client):
     env, client = broker_env, broker_client
     from potatoq.brokers.base import WorkerRef
 
+    client.app.conf.worker_dead_after = 1.0  # the ghost's claim (or lease) goes stale after 1 s
+    client.app.close()
     result = client.add.delay(20, 22)
     ghost = client.app.broker.claim(["default"], WorkerRef("ghost@nowhere:1-dead", 999999))
     assert ghost is not None and ghost.id == result.id  # held by a node that never heartbeats
