@@ -385,6 +385,7 @@ def test_settle_is_atomic_when_the_settler_is_killed(make_broker: BrokerMaker) -
     left = {d.id for d in claim_n(broker, ["atomic"], len(tasks) - len(done))}
     assert left == {t.id for t in tasks} - done, "a task vanished without its result"
     assert_nothing_claimable(broker, ["atomic"])
+    assert stats_of(broker, "atomic-next")[0] == 2 * len(done), "results and follow-ups disagree"
     followup_ids = {d.id for d in claim_n(broker, ["atomic-next"], 2 * len(done))}
     assert followup_ids == {f"{t}-{s}" for t in done for s in "ab"}
     assert_nothing_claimable(broker, ["atomic-next"])
