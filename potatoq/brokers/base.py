@@ -33,6 +33,7 @@ Rules every implementation follows:
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import os
 import re
@@ -42,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import serialization
-from ..exceptions import InvalidName, MessageDecodeError
+from ..exceptions import InvalidName, MessageDecodeError, OperationalError
 from ..message import Message
 
 __all__ = [
@@ -143,7 +144,7 @@ class Delivery:
 
 def decode_delivery(
     *,
-    id: str,
+    id: str,  # noqa: A002 - mirrors Delivery.id
     queue: str,
     raw: bytes | str,
     token: str,
@@ -412,10 +413,8 @@ class ProcessLocal(Generic[T]):
         with self._lock:
             value = self._values.pop(threading.get_ident(), None)
         if value is not None and self._close is not None:
-            try:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close
                 self._close(value)
-            except Exception:  # noqa: BLE001 - a broken connection may fail to close
-                pass
 
     def close_all(self) -> None:
         self._check_fork()
@@ -423,10 +422,8 @@ class ProcessLocal(Generic[T]):
             values, self._values = list(self._values.values()), {}
         if self._close is not None:
             for value in values:
-                try:
+                with contextlib.suppress(Exception):
                     self._close(value)
-                except Exception:  # noqa: BLE001
-                    pass
 
 
 # ----------------------------------------------------------------------------- the contract
@@ -436,6 +433,14 @@ class Broker(abc.ABC):
     """The contract. Subclasses implement every abstract method as one atomic broker step."""
 
     capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Exceptions meaning "the broker can't be reached right now": callers retry these with
+    #: backoff (settles) or until ``broker_connection_timeout`` (enqueues). Brokers extend
+    #: it with their client library's connection errors.
+    connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        ConnectionError,
+        OSError,
+        OperationalError,
+    )
     #: URL schemes this broker serves, e.g. ``("sqlite",)``.
     schemes: ClassVar[tuple[str, ...]] = ()
 
