@@ -123,6 +123,12 @@ class SQLiteBroker(Broker):
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
     schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
+    # Most calls turn sqlite3 errors into OperationalError; "database is locked" from a raw
+    # read (busy_timeout ran out) is just as retryable.
+    connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        *Broker.connection_errors,
+        sqlite3.OperationalError,
+    )
 
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__(config)
