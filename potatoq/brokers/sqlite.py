@@ -79,6 +79,7 @@ from .sqlite_setup import (
     check_local_filesystem,
     check_sqlite_version,
     database_path,
+    enable_wal,
     migrate,
 )
 
@@ -164,9 +165,7 @@ class SQLiteBroker(Broker):
             raise OperationalError(f"can't open the SQLite database {self.path!r}: {exc}") from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise OperationalError(f"SQLite database {self.path!r} refused WAL mode (got {mode!r})")
+            enable_wal(conn, self.options.busy_timeout / 1000)
             conn.execute(f"PRAGMA synchronous = {'FULL' if self.options.durable else 'NORMAL'}")
             conn.execute("PRAGMA secure_delete = OFF")  # Debian builds turn it on: extra writes
             conn.execute(f"PRAGMA journal_size_limit = {int(self.options.journal_size_limit)}")

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from potatoq.exceptions import ImproperlyConfigured
+from potatoq.exceptions import ImproperlyConfigured, OperationalError
 
 from . import sqlfiles
 
@@ -29,6 +30,7 @@ __all__ = [
     "check_local_filesystem",
     "check_sqlite_version",
     "database_path",
+    "enable_wal",
     "install_schema",
     "migrate",
     "network_filesystem",
@@ -171,6 +173,31 @@ def check_local_filesystem(path: str, mounts: str | None = None) -> None:
             "and WAL mode don't work there and the database can be corrupted. Put it on a local "
             "disk, or use the PostgreSQL or Redis broker to share a queue between hosts"
         )
+
+
+# ----------------------------------------------------------------------------- WAL
+
+
+def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Put the file in WAL mode (persistent: only the first connection ever changes it).
+
+    The mode is read first because asking for WAL takes a lock even when the file is
+    already in WAL mode, and that request fails at once, without the busy timeout, while
+    another connection holds the write lock. Switching modes on a new file retries
+    "database is locked" until ``timeout``.
+    """
+    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    deadline = time.monotonic() + timeout
+    while mode != "wal":
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+            continue
+        if mode != "wal":
+            raise OperationalError(f"the SQLite database refused WAL mode (journal_mode is {mode!r})")
 
 
 # ----------------------------------------------------------------------------- schema

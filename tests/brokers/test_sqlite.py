@@ -325,6 +325,43 @@ def test_empty_claim_never_takes_the_write_lock(make: Any, db_path: Path) -> Non
         assert broker.recover(60.0, 5).requeued == 0
 
 
+def test_new_connection_opens_while_another_holds_the_write_lock(make: Any, db_path: Path) -> None:
+    make().migrate()  # the file exists, in WAL mode
+    broker = make(transport_options={"busy_timeout": 10})
+    with contextlib.closing(sqlite3.connect(db_path, isolation_level=None)) as app_conn:
+        app_conn.execute("BEGIN IMMEDIATE")
+        broker.enqueue([msg(id="uncommitted")], connection=app_conn)  # a write in progress
+        broker.ping()  # opening needs no lock (asking for WAL again would)
+        assert broker.claim(["default"], WORKER) is None
+        app_conn.execute("COMMIT")
+    assert broker.claim(["default"], WORKER) is not None
+
+
+def test_first_opens_of_a_new_file_racing_each_other(tmp_path: Path) -> None:
+    """Two connections creating one new file at once: one switches it to WAL while the
+    other is installing the schema (asking for WAL then fails without any busy wait)."""
+    errors: list[BaseException] = []
+    for attempt in range(30):
+        config = BrokerConfig(url=f"sqlite:///{tmp_path / f'new-{attempt}.sqlite3'}")
+        first, second = SQLiteBroker(config), SQLiteBroker(config)
+
+        def open_second(broker: SQLiteBroker = second) -> None:
+            try:
+                broker.queue_stats()
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = _in_thread(open_second)
+        try:
+            first.migrate()
+        except BaseException as exc:
+            errors.append(exc)
+        thread.join(60)
+        first.close()
+        second.close()
+    assert errors == []
+
+
 def test_claim_promotes_due_scheduled_tasks(broker: SQLiteBroker) -> None:
     clock = Clock()
     broker.clock = clock
