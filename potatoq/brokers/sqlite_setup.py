@@ -181,10 +181,10 @@ def check_local_filesystem(path: str, mounts: str | None = None) -> None:
 def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
     """Put the file in WAL mode (persistent: only the first connection ever changes it).
 
-    The mode is read first because asking for WAL takes a lock even when the file is
-    already in WAL mode, and that request fails at once, without the busy timeout, while
-    another connection holds the write lock. Switching modes on a new file retries
-    "database is locked" until ``timeout``.
+    Changing the journal mode needs a lock that the busy timeout doesn't wait for: two
+    processes opening a brand-new file at once saw "database is locked" at once. So the
+    mode is read first (every open after the first finds WAL and asks for nothing), and
+    the switch on a new file is retried until ``timeout``.
     """
     mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
     deadline = time.monotonic() + timeout

@@ -331,15 +331,15 @@ def test_new_connection_opens_while_another_holds_the_write_lock(make: Any, db_p
     with contextlib.closing(sqlite3.connect(db_path, isolation_level=None)) as app_conn:
         app_conn.execute("BEGIN IMMEDIATE")
         broker.enqueue([msg(id="uncommitted")], connection=app_conn)  # a write in progress
-        broker.ping()  # opening needs no lock (asking for WAL again would)
+        broker.ping()  # opening a WAL file needs no write lock
         assert broker.claim(["default"], WORKER) is None
         app_conn.execute("COMMIT")
     assert broker.claim(["default"], WORKER) is not None
 
 
 def test_first_opens_of_a_new_file_racing_each_other(tmp_path: Path) -> None:
-    """Two connections creating one new file at once: one switches it to WAL while the
-    other is installing the schema (asking for WAL then fails without any busy wait)."""
+    """Two connections creating one new file at once: switching it to WAL needs a lock
+    the busy timeout doesn't wait for."""
     errors: list[BaseException] = []
     for attempt in range(30):
         config = BrokerConfig(url=f"sqlite:///{tmp_path / f'new-{attempt}.sqlite3'}")
