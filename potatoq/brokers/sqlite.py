@@ -98,15 +98,12 @@ _SCHEDULED, _READY, _RUNNING = 0, 1, 2
 
 
 class _Connection:
-    """One thread's connection, plus what wait() needs to never miss a commit."""
+    """One thread's connection, plus the interrupts its wait() calls have seen."""
 
-    __slots__ = ("baseline", "conn", "interrupts")
+    __slots__ = ("conn", "interrupts")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        # data_version seen by the last claim that found nothing: a commit between that
-        # claim and the next wait() makes wait return.
-        self.baseline: int | None = None
         # interrupt() calls counted when this thread's last wait() returned: one made since
         # makes the next wait() return at once, even if it came before that wait started.
         self.interrupts = 0
@@ -290,26 +287,12 @@ class SQLiteBroker(Broker):
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
         if not queues:
             return None
-        local = self._conn()
         now = self.clock()
-        names = self._queue_list(queues)
-        try:
-            # Read data_version before looking: a commit after this read changes it, so a
-            # wait() that follows an empty claim can't miss work enqueued in between.
-            version = local.data_version()
-            ready, due = local.conn.execute(SQL["job_peek"], {"queues": names, "now": now}).fetchone()
-        except sqlite3.OperationalError as exc:
-            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        ready, due = self._read("job_peek", {"queues": self._queue_list(queues), "now": now})[0]
         if not ready and not due:
-            local.baseline = version
-            return None
+            return None  # the cheap read found nothing: no write lock taken
         with self._write() as conn:
-            delivery = self._claim_in(conn, queues, worker, now)
-            if delivery is None:  # another worker took it first
-                local.baseline = local.data_version()
-        if delivery is not None:
-            local.baseline = None
-        return delivery
+            return self._claim_in(conn, queues, worker, now)
 
     # -- settling -----------------------------------------------------------------------------
 
@@ -410,19 +393,12 @@ class SQLiteBroker(Broker):
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
     ) -> tuple[bool, Delivery | None]:
         """Settle and claim the next task in one transaction: one write lock per task."""
-        local = self._conn()
         now = self.clock()
         next_delivery: Delivery | None = None
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
-            if next_delivery is None:
-                # Inside the transaction nobody else can commit, so this value is exactly
-                # what the claim saw: any later commit changes it.
-                local.baseline = local.data_version()
-        if next_delivery is not None:
-            local.baseline = None
         if settled:
             self._forward_result(outcome)
         return settled, next_delivery
@@ -444,27 +420,25 @@ class SQLiteBroker(Broker):
             return self._interrupts == interrupts
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Return when another connection commits, a scheduled task is due, or ``timeout``.
+        """Return at once if work is ready (or due) in ``queues``; otherwise when another
+        connection commits, when the earliest scheduled task falls due, or after ``timeout``.
 
-        The reference point is the data_version read by this thread's last claim that found
-        nothing, so a commit landing between that claim and this call is not missed; a wait
-        with no such claim before it starts from the value it reads itself.
+        data_version is read *before* the cheap read for work, so a commit that the read
+        misses changes it: nothing can land unnoticed between looking and sleeping.
         """
         local = self._conn()
         names = self._queue_list(queues)
         start = time.monotonic()
         deadline = start + max(0.0, timeout)
-        baseline, interrupts = local.baseline, local.interrupts
-        local.baseline = None
+        interrupts = local.interrupts
         try:
-            current = local.data_version()
-            if baseline is None:
-                baseline = current
-            elif current != baseline:
-                return  # something was committed since the claim that found nothing
-            next_due = self._read("job_next_due", {"queues": names})[0][0]
+            baseline = local.data_version()
         except sqlite3.OperationalError as exc:
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        ready, due = self._read("job_peek", {"queues": names, "now": self.clock()})[0]
+        if ready or due:
+            return
+        next_due = self._read("job_next_due", {"queues": names})[0][0]
         if next_due is not None:
             deadline = min(deadline, start + max(0.0, float(next_due) - self.clock()))
         delay = _WAIT_MIN
