@@ -600,12 +600,12 @@ class PostgresBroker(Broker):
             clock.promoted(count)
             if count:
                 return  # tasks just became ready (in some queue): claim now
-        limit = min(timeout, self.options.poll_interval, max(clock.until_due(), 0.001))
-        if limit <= 0:
-            return
+        limit = max(0.0, min(timeout, self.options.poll_interval, max(clock.until_due(), 0.001)))
         if not self.options.notify:
-            self._poll(limit)
+            if limit > 0:
+                self._poll(limit)
             return
+        # even with no time to wait, LISTEN now: a later wait then can't miss a NOTIFY
         self._listener.get().wait([self._channel(q) for q in names], limit)
 
     def _poll(self, limit: float) -> None:
