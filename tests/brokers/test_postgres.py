@@ -27,6 +27,7 @@ from potatoq.message import Message
 from tests import services
 from tests.factories.postgres import drop_schema
 
+Make = Callable[..., PostgresBroker]
 WORKER = WorkerRef("pg-node", 4242)
 QUIET = 30.0  # poll_interval of brokers whose wake-ups must come from NOTIFY
 WAIT = 20.0  # < QUIET: returning before this means a notification arrived
@@ -42,7 +43,7 @@ def pg_url() -> str:
 
 
 @pytest.fixture
-def make(pg_url: str) -> Iterator[Callable[..., PostgresBroker]]:
+def make(pg_url: str) -> Iterator[Make]:
     """Brokers on one fresh schema per test; ``make(**transport_options)``."""
     schema = f"pq_{uuid.uuid4().hex[:12]}"
     made: list[PostgresBroker] = []
@@ -83,7 +84,7 @@ def claim_within(broker: PostgresBroker, queues: list[str], timeout: float = WAI
 
 
 def test_transactional_enqueue_with_psycopg3_rollback_never_runs_commit_always_does(
-    make: Callable[..., PostgresBroker], pg_url: str
+    make: Make, pg_url: str
 ) -> None:
     broker = make(poll_interval=QUIET)
     broker.wait(["tx"], 0)  # LISTEN now, so the commit's NOTIFY is seen
@@ -105,7 +106,7 @@ def test_transactional_enqueue_with_psycopg3_rollback_never_runs_commit_always_d
 
 
 def test_transactional_enqueue_with_psycopg2_rollback_never_runs_commit_always_does(
-    make: Callable[..., PostgresBroker], pg_url: str
+    make: Make, pg_url: str
 ) -> None:
     psycopg2 = pytest.importorskip("psycopg2")
     broker = make()
@@ -131,7 +132,7 @@ def test_transactional_enqueue_with_psycopg2_rollback_never_runs_commit_always_d
 # ----------------------------------------------------------------------------- no open transactions
 
 
-def test_a_claimed_running_task_holds_no_transaction(make: Callable[..., PostgresBroker], pg_url: str) -> None:
+def test_a_claimed_running_task_holds_no_transaction(make: Make, pg_url: str) -> None:
     app_name = f"potatoq-test-{uuid.uuid4().hex[:8]}"
     broker = make(application_name=app_name)
     broker.enqueue([msg("long"), msg("long")])
@@ -158,9 +159,7 @@ def _prepared(stmt_text: str, names: list[str]) -> str:
     return stmt_text
 
 
-def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(
-    make: Callable[..., PostgresBroker], pg_url: str
-) -> None:
+def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make: Make, pg_url: str) -> None:
     broker = make()
     broker.enqueue([msg(f"q{i % 5}") for i in range(3000)])
     broker.enqueue([msg("later", eta=time.time() + 86400) for _ in range(2000)])
@@ -180,7 +179,9 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(
             claim_plan = "\n".join(
                 r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], 'n', 1)")
             )
-            promote_plan = "\n".join(r[0] for r in mon.execute("EXPLAIN EXECUTE pq_promote(1000, 'p:', true)"))
+            promote_plan = "\n".join(
+                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_promote(1000, 'p:', true)")
+            )
             assert "potatoq_jobs_ready" in claim_plan, claim_plan
             assert "Seq Scan" not in claim_plan, claim_plan
             assert "potatoq_jobs_scheduled" in promote_plan, promote_plan
@@ -188,7 +189,7 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(
     assert broker.claim(["q3"], WORKER) is not None  # EXPLAIN claimed nothing; the real thing works
 
 
-def test_far_future_etas_stay_out_of_the_ready_scan(make: Callable[..., PostgresBroker]) -> None:
+def test_far_future_etas_stay_out_of_the_ready_scan(make: Make) -> None:
     broker = make()
     far = time.time() + 30 * 86400
     broker.enqueue([msg("mixed", eta=far + i) for i in range(10_000)])
@@ -202,7 +203,7 @@ def test_far_future_etas_stay_out_of_the_ready_scan(make: Callable[..., Postgres
     assert (stats.waiting, stats.delayed, stats.running) == (0, 10_000, 3)
 
 
-def test_jobs_table_autovacuum_and_workers_fillfactor(make: Callable[..., PostgresBroker], pg_url: str) -> None:
+def test_jobs_table_autovacuum_and_workers_fillfactor(make: Make, pg_url: str) -> None:
     broker = make()
     broker.migrate()
     with monitor(pg_url) as mon:
@@ -225,7 +226,7 @@ def test_jobs_table_autovacuum_and_workers_fillfactor(make: Callable[..., Postgr
     assert [r[0] for r in indexed] == ["node"]  # nothing indexes info or last_seen
 
 
-def test_heartbeats_are_hot_updates(make: Callable[..., PostgresBroker], pg_url: str) -> None:
+def test_heartbeats_are_hot_updates(make: Make, pg_url: str) -> None:
     broker = make()
     info = WorkerInfo("hot-node", "host", 1, ("default",), 1, time.time())
     broker.heartbeat(info)
@@ -234,7 +235,8 @@ def test_heartbeats_are_hot_updates(make: Callable[..., PostgresBroker], pg_url:
         for _ in range(20):
             conn.execute(stmt.query, {"node": "hot-node", "info": info.encode()})
         row = conn.execute(
-            "SELECT pg_stat_get_xact_tuples_updated(%s::regclass), pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
+            "SELECT pg_stat_get_xact_tuples_updated(%s::regclass),"
+            " pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
             (f'"{broker.schema}".potatoq_workers',) * 2,
         ).fetchone()
         conn.rollback()
@@ -249,7 +251,7 @@ def test_heartbeats_are_hot_updates(make: Callable[..., PostgresBroker], pg_url:
     "queue",
     ["x'; DROP TABLE potatoq_jobs; --", 'q"q', "a b", "q\x00", "ä", "x" * 201, ""],
 )
-def test_hostile_queue_names_are_refused_everywhere(make: Callable[..., PostgresBroker], queue: str) -> None:
+def test_hostile_queue_names_are_refused_everywhere(make: Make, queue: str) -> None:
     broker = make()
     for call in (
         lambda: broker.enqueue([msg(queue)]),
@@ -263,7 +265,7 @@ def test_hostile_queue_names_are_refused_everywhere(make: Callable[..., Postgres
     assert broker.claim(["still-fine"], WORKER) is not None
 
 
-def test_a_hostile_schema_name_is_only_an_odd_identifier(make: Callable[..., PostgresBroker], pg_url: str) -> None:
+def test_a_hostile_schema_name_is_only_an_odd_identifier(make: Make, pg_url: str) -> None:
     hostile = 'pq_evil"; DROP TABLE pq_canary; --'
     canary = f"pq_canary_{uuid.uuid4().hex[:8]}"
     hostile = hostile.replace("pq_canary", canary)
@@ -296,7 +298,7 @@ def test_transport_options_are_checked() -> None:
 
 
 def test_long_queue_names_get_hashed_channels_that_sql_and_python_agree_on(
-    make: Callable[..., PostgresBroker],
+    make: Make,
 ) -> None:
     queue = "long-" + "q" * 150
     channel = pgwake.channel_name(pgwake.channel_prefix("s"), queue)
@@ -319,7 +321,7 @@ def test_long_queue_names_get_hashed_channels_that_sql_and_python_agree_on(
 # ----------------------------------------------------------------------------- wake-ups
 
 
-def test_listen_wakes_a_waiter_when_another_connection_enqueues(make: Callable[..., PostgresBroker]) -> None:
+def test_listen_wakes_a_waiter_when_another_connection_enqueues(make: Make) -> None:
     waiter = make(poll_interval=QUIET)
     producer = make()
     waiter.wait(["wake"], 0)  # the first wait only LISTENs
@@ -336,7 +338,7 @@ def test_listen_wakes_a_waiter_when_another_connection_enqueues(make: Callable[.
         timer.join()
 
 
-def test_every_waiting_thread_of_a_process_wakes(make: Callable[..., PostgresBroker]) -> None:
+def test_every_waiting_thread_of_a_process_wakes(make: Make) -> None:
     waiter = make(poll_interval=QUIET)
     producer = make()
     waiter.wait(["many"], 0)
@@ -357,7 +359,7 @@ def test_every_waiting_thread_of_a_process_wakes(make: Callable[..., PostgresBro
     assert len(returned) == 3 and max(returned) < WAIT, returned
 
 
-def test_debounced_enqueues_still_wake_on_the_trailing_edge(make: Callable[..., PostgresBroker]) -> None:
+def test_debounced_enqueues_still_wake_on_the_trailing_edge(make: Make) -> None:
     # A wide window makes "the second enqueue falls inside it" certain on a busy machine.
     producer = make(notify_debounce=0.3)
     waiter = make(poll_interval=QUIET)
@@ -377,7 +379,7 @@ def test_debounced_enqueues_still_wake_on_the_trailing_edge(make: Callable[..., 
 
 
 def test_trailing_notify_wakes_a_waiter_that_already_took_the_first_task(
-    make: Callable[..., PostgresBroker],
+    make: Make,
 ) -> None:
     producer = make(notify_debounce=0.3)
     waiter = make(poll_interval=QUIET)
@@ -395,7 +397,7 @@ def test_trailing_notify_wakes_a_waiter_that_already_took_the_first_task(
     assert waiter.claim(["burst2"], WORKER) is not None
 
 
-def test_notify_false_works_by_polling(make: Callable[..., PostgresBroker], pg_url: str) -> None:
+def test_notify_false_works_by_polling(make: Make, pg_url: str) -> None:
     app_name = f"potatoq-poll-{uuid.uuid4().hex[:8]}"
     producer = make(notify=False)
     waiter = make(notify=False, application_name=app_name)
@@ -415,7 +417,7 @@ def test_notify_false_works_by_polling(make: Callable[..., PostgresBroker], pg_u
     assert listening == (0,)
 
 
-def test_interrupt_wakes_a_blocked_wait(make: Callable[..., PostgresBroker]) -> None:
+def test_interrupt_wakes_a_blocked_wait(make: Make) -> None:
     broker = make(poll_interval=QUIET)
     broker.wait(["int"], 0)
     done = threading.Event()
@@ -435,7 +437,7 @@ def test_interrupt_wakes_a_blocked_wait(make: Callable[..., PostgresBroker]) -> 
 # ----------------------------------------------------------------------------- fork safety
 
 
-def test_a_forked_child_never_touches_the_parents_connection(make: Callable[..., PostgresBroker]) -> None:
+def test_a_forked_child_never_touches_the_parents_connection(make: Make) -> None:
     broker = make()
     broker.enqueue([msg("fork")])
     with broker._connection() as conn:
