@@ -114,6 +114,9 @@ class PostgresOptions:
     poll_interval: float = 1.0
     #: application_name of potatoq's connections (visible in pg_stat_activity).
     application_name: str = "potatoq"
+    #: server-side prepared statements for hot statements (psycopg prepares a statement on
+    #: its 5th use). False for PgBouncer older than 1.21 in transaction mode.
+    prepared_statements: bool = True
 
     @classmethod
     def from_transport_options(cls, options: Mapping[str, Any]) -> PostgresOptions:
@@ -276,6 +279,7 @@ class PostgresBroker(Broker):
                 autocommit=True,
                 connect_timeout=max(1, round(self.config.connection_timeout)),
                 application_name=self.options.application_name,
+                prepare_threshold=5 if self.options.prepared_statements else None,
             )
         except psycopg.Error as exc:
             raise OperationalError(

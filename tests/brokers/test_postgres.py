@@ -559,3 +559,125 @@ def test_many_processes_installing_at_once_install_once(pg_url: str) -> None:
         assert [v for (v,) in versions] == [m.number for m in pgsql.migrations()]
     finally:
         drop_schema(pg_url, schema)
+
+
+# ----------------------------------------------------------------------------- round trips
+
+
+def _round_trips(broker: PostgresBroker, action: Callable[[], object], tmp_path: Any) -> list[str]:
+    """The frontend messages ``action`` sent on this thread's connection (libpq trace)."""
+    conn = broker._conns.get()
+    trace = tmp_path / f"trace-{uuid.uuid4().hex[:6]}.txt"
+    with open(trace, "w") as f:
+        conn.pgconn.trace(f.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            action()
+        finally:
+            conn.pgconn.untrace()
+    return [line.split("\t")[2] for line in trace.read_text().splitlines() if line.startswith("F\t")]
+
+
+def test_each_state_change_is_one_round_trip(make: Make, tmp_path: Any) -> None:
+    broker = make()
+    broker.enqueue([msg("rt")])
+    first = claim_within(broker, ["rt"])  # warm up: schema checked, promotion clock set
+    assert broker.settle(first, Complete())
+    broker._promotion.get().claimed(True)  # a busy worker: no promotion is due
+    broker._promotion.get().promoted(0)
+
+    sent = _round_trips(broker, lambda: broker.enqueue([msg("rt")]), tmp_path)
+    assert sent.count("Sync") + sent.count("Query") == 1, sent
+    holder: list[Delivery | None] = []
+    sent = _round_trips(broker, lambda: holder.append(broker.claim(["rt"], WORKER)), tmp_path)
+    assert sent.count("Sync") + sent.count("Query") == 1, sent
+    delivery = holder[0]
+    assert delivery is not None
+    broker.enqueue([msg("rt")])
+    follow = (msg("rt-next"), msg("rt-next"))
+    result_of: list[tuple[bool, Delivery | None]] = []
+    sent = _round_trips(
+        broker,
+        lambda: result_of.append(
+            broker.settle_and_claim(delivery, Complete(followups=follow), ["rt"], WORKER)
+        ),
+        tmp_path,
+    )
+    assert sent.count("Sync") + sent.count("Query") == 1, sent  # settle + claim, pipelined
+    settled, following = result_of[0]
+    assert settled and following is not None
+
+
+def test_promotion_notifies_each_queue_once(make: Make) -> None:
+    broker = make()
+    broker.migrate()
+    due = time.time() - 1
+    broker.enqueue([msg(f"promo{i % 2}", eta=time.time() + 0.2) for i in range(40)])
+    broker.enqueue([msg("promo-later", eta=time.time() + 3600)])
+    time.sleep(0.25)
+    assert due < time.time()
+    [(promoted, notified)] = broker._run("job_promote", broker._promote_params())
+    assert (promoted, notified) == (40, 2)
+    [(promoted, notified)] = broker._run("job_promote", broker._promote_params())
+    assert (promoted, notified) == (0, 0)
+
+
+def test_a_terminated_connection_is_replaced(make: Make, pg_url: str) -> None:
+    app_name = f"potatoq-kill-{uuid.uuid4().hex[:8]}"
+    broker = make(application_name=app_name, poll_interval=QUIET)
+    producer = make()
+    broker.enqueue([msg("kill")])
+    broker.wait(["kill"], 0)
+    with monitor(pg_url) as mon:
+        mon.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (app_name,),
+        )
+    for _ in range(3):  # the dead connection is noticed, reported and replaced
+        try:
+            delivery = broker.claim(["kill"], WORKER)
+            break
+        except broker.connection_errors:
+            continue
+    else:
+        pytest.fail("the broker never reconnected")
+    assert delivery is not None
+    broker.wait(["kill"], 0)  # the LISTEN connection reconnects as well
+    broker.wait(["kill"], 0)
+    timer = threading.Timer(0.1, lambda: producer.enqueue([msg("kill")]))
+    timer.start()
+    try:
+        started = time.monotonic()
+        broker.wait(["kill"], WAIT)
+        assert time.monotonic() - started < WAIT, "no NOTIFY after the LISTEN connection was replaced"
+    finally:
+        timer.join()
+
+
+def test_a_separate_result_backend_gets_the_results(pg_url: str) -> None:
+    from potatoq.brokers.base import ResultRecord
+    from potatoq.states import SUCCESS
+
+    schema = f"pq_{uuid.uuid4().hex[:12]}"
+    results = create_broker(BrokerConfig(url=f"memory://pg-results-{schema}"))
+    broker = create_broker(
+        BrokerConfig(url=pg_url, transport_options={"schema": schema}, result_backend=results)
+    )
+    try:
+        sent = msg("rb")
+        broker.enqueue([sent])
+        delivery = broker.claim(["rb"], WORKER)
+        assert delivery is not None
+        record = ResultRecord(task_id=sent.id, state=SUCCESS, result=3)
+        assert broker.settle(delivery, Complete(result=record))
+        assert results.get_result(sent.id) == record
+        assert broker.get_result(sent.id) == record  # read through to the backend
+        with monitor(pg_url) as mon:
+            count = mon.execute(
+                sql.SQL("SELECT count(*) FROM {}.potatoq_results").format(sql.Identifier(schema))
+            ).fetchone()
+        assert count == (0,)
+    finally:
+        broker.close()
+        results.close()
+        drop_schema(pg_url, schema)
