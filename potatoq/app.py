@@ -17,9 +17,11 @@ from .canvas import Signature, resolve_eta, resolve_expires
 from .config import Settings, load_object
 from .exceptions import ImproperlyConfigured, MessageTooLarge, NotRegistered, OperationalError
 from .message import Message, new_id
-from .result import AsyncResult, GroupResult
+from .result import AsyncResult as _AsyncResult
+from .result import GroupResult as _GroupResult
 from .serialization import check_serializable
-from .task import Task, make_task_class
+from .task import Task as BaseTask
+from .task import make_task_class
 from .utils import mask_url
 
 logger = logging.getLogger("potatoq")
@@ -37,8 +39,8 @@ def current_app() -> Potatoq:
     return _current
 
 
-class TaskRegistry(dict[str, Task]):
-    def __missing__(self, key: str) -> Task:
+class TaskRegistry(dict[str, BaseTask]):
+    def __missing__(self, key: str) -> BaseTask:
         raise NotRegistered(key)
 
 
@@ -55,7 +57,9 @@ class Control:
             backend = self.app.backend
             if backend is not None:
                 backend.store_result(
-                    ResultRecord(task_id=one, state="REVOKED", result=_revoked_exc(one), date_done=time.time())
+                    ResultRecord(
+                        task_id=one, state="REVOKED", result=_revoked_exc(one), date_done=time.time()
+                    )
                 )
         if terminate:
             logger.info("revoke(terminate=True): running tasks finish; potatoq doesn't kill them remotely")
@@ -66,14 +70,17 @@ class Control:
 
 
 def _revoked_exc(task_id: str) -> dict[str, Any]:
-    return {"exc_type": "TaskRevokedError", "exc_message": [f"task {task_id} revoked"],
-            "exc_module": "potatoq.exceptions"}
+    return {
+        "exc_type": "TaskRevokedError",
+        "exc_message": [f"task {task_id} revoked"],
+        "exc_module": "potatoq.exceptions",
+    }
 
 
 class Potatoq:
     """A potatoq application (also importable as ``Celery``)."""
 
-    Task: type[Task] = Task
+    Task: type[BaseTask] = BaseTask
 
     def __init__(
         self,
@@ -84,7 +91,7 @@ class Potatoq:
         include: Sequence[str] | None = None,
         config_source: Any = None,
         set_as_current: bool = True,
-        task_cls: type[Task] | str | None = None,
+        task_cls: type[BaseTask] | str | None = None,
         namespace: str | None = None,
         **settings: Any,
     ) -> None:
@@ -94,7 +101,7 @@ class Potatoq:
         self.control = Control(self)
         self._lock = threading.RLock()
         self._broker: Broker | None = None
-        self._backend: Broker | None | bool = False  # False: not resolved yet
+        self._backend: Broker | bool | None = False  # False: not resolved yet
         self._routers: list[routing.Router] | None = None
         self._routes_source: Any = object()
         self.on_after_configure = signals.Signal("on_after_configure")
@@ -119,9 +126,12 @@ class Potatoq:
         if set_as_current:
             global _current
             _current = self
+        signals.app_created.send(sender=self)
 
     # -- configuration ---------------------------------------------------------------------
-    def config_from_object(self, obj: Any, namespace: str | None = None, silent: bool = False, force: bool = True) -> None:
+    def config_from_object(
+        self, obj: Any, namespace: str | None = None, silent: bool = False, force: bool = True
+    ) -> None:
         """Read settings from a module, a dotted path, a class or a mapping."""
         if isinstance(obj, str):
             try:
@@ -159,8 +169,10 @@ class Potatoq:
         self.on_after_finalize.send(sender=self)
 
     def autodiscover_tasks(
-        self, packages: Iterable[str] | Callable[[], Iterable[str]] | None = None,
-        related_name: str = "tasks", force: bool = True,
+        self,
+        packages: Iterable[str] | Callable[[], Iterable[str]] | None = None,
+        related_name: str = "tasks",
+        force: bool = True,
     ) -> None:
         """Import ``<package>.tasks`` for each package (missing modules are skipped)."""
         names = packages() if callable(packages) else (packages or ())
@@ -177,7 +189,7 @@ class Potatoq:
         if len(args) == 1 and callable(args[0]) and not opts:
             return self._task_from_fun(args[0])
 
-        def decorator(fun: Callable[..., Any]) -> Task:
+        def decorator(fun: Callable[..., Any]) -> BaseTask:
             return self._task_from_fun(fun, **opts)
 
         if args and callable(args[0]):
@@ -185,16 +197,21 @@ class Potatoq:
         return decorator
 
     def _task_from_fun(
-        self, fun: Callable[..., Any], name: str | None = None, base: type[Task] | None = None,
-        bind: bool = False, shared: bool = True, **options: Any,
-    ) -> Task:
+        self,
+        fun: Callable[..., Any],
+        name: str | None = None,
+        base: type[BaseTask] | None = None,
+        bind: bool = False,
+        shared: bool = True,
+        **options: Any,
+    ) -> BaseTask:
         task_name = name or self.gen_task_name(fun.__name__, fun.__module__)
         existing = self.tasks.get(task_name)
         if existing is not None and getattr(existing, "__wrapped__", None) is fun:
             return existing
         options.pop("serializer", None) if options.get("serializer") in (None, "json") else None
         cls = make_task_class(self, fun, name=task_name, base=base or self.Task, bind=bind, options=options)
-        task = cls()
+        task: BaseTask = cls()
         self.tasks[task_name] = task
         self._annotate(task)
         return task
@@ -204,7 +221,7 @@ class Potatoq:
             module = self.main
         return f"{module}.{name}"
 
-    def register_task(self, task: Task | type[Task]) -> Task:
+    def register_task(self, task: BaseTask | type[BaseTask]) -> BaseTask:
         """Register a class-based task (``class MyTask(Task): name = …; def run(…)``)."""
         instance = task() if isinstance(task, type) else task
         if not instance.name:
@@ -215,7 +232,7 @@ class Potatoq:
         self._annotate(instance)
         return instance
 
-    def _annotate(self, task: Task) -> None:
+    def _annotate(self, task: BaseTask) -> None:
         annotations = self.conf.task_annotations
         if not annotations:
             return
@@ -236,32 +253,52 @@ class Potatoq:
         register(self)
 
     # -- calling ---------------------------------------------------------------------------
-    def signature(self, name: str, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any) -> Signature:
+    def signature(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Signature:
         return Signature(name, args, kwargs, app=self, **options)
 
     def send_task(
-        self, name: str, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
-    ) -> AsyncResult:
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> _AsyncResult:
         """Send a task by name (it needn't be registered in this process)."""
-        result: AsyncResult = self.signature(name, args, kwargs, **options).apply_async()
+        result: _AsyncResult = self.signature(name, args, kwargs, **options).apply_async()
         return result
 
-    def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:  # noqa: N802 - Celery's name
-        return AsyncResult(task_id, app=self, **kwargs)
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> _AsyncResult:
+        return _AsyncResult(task_id, app=self, **kwargs)
 
-    def GroupResult(self, group_id: str | None, results: Sequence[AsyncResult]) -> GroupResult:  # noqa: N802
-        return GroupResult(group_id, results, app=self)
+    def GroupResult(self, group_id: str | None, results: Sequence[_AsyncResult]) -> _GroupResult:
+        return _GroupResult(group_id, results, app=self)
 
     def add_periodic_task(
-        self, schedule: Any, sig: Signature, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None, **options: Any,
+        self,
+        schedule: Any,
+        sig: Signature,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        **options: Any,
     ) -> str:
         """Add a ``beat_schedule`` entry (Celery's ``app.add_periodic_task``)."""
         key = name or f"{sig.task}{sig.args!r}"
         self.conf.beat_schedule = {
             **dict(self.conf.beat_schedule or {}),
-            key: {"task": sig.task, "schedule": schedule, "args": tuple(args) or sig.args,
-                  "kwargs": dict(kwargs or sig.kwargs), "options": {**sig.options, **options}},
+            key: {
+                "task": sig.task,
+                "schedule": schedule,
+                "args": tuple(args) or sig.args,
+                "kwargs": dict(kwargs or sig.kwargs),
+                "options": {**sig.options, **options},
+            },
         }
         return key
 
@@ -303,8 +340,12 @@ class Potatoq:
                 explicit["priority"] = task.priority
             if expires is None and task.expires is not None:
                 expires = task.expires
-        route = routing.route(self.routers(), task_name, args, kwargs, explicit, task) if self.routers() else {}
-        final_queue = explicit.get("queue") or route.get("queue") or routing_key or self.conf.task_default_queue
+        route = (
+            routing.route(self.routers(), task_name, args, kwargs, explicit, task) if self.routers() else {}
+        )
+        final_queue = (
+            explicit.get("queue") or route.get("queue") or routing_key or self.conf.task_default_queue
+        )
         final_priority = explicit.get("priority", route.get("priority", self.conf.task_default_priority))
         return Message(
             id=task_id or new_id(),
@@ -392,7 +433,9 @@ class Potatoq:
         if url == self.conf.broker_url_or_default():
             return None
         if scheme_of(url) in ("rpc",):
-            raise ImproperlyConfigured("result_backend='rpc://' isn't supported; use 'broker' or a database URL")
+            raise ImproperlyConfigured(
+                "result_backend='rpc://' isn't supported; use 'broker' or a database URL"
+            )
         return url
 
     @property
@@ -469,7 +512,7 @@ class _SharedTaskProxy:
         self.__doc__ = fun.__doc__
         self.__name__ = fun.__name__
 
-    def _task(self) -> Task:
+    def _task(self) -> BaseTask:
         return current_app()._task_from_fun(self._fun, **self._opts)
 
     def __getattr__(self, name: str) -> Any:

@@ -42,6 +42,16 @@ def _app_of(app: Potatoq | None) -> Potatoq:
 class Signature(dict[str, Any]):
     """A task call that can be sent later, passed around, and combined."""
 
+    _app: Potatoq | None
+
+    @property
+    def tasks(self) -> list[Signature]:
+        """The members of a chain or group (a plain signature has none)."""
+        return [
+            maybe_signature(t, app=getattr(self, "_app", None))
+            for t in (self.get("kwargs") or {}).get("tasks", [])
+        ]
+
     def __init__(
         self,
         task: str | Task | Mapping[str, Any] | None = None,
@@ -62,6 +72,9 @@ class Signature(dict[str, Any]):
             app = task.app
         opts = dict(options or {})
         opts.update(ex)
+        for key in ("link", "link_error"):
+            if key in opts:
+                opts[key] = _callbacks(opts[key])
         immutable = bool(opts.pop("immutable", immutable))
         dict.__init__(
             self,
@@ -117,7 +130,9 @@ class Signature(dict[str, Any]):
         return self.app.tasks[self.task]
 
     # -- building -------------------------------------------------------------------------
-    def clone(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any) -> Any:
+    def clone(
+        self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any
+    ) -> Any:
         """A copy with ``args`` prepended (unless immutable), kwargs and options merged."""
         copy = from_dict(_deepcopy(dict(self)), app=getattr(self, "_app", None))
         if not copy.immutable:
@@ -125,6 +140,9 @@ class Signature(dict[str, Any]):
                 copy["args"] = tuple(args) + copy.args
             if kwargs:
                 copy["kwargs"] = {**copy.kwargs, **kwargs}
+        for key in ("link", "link_error"):
+            if key in opts:
+                opts[key] = [*copy.options.get(key, []), *_callbacks(opts[key])]
         if opts:
             copy.options.update(opts)
         return copy
@@ -134,6 +152,9 @@ class Signature(dict[str, Any]):
     def set(self, immutable: bool | None = None, **options: Any) -> Signature:
         if immutable is not None:
             self["immutable"] = immutable
+        for key in ("link", "link_error"):
+            if key in options:
+                options[key] = _callbacks(options[key])
         self.options.update(options)
         return self
 
@@ -195,7 +216,9 @@ class Signature(dict[str, Any]):
 
         return await asyncio.to_thread(self.apply_async, args, kwargs)
 
-    def apply(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any) -> Any:
+    def apply(
+        self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> Any:
         """Run it here and now (eagerly), returning its result."""
         from .eager import apply_eagerly
 
@@ -209,7 +232,7 @@ class Signature(dict[str, Any]):
     def __invert__(self) -> Any:
         return self.apply_async().get()
 
-    def __or__(self, other: Any) -> Signature:
+    def __or__(self, other: Any) -> Signature:  # type: ignore[override]
         if isinstance(other, _chain):
             return _chain(self, *other.tasks, app=self._app_or_none(other))
         if isinstance(other, group) and not isinstance(self, group):
@@ -238,6 +261,15 @@ class Signature(dict[str, Any]):
 
 
 subtask = signature_class = Signature
+
+
+def _callbacks(value: Any) -> list[dict[str, Any]]:
+    """``link=`` / ``link_error=`` accept one signature or a list of them."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return [dict(value)]
+    return [dict(v) for v in value]
 
 
 def _deepcopy(value: Any) -> Any:
@@ -270,7 +302,9 @@ class _chain(Signature):
     def tasks(self) -> list[Signature]:
         return [maybe_signature(t, app=getattr(self, "_app", None)) for t in self["kwargs"]["tasks"]]
 
-    def clone(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any) -> Any:
+    def clone(
+        self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any
+    ) -> Any:
         copy = from_dict(_deepcopy(dict(self)), app=getattr(self, "_app", None))
         if args and copy.tasks:
             tasks = copy.tasks
@@ -294,7 +328,7 @@ class _chain(Signature):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.apply_async(args, kwargs)
 
-    def __or__(self, other: Any) -> Signature:
+    def __or__(self, other: Any) -> Signature:  # type: ignore[override]
         if isinstance(other, _chain):
             return _chain(*self.tasks, *other.tasks, app=self._app_or_none(other))
         if isinstance(other, Signature):
@@ -305,11 +339,11 @@ class _chain(Signature):
         return " | ".join(repr(t) for t in self.tasks) or "chain()"
 
 
-class chain(_chain):  # noqa: N801 - Celery's name
+class chain(_chain):
     """``chain(a.s(1), b.s(), c.s())``: ``a(1)``, then ``b(result)``, then ``c(result)``."""
 
 
-class group(Signature):  # noqa: N801 - Celery's name
+class group(Signature):
     """Run tasks in parallel; the result lists their results in order."""
 
     def __init__(self, *tasks: Any, app: Potatoq | None = None, **options: Any) -> None:
@@ -323,14 +357,16 @@ class group(Signature):  # noqa: N801 - Celery's name
     def tasks(self) -> list[Signature]:
         return [maybe_signature(t, app=getattr(self, "_app", None)) for t in self["kwargs"]["tasks"]]
 
-    def clone(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any) -> Any:
+    def clone(
+        self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any
+    ) -> Any:
         copy = from_dict(_deepcopy(dict(self)), app=getattr(self, "_app", None))
         if args or kwargs:
             copy["kwargs"]["tasks"] = [t.clone(args, kwargs) for t in copy.tasks]
         copy.options.update(opts)
         return copy
 
-    def freeze(self, _id: str | None = None, group_id: str | None = None, **_: Any) -> GroupResult:
+    def freeze(self, _id: str | None = None, group_id: str | None = None, **_: Any) -> GroupResult:  # type: ignore[override]
         from .result import GroupResult
 
         gid = self.options.setdefault("group_id", _id or group_id or new_id())
@@ -360,14 +396,14 @@ class group(Signature):  # noqa: N801 - Celery's name
     def __bool__(self) -> bool:
         return True
 
-    def __iter__(self) -> Any:  # type: ignore[override]
+    def __iter__(self) -> Any:
         return iter(self.tasks)
 
     def __repr__(self) -> str:
         return f"group([{', '.join(repr(t) for t in self.tasks)}])"
 
 
-class chord(Signature):  # noqa: N801 - Celery's name
+class chord(Signature):
     """``chord(header_group, body)``: run the header in parallel, then the body once with
     the header's results, in order."""
 
@@ -405,10 +441,12 @@ class chord(Signature):  # noqa: N801 - Celery's name
     def tasks(self) -> list[Signature]:
         return self.header.tasks
 
-    def clone(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any) -> Any:
+    def clone(
+        self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any
+    ) -> Any:
         copy = from_dict(_deepcopy(dict(self)), app=getattr(self, "_app", None))
         if args or kwargs:
-            copy["kwargs"]["header"] = copy.header.clone(args, kwargs)
+            copy["kwargs"]["header"] = copy["kwargs"]["header"].clone(args, kwargs)
         copy.options.update(opts)
         return copy
 
@@ -457,10 +495,12 @@ def xmap(task: Signature, it: Iterable[Any], app: Potatoq | None = None) -> Sign
 
 def xstarmap(task: Signature, it: Iterable[Any], app: Potatoq | None = None) -> Signature:
     """``task.starmap(items)``: one task running ``task(*item)`` for each item, in order."""
-    return Signature("potatoq.starmap", (), {"task": dict(task), "it": [list(x) for x in it]}, app=app or task.app)
+    return Signature(
+        "potatoq.starmap", (), {"task": dict(task), "it": [list(x) for x in it]}, app=app or task.app
+    )
 
 
-class chunks(Signature):  # noqa: N801 - Celery's name
+class chunks(Signature):
     """``task.chunks(items, n)``: the items split into ``n``-sized starmap tasks."""
 
     def __init__(self, task: Signature, it: Iterable[Any], n: int, app: Potatoq | None = None) -> None:
@@ -507,7 +547,9 @@ def from_dict(d: Mapping[str, Any], app: Potatoq | None = None) -> Signature:
     sig._app = app
     kwargs = sig.get("kwargs") or {}
     if kind in ("chain", "group"):
-        kwargs["tasks"] = [from_dict(t, app) if not isinstance(t, Signature) else t for t in kwargs.get("tasks", [])]
+        kwargs["tasks"] = [
+            from_dict(t, app) if not isinstance(t, Signature) else t for t in kwargs.get("tasks", [])
+        ]
     elif kind == "chord":
         kwargs["header"] = from_dict(kwargs["header"], app)
         if kwargs.get("body") is not None:
@@ -572,8 +614,14 @@ def build_messages(
                 last.link(maybe_signature(cb, app=app))
             rest = [dict(t) for t in tasks[1:]] + [dict(t) for t in chain_rest]
         return build_messages(
-            app, tasks[0], prepend=prepend, chain_rest=rest, chord_info=chord_info,
-            parent_id=parent_id, root_id=root_id, inherited=inherit,
+            app,
+            tasks[0],
+            prepend=prepend,
+            chain_rest=rest,
+            chord_info=chord_info,
+            parent_id=parent_id,
+            root_id=root_id,
+            inherited=inherit,
         )
     if kind == "group":
         if chain_rest:
@@ -581,8 +629,13 @@ def build_messages(
             body = body_parts[0] if len(body_parts) == 1 else _chain(*body_parts, app=app)
             as_chord = chord(sig, body, app=app)
             return build_messages(
-                app, as_chord, prepend=prepend, chord_info=chord_info,
-                parent_id=parent_id, root_id=root_id, inherited=inherited,
+                app,
+                as_chord,
+                prepend=prepend,
+                chord_info=chord_info,
+                parent_id=parent_id,
+                root_id=root_id,
+                inherited=inherited,
             )
         gid = sig.options["group_id"]
         inherit = dict(inherited)
@@ -601,9 +654,11 @@ def build_messages(
             )
         return messages
     if kind == "chord":
+        assert isinstance(sig, chord)
         header = sig.header
-        body = sig.body
-        assert body is not None
+        chord_body = sig.body
+        assert chord_body is not None
+        body = chord_body
         if chain_rest:
             body = _chain(body, *[maybe_signature(t, app=app) for t in chain_rest], app=app)
             body.freeze()
@@ -621,8 +676,13 @@ def build_messages(
             member.options.setdefault("group_id", gid)
             member.options.setdefault("group_index", index)
             messages += build_messages(
-                app, member, prepend=prepend, chord_info={**info, "index": index},
-                parent_id=parent_id, root_id=root_id, inherited=inherit,
+                app,
+                member,
+                prepend=prepend,
+                chord_info={**info, "index": index},
+                parent_id=parent_id,
+                root_id=root_id,
+                inherited=inherit,
             )
         return messages
     if kind == "chunks":
@@ -658,7 +718,15 @@ def _plain_message(
     headers["root_id"] = root_id or task_id
     if parent_id:
         headers["parent_id"] = parent_id
-    for key in ("group_id", "group_index", "time_limit", "soft_time_limit", "ignore_result", "chord_group", "shadow"):
+    for key in (
+        "group_id",
+        "group_index",
+        "time_limit",
+        "soft_time_limit",
+        "ignore_result",
+        "chord_group",
+        "shadow",
+    ):
         if options.get(key) is not None:
             headers[key] = options[key]
     return app.make_message(
@@ -686,7 +754,9 @@ def resolve_eta(countdown: float | None, eta: dt.datetime | float | str | None) 
     return None
 
 
-def resolve_expires(expires: dt.datetime | dt.timedelta | float | str | None, now: float | None = None) -> float | None:
+def resolve_expires(
+    expires: dt.datetime | dt.timedelta | float | str | None, now: float | None = None
+) -> float | None:
     """Epoch seconds for ``expires`` (seconds from now, a timedelta or a datetime)."""
     if expires is None:
         return None

@@ -231,7 +231,8 @@ class Settings(MutableMapping[str, Any]):
         else:
             items = {k: getattr(source, k) for k in dir(source) if not k.startswith("_")}
         prefix = f"{namespace.rstrip('_')}_" if namespace else None
-        for key, value in items.items():
+        for raw_key, value in items.items():
+            key = raw_key
             if prefix is not None:
                 if not key.upper().startswith(prefix.upper()):
                     continue

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import context, states
 from .brokers.base import ResultRecord
-from .exceptions import ResultNotStored, TimeoutError
+from .exceptions import ResultNotStored, TimeoutError  # noqa: A004 - Celery's name
 
 if TYPE_CHECKING:
     from .app import Potatoq
@@ -245,8 +245,15 @@ class AsyncResult:
             record = backend.get_result(self.id)
             if record is not None and on_message is not None and (record.state, record.result) != last:
                 last = (record.state, record.result)
-                on_message({"task_id": self.id, "status": record.state, "result": _value(record),
-                            "traceback": record.traceback, "children": list(record.children)})
+                on_message(
+                    {
+                        "task_id": self.id,
+                        "status": record.state,
+                        "result": _value(record),
+                        "traceback": record.traceback,
+                        "children": list(record.children),
+                    }
+                )
             if record is not None and record.state in states.READY_STATES:
                 return record
             if on_interval is not None:
@@ -282,7 +289,7 @@ class AsyncResult:
             backend.forget_result(self.id)
 
     def as_tuple(self) -> tuple[Any, ...]:
-        parent = self.parent.as_tuple() if self.parent is not None else None
+        parent = self.parent.as_tuple() if isinstance(self.parent, AsyncResult) else None
         return ((self.id, parent), None)
 
     def __eq__(self, other: object) -> bool:
@@ -319,7 +326,7 @@ class EagerResult(AsyncResult):
     def _record(self) -> ResultRecord | None:
         return self._eager_record
 
-    def get(self, timeout: float | None = None, propagate: bool = True, **kwargs: Any) -> Any:
+    def get(self, timeout: float | None = None, propagate: bool = True, *args: Any, **kwargs: Any) -> Any:
         record = self._eager_record
         if record is None:
             return None

@@ -37,11 +37,12 @@ def _expand(route: Any) -> Route | None:
 
 def _pattern_matches(pattern: Any, name: str) -> bool:
     if isinstance(pattern, re.Pattern):
-        return pattern.match(name) is not None
-    pattern = str(pattern)
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(name, pattern)
-    return pattern == name
+        compiled: re.Pattern[str] = pattern
+        return compiled.match(name) is not None
+    text = str(pattern)
+    if any(c in text for c in "*?["):
+        return fnmatch.fnmatchcase(name, text)
+    return text == name
 
 
 class MapRouter:
@@ -75,7 +76,11 @@ def prepare(routes: Any) -> list[Router]:
     if items and all(isinstance(i, tuple) and len(i) == 2 and not callable(i[0]) for i in items):
         return [MapRouter(items)]
     for item in items:
-        if isinstance(item, list | tuple) and item and all(isinstance(i, tuple) and len(i) == 2 for i in item):
+        if (
+            isinstance(item, list | tuple)
+            and item
+            and all(isinstance(i, tuple) and len(i) == 2 for i in item)
+        ):
             out.append(MapRouter(item))
         else:
             out.extend(prepare(item))

@@ -51,7 +51,7 @@ class Signal:
                 continue
             try:
                 responses.append((receiver, receiver(sender=sender, signal=self, **kwargs)))
-            except Exception as exc:  # noqa: BLE001 - a receiver must not break the caller
+            except Exception as exc:
                 logger.exception("signal %s receiver %r raised %r", self.name, receiver, exc)
                 responses.append((receiver, exc))
         return responses
@@ -87,3 +87,5 @@ setup_logging = Signal("setup_logging")
 after_setup_logger = Signal("after_setup_logger")
 after_setup_task_logger = Signal("after_setup_task_logger")
 import_modules = Signal("import_modules")
+#: Sent with ``sender=app`` when a Potatoq app has been created (potatoq-only).
+app_created = Signal("app_created")

@@ -103,7 +103,8 @@ class Task:
     ) -> AsyncResult:
         """Send the task. Options: countdown, eta, expires, priority, queue, task_id, link,
         link_error, ignore_result, time_limit, soft_time_limit, headers, connection."""
-        return self.signature(args, kwargs, **options).apply_async()
+        result: AsyncResult = self.signature(args, kwargs, **options).apply_async()
+        return result
 
     def apply(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any
@@ -111,7 +112,8 @@ class Task:
         """Run the task here and now, through the serializer, returning an EagerResult."""
         from .eager import apply_eagerly
 
-        return apply_eagerly(self.app, self.signature(args, kwargs, **options))
+        result: AsyncResult = apply_eagerly(self.app, self.signature(args, kwargs, **options))
+        return result
 
     def signature(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any
@@ -143,7 +145,7 @@ class Task:
 
         return chunks(self.s(), it, n, app=self.app)
 
-    def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:  # noqa: N802 - Celery's name
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:
         from .result import AsyncResult
 
         return AsyncResult(task_id, app=self.app, task_name=self.name, **kwargs)
@@ -153,7 +155,7 @@ class Task:
         return self.app.backend
 
     @property
-    def OperationalError(self) -> type[OperationalError]:  # noqa: N802 - Celery's name
+    def OperationalError(self) -> type[OperationalError]:
         return OperationalError
 
     # -- inside a run ----------------------------------------------------------------------
@@ -223,7 +225,7 @@ class Task:
             # "Equal jitter": half fixed, half random, so a retry storm spreads out but a
             # retry never fires immediately.
             delay = delay / 2 + random.uniform(0, delay / 2)
-        return delay
+        return float(delay)
 
     def update_state(self, task_id: str | None = None, state: str | None = None, meta: Any = None) -> None:
         """Store a custom state (e.g. ``PROGRESS``) with ``meta`` for ``get(on_message=…)``."""
@@ -282,17 +284,20 @@ def make_task_class(
     options: dict[str, Any],
 ) -> type[Task]:
     """The Task subclass for ``fun``: ``run`` calls it, with the task first when bound."""
+    run_attr: Any
     if bind:
         if inspect.iscoroutinefunction(fun):
 
-            async def run(self: Task, *args: Any, **kwargs: Any) -> Any:
+            async def run_async(self: Task, *args: Any, **kwargs: Any) -> Any:
                 return await fun(self, *args, **kwargs)
+
+            run_attr = run_async
         else:
 
             def run(self: Task, *args: Any, **kwargs: Any) -> Any:
                 return fun(self, *args, **kwargs)
 
-        run_attr: Any = run
+            run_attr = run
     else:
         run_attr = staticmethod(fun)
     attrs: dict[str, Any] = {

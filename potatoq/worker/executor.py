@@ -10,6 +10,7 @@ the outcome to ``Broker.settle`` so that the result and follow-ups land atomical
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import threading
@@ -56,7 +57,7 @@ class Executor:
         app: Potatoq,
         *,
         broker: Broker | None = None,
-        backend: Broker | None | bool = True,
+        backend: Broker | bool | None = True,
         hostname: str | None = None,
         always_store_results: bool = False,
     ) -> None:
@@ -77,7 +78,7 @@ class Executor:
         """Run the delivery's task and return what to settle. Never raises ``Exception``."""
         try:
             return self._execute(delivery)
-        except Exception as exc:  # noqa: BLE001 - an internal error must not kill the worker
+        except Exception as exc:
             logger.exception("internal error running delivery %s", delivery.id)
             signals.task_internal_error.send(sender=None, task_id=delivery.id, exception=exc)
             return DeadLetter(reason=f"internal error: {type(exc).__name__}: {exc}")
@@ -99,7 +100,9 @@ class Executor:
         task = self.app.tasks.get(message.task) if message is not None else None
         headers = message.headers if message is not None else {}
         hard = _first(headers.get("time_limit"), getattr(task, "time_limit", None), conf.task_time_limit)
-        soft = _first(headers.get("soft_time_limit"), getattr(task, "soft_time_limit", None), conf.task_soft_time_limit)
+        soft = _first(
+            headers.get("soft_time_limit"), getattr(task, "soft_time_limit", None), conf.task_soft_time_limit
+        )
         if soft is None and hard is not None:
             soft = hard - min(30.0, hard * 0.05)  # "a little before the hard one"
         return soft, hard
@@ -156,8 +159,10 @@ class Executor:
             except Retry:
                 raise
             except Exception as exc:
-                if task.autoretry_for and isinstance(exc, task.autoretry_for) and not (
-                    task.dont_autoretry_for and isinstance(exc, task.dont_autoretry_for)
+                if (
+                    task.autoretry_for
+                    and isinstance(exc, task.autoretry_for)
+                    and not (task.dont_autoretry_for and isinstance(exc, task.dont_autoretry_for))
                 ):
                     task.retry(exc=exc, **dict(task.retry_kwargs or {}))
                 raise
@@ -178,12 +183,18 @@ class Executor:
         return self._success(task, message, request, retval, args, kwargs, runtime)
 
     def _call(self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if task.is_async:
-            return self._loop().run_until_complete(task.run(*args, **kwargs))
         retval = task.run(*args, **kwargs)
         if inspect.iscoroutine(retval):
-            return self._loop().run_until_complete(retval)
+            return self._await(retval)
         return retval
+
+    def _await(self, coro: Any) -> Any:
+        if asyncio._get_running_loop() is not None:
+            # Drained from inside a running event loop (tests, eager mode in async code):
+            # this thread's loop is busy, so run the coroutine on a loop of its own thread.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                return pool.submit(asyncio.run, coro).result()
+        return self._loop().run_until_complete(coro)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
@@ -210,7 +221,7 @@ class Executor:
         headers = message.headers
         followups: list[Message] = []
         chord: ChordJoin | None = None
-        lineage = {"parent_id": message.id, "root_id": headers.get("root_id") or message.id}
+        lineage: dict[str, Any] = {"parent_id": message.id, "root_id": headers.get("root_id") or message.id}
         chain = list(headers.get("chain") or [])
         chord_info = headers.get("chord")
         if chain:
@@ -221,7 +232,9 @@ class Executor:
         elif chord_info:
             chord = self._chord_join(chord_info, {"ok": True, "v": retval}, lineage)
         for link in headers.get("link") or ():
-            followups += build_messages(self.app, maybe_signature(link, app=self.app), prepend=(retval,), **lineage)
+            followups += build_messages(
+                self.app, maybe_signature(link, app=self.app), prepend=(retval,), **lineage
+            )
         children = tuple(m.id for m in followups) + ((chord.callback.id,) if chord else ())
         record = None
         if self._stores_result(task, message, failed=False):
@@ -230,10 +243,16 @@ class Executor:
         try:
             task.on_success(retval, message.id, args, kwargs)
             task.after_return(states.SUCCESS, retval, message.id, args, kwargs, None)
-        except Exception:  # noqa: BLE001 - a handler's bug doesn't undo the run
+        except Exception:
             logger.exception("on_success/after_return handler of %s raised", task.name)
         signals.task_postrun.send(
-            sender=task, task_id=message.id, task=task, args=args, kwargs=kwargs, retval=retval, state=states.SUCCESS
+            sender=task,
+            task_id=message.id,
+            task=task,
+            args=args,
+            kwargs=kwargs,
+            retval=retval,
+            state=states.SUCCESS,
         )
         return Complete(result=self._result_for_outcome(record), followups=tuple(followups), chord=chord)
 
@@ -248,7 +267,7 @@ class Executor:
         dead: bool = True,
     ) -> Outcome:
         headers = message.headers
-        lineage = {"parent_id": message.id, "root_id": headers.get("root_id") or message.id}
+        lineage: dict[str, Any] = {"parent_id": message.id, "root_id": headers.get("root_id") or message.id}
         followups: list[Message] = []
         for errback in headers.get("link_error") or ():
             followups += self._errback(errback, request, exc, trace, lineage)
@@ -262,22 +281,35 @@ class Executor:
             record = self._record(message, task, request, states.FAILURE, encode_exception(exc), trace, ())
         if task is not None:
             signals.task_failure.send(
-                sender=task, task_id=message.id, exception=exc, args=request.args, kwargs=request.kwargs,
-                traceback=trace, einfo=trace,
+                sender=task,
+                task_id=message.id,
+                exception=exc,
+                args=request.args,
+                kwargs=request.kwargs,
+                traceback=trace,
+                einfo=trace,
             )
             try:
                 task.on_failure(exc, message.id, tuple(request.args), dict(request.kwargs or {}), trace)
-                task.after_return(states.FAILURE, exc, message.id, tuple(request.args), dict(request.kwargs or {}), trace)
-            except Exception:  # noqa: BLE001
+                task.after_return(
+                    states.FAILURE, exc, message.id, tuple(request.args), dict(request.kwargs or {}), trace
+                )
+            except Exception:
                 logger.exception("on_failure handler of %s raised", task.name)
             signals.task_postrun.send(
-                sender=task, task_id=message.id, task=task, args=request.args, kwargs=request.kwargs,
-                retval=exc, state=states.FAILURE,
+                sender=task,
+                task_id=message.id,
+                task=task,
+                args=request.args,
+                kwargs=request.kwargs,
+                retval=exc,
+                state=states.FAILURE,
             )
         result = self._result_for_outcome(record)
         if dead:
-            return DeadLetter(reason=f"{type(exc).__name__}: {exc}", result=result,
-                              followups=tuple(followups), chord=chord)
+            return DeadLetter(
+                reason=f"{type(exc).__name__}: {exc}", result=result, followups=tuple(followups), chord=chord
+            )
         return Complete(result=result, followups=tuple(followups), chord=chord)
 
     def _retry(self, task: Task, message: Message, request: Context, retry: Retry) -> Outcome:
@@ -296,16 +328,23 @@ class Executor:
             changes["priority"] = int(options["priority"])
         nxt = message.replace(**changes)
         exc = retry.exc or retry
-        logger.info("task %s[%s] retry %d in %.1fs: %r", task.name, message.id, nxt.retries,
-                    max(0.0, when - time.time()), exc)
+        logger.info(
+            "task %s[%s] retry %d in %.1fs: %r",
+            task.name,
+            message.id,
+            nxt.retries,
+            max(0.0, when - time.time()),
+            exc,
+        )
         record = None
         if self._stores_result(task, message, failed=False):
-            record = self._record(message, task, request, states.RETRY, encode_exception(exc),
-                                  tb_module.format_exc(), ())
+            record = self._record(
+                message, task, request, states.RETRY, encode_exception(exc), tb_module.format_exc(), ()
+            )
         signals.task_retry.send(sender=task, request=request, reason=exc, einfo=None)
         try:
             task.on_retry(exc, message.id, tuple(request.args), dict(request.kwargs or {}), None)
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.exception("on_retry handler of %s raised", task.name)
         return RetryLater(message=nxt, result=self._result_for_outcome(record))
 
@@ -313,16 +352,33 @@ class Executor:
         exc = TaskRevokedError(f"task {message.id} {why}")
         chord = None
         chord_info = message.headers.get("chord")
-        lineage = {"parent_id": message.id, "root_id": message.headers.get("root_id") or message.id}
+        lineage: dict[str, Any] = {
+            "parent_id": message.id,
+            "root_id": message.headers.get("root_id") or message.id,
+        }
         if chord_info:
-            chord = self._chord_join(chord_info, {"ok": False, "id": message.id, "exc": encode_exception(exc)}, lineage)
-        record = self._record(message, self.app.tasks.get(message.task), request, states.REVOKED,
-                              encode_exception(exc), None, ())
+            chord = self._chord_join(
+                chord_info, {"ok": False, "id": message.id, "exc": encode_exception(exc)}, lineage
+            )
+        record = self._record(
+            message,
+            self.app.tasks.get(message.task),
+            request,
+            states.REVOKED,
+            encode_exception(exc),
+            None,
+            (),
+        )
         return Complete(result=self._result_for_outcome(record), chord=chord)
 
     # ------------------------------------------------------------------------- canvas
     def _errback(
-        self, errback: Mapping[str, Any], request: Context, exc: BaseException, trace: str, lineage: dict[str, Any]
+        self,
+        errback: Mapping[str, Any],
+        request: Context,
+        exc: BaseException,
+        trace: str,
+        lineage: dict[str, Any],
     ) -> list[Message]:
         sig = maybe_signature(dict(errback), app=self.app)
         task = self.app.tasks.get(sig.task)
@@ -332,7 +388,7 @@ class Executor:
             try:
                 call = sig.clone((request, exc, trace))
                 task(*call.args, **call.kwargs)
-            except Exception:  # noqa: BLE001 - an errback's bug is logged, not propagated
+            except Exception:
                 logger.exception("errback %s raised", sig.task)
             return []
         return build_messages(self.app, sig, prepend=(request.id,), **lineage)
@@ -340,12 +396,12 @@ class Executor:
     def _chord_join(self, info: Mapping[str, Any], part: Any, lineage: dict[str, Any]) -> ChordJoin:
         group_id = str(info["group_id"])
         body = maybe_signature(dict(info["body"]), app=self.app)
-        first = body.tasks[0] if body.subtask_type == "chain" else body  # type: ignore[attr-defined]
+        first = body.tasks[0] if body.subtask_type == "chain" else body
         first.options["chord_group"] = group_id
         if first.immutable:
             first.options.setdefault("headers", {})["chord_immutable"] = True
         if body.subtask_type == "chain":
-            tasks = body.tasks  # type: ignore[attr-defined]
+            tasks = body.tasks
             tasks[0] = first
             body["kwargs"]["tasks"] = tasks
         messages = build_messages(self.app, body, **lineage)
@@ -381,7 +437,9 @@ class Executor:
             return True
         ignore = message.headers.get("ignore_result")
         if ignore is None:
-            ignore = task.ignore_result if task.ignore_result is not None else self.app.conf.task_ignore_result
+            ignore = (
+                task.ignore_result if task.ignore_result is not None else self.app.conf.task_ignore_result
+            )
         if not ignore:
             return True
         if failed:
@@ -454,7 +512,11 @@ class Executor:
             is_eager=False,
             ignore_result=bool(headers.get("ignore_result")),
             timelimit=(headers.get("time_limit"), headers.get("soft_time_limit")),
-            delivery_info={"queue": delivery.queue, "priority": message.priority, "redelivered": delivery.deliveries > 1},
+            delivery_info={
+                "queue": delivery.queue,
+                "priority": message.priority,
+                "redelivered": delivery.deliveries > 1,
+            },
             called_directly=False,
         )
 
