@@ -265,6 +265,7 @@ class PostgresBroker(Broker):
         self._poll_delay = threading.local()  # per thread: the notify=False backoff
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
+        self._dead_ttl = float(config.dead_letter_ttl) if config.dead_letter_ttl > 0 else NEVER
         self._expires = (
             config.result_expires if config.result_expires and config.result_expires > 0 else NEVER
         )
@@ -675,7 +676,7 @@ class PostgresBroker(Broker):
         self._run("maintenance_sweep", {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION})
         self._run(
             "dead_trim",
-            {"max": max(0, int(self.config.dead_letter_max)), "ttl": float(self.config.dead_letter_ttl)},
+            {"max": max(0, int(self.config.dead_letter_max)), "ttl": self._dead_ttl},
         )
 
     # -- chords and periodic tasks ------------------------------------------------------------
@@ -741,7 +742,8 @@ class PostgresBroker(Broker):
         return bool(self._run("job_revoke", {"id": task_id}))
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        rows = self._run("dead_list", {"limit": max(0, int(limit)), "offset": max(0, int(offset))})
+        params = {"limit": max(0, int(limit)), "offset": max(0, int(offset)), "ttl": self._dead_ttl}
+        rows = self._run("dead_list", params)
         return [
             DeadLetterRecord(
                 id=task_id,
@@ -759,6 +761,7 @@ class PostgresBroker(Broker):
         params = {
             "all": ids is None,
             "ids": list(ids or ()),
+            "ttl": self._dead_ttl,
             "channel_prefix": self._channel_prefix,
             "notify": self.options.notify,
         }

@@ -1,24 +1,29 @@
 -- Dead letters: listed newest first, retried with their payload unchanged.
 
 -- name: dead_list
+-- Letters past dead_letter_ttl are never shown, even before the sweep deletes them.
 SELECT id, queue, task, reason, payload, extract(epoch FROM died_at)::float8 AS died_at, deliveries
 FROM {schema}.potatoq_dead
+WHERE died_at >= now() - make_interval(secs => %(ttl)s::float8)
 ORDER BY died_at DESC, seq DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: dead_retry
--- Move dead letters (all when all) back to their queue as ready tasks with a fresh
--- delivery count, and NOTIFY each queue once. An id that is waiting again already (sent
--- anew meanwhile) is just removed from the dead letters.
-WITH revived AS (
-    DELETE FROM {schema}.potatoq_dead
-    WHERE %(all)s OR id = ANY (%(ids)s::text[])
-    RETURNING id, seq, queue, priority, payload
+-- Put dead letters (all when "all") back on their queue as ready tasks with a fresh
+-- delivery count, and NOTIFY each queue once. A letter is deleted only if its task was
+-- inserted: one whose id is waiting or running again (ON CONFLICT) stays a dead letter,
+-- so a retry never drops a payload, even against a concurrent enqueue of that id.
+WITH candidates AS MATERIALIZED (
+    SELECT id, seq, queue, priority, payload FROM {schema}.potatoq_dead
+    WHERE (%(all)s OR id = ANY (%(ids)s::text[]))
+      AND died_at >= now() - make_interval(secs => %(ttl)s::float8)
 ), inserted AS (
     INSERT INTO {schema}.potatoq_jobs (id, queue, priority, state, run_at, payload)
-    SELECT id, queue, priority, 1, now(), payload FROM revived ORDER BY seq
+    SELECT id, queue, priority, 1, now(), payload FROM candidates ORDER BY seq
     ON CONFLICT (id) DO NOTHING
-    RETURNING queue
+    RETURNING id, queue
+), removed AS (
+    DELETE FROM {schema}.potatoq_dead WHERE id IN (SELECT id FROM inserted)
 ), queues AS MATERIALIZED (
     SELECT DISTINCT queue FROM inserted
 ), notified AS MATERIALIZED (
@@ -27,7 +32,7 @@ WITH revived AS (
                           ELSE 'potatoq:' || md5(%(channel_prefix)s || queue) END, '')
     FROM queues WHERE %(notify)s
 )
-SELECT (SELECT count(*) FROM revived) AS revived, (SELECT count(*) FROM notified) AS notified;
+SELECT (SELECT count(*) FROM inserted) AS revived, (SELECT count(*) FROM notified) AS notified;
 
 -- name: dead_purge
 DELETE FROM {schema}.potatoq_dead;
