@@ -75,6 +75,11 @@ class PerProcess(Generic[T]):
                 self._value = self._factory()
             return self._value
 
+    def peek(self) -> T | None:
+        """This process's value if it was made, without making one."""
+        with self._lock:
+            return self._value if self._pid == os.getpid() else None
+
     def pop(self) -> T | None:
         """This process's value, forgotten here (the caller closes it); None if none was made."""
         with self._lock:
@@ -160,9 +165,9 @@ class Listener:
                     return True
                 if ready and self._drain(conn):
                     return True
-        except psycopg.Error as exc:
-            # Notifications may have been lost with the connection: reconnect on the next
-            # wait and let the caller claim now.
+        except (psycopg.Error, OSError, ValueError) as exc:
+            # Notifications may have been lost with the connection (or close() ran under
+            # us): reconnect on the next wait and let the caller claim now.
             log.warning("LISTEN connection failed (%s); reconnecting", exc)
             self._drop_connection()
             return True

@@ -49,6 +49,7 @@ import dataclasses
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -310,9 +311,19 @@ class PostgresBroker(Broker):
                 if stmts is None:
                     with self._connection() as conn:
                         stmts = pgsql.Statements(self._resolve_schema(conn))
-                        pgmigrate.upgrade(conn, stmts)
+                        self._upgrade(conn, stmts)
                     self._stmts = stmts
         return stmts
+
+    def _upgrade(self, conn: psycopg.Connection[Any], stmts: pgsql.Statements) -> None:
+        try:
+            pgmigrate.upgrade(conn, stmts)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ImproperlyConfigured(
+                f"can't create potatoq's tables in schema {stmts.schema!r} as this database user "
+                f"({exc}); run `potatoq migrate` once as a user who may, or choose a schema with "
+                "broker_transport_options={'schema': ...}"
+            ) from exc
 
     def _resolve_schema(self, conn: psycopg.Connection[Any]) -> str:
         if self.options.schema is not None:
@@ -421,7 +432,9 @@ class PostgresBroker(Broker):
         stmt = self._statements()["job_enqueue"]
         channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
         params = {**params, "channels": channels}
-        raw = getattr(connection, "connection", connection)  # Django's wrapper holds the DB-API one
+        # Django's wrapper holds the DB-API connection (None until it connects: then its own
+        # cursor(), which takes the same pyformat parameters, does)
+        raw = getattr(connection, "connection", None) or connection
         if isinstance(raw, psycopg.Connection):
             with raw.cursor() as cur:
                 cur.execute(stmt.query, params)
@@ -486,6 +499,8 @@ class PostgresBroker(Broker):
             self._poll_delay.value = POLL_MIN
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        if not _is_token(delivery.token):
+            return False  # not a token this broker issued: it can't fence anything here
         name, params, held = self._settle_params(delivery, outcome)
         rows = self._run(name, params)
         return self._settled(rows[0] if rows else None, held, outcome)
@@ -495,6 +510,8 @@ class PostgresBroker(Broker):
     ) -> tuple[bool, Delivery | None]:
         """The settle and the next claim pipelined: one round trip, one transaction."""
         names = self._queues(queues)
+        if not _is_token(delivery.token):
+            return False, self.claim(names, worker)
         name, params, held = self._settle_params(delivery, outcome)
         stmts = self._statements()
         clock = self._promotion.get()
@@ -619,7 +636,9 @@ class PostgresBroker(Broker):
         self._poller.get().sleep(min(limit, delay))
 
     def interrupt(self) -> None:
-        self._listener.get().interrupt()
+        listener = self._listener.peek()
+        if listener is not None:
+            listener.interrupt()
         self._poller.get().interrupt()
 
     # -- liveness ---------------------------------------------------------------------------
@@ -790,7 +809,7 @@ class PostgresBroker(Broker):
     def migrate(self) -> None:
         stmts = self._statements()  # installs or upgrades on first use
         with self._connection() as conn:
-            pgmigrate.upgrade(conn, stmts)
+            self._upgrade(conn, stmts)
 
     def ping(self) -> None:
         with self._connection() as conn:
@@ -804,6 +823,14 @@ class PostgresBroker(Broker):
         if listener is not None:
             listener.close()
         self._conns.close_all()
+
+
+def _is_token(token: str) -> bool:
+    try:
+        uuid.UUID(token)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
 
 
 def _first(row: tuple[Any, ...] | None) -> int:

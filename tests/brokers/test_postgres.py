@@ -681,3 +681,33 @@ def test_a_separate_result_backend_gets_the_results(pg_url: str) -> None:
         broker.close()
         results.close()
         drop_schema(pg_url, schema)
+
+
+def test_a_user_without_ddl_rights_gets_a_clear_error(pg_url: str) -> None:
+    role = f"pq_limited_{uuid.uuid4().hex[:8]}"
+    with monitor(pg_url) as mon:
+        if not mon.execute(
+            "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()[0]:
+            pytest.skip("the test user can't create roles")
+        mon.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        url = psycopg.conninfo.make_conninfo(pg_url, user=role)
+        broker = create_broker(BrokerConfig(url=pg_url, transport_options={"schema": f"{role}_s"}))
+        broker._conninfo = url  # same server and database, as the limited user
+        with pytest.raises(ImproperlyConfigured, match="potatoq migrate"):
+            broker.enqueue([msg()])
+        broker.close()
+    finally:
+        with monitor(pg_url) as mon:
+            mon.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_a_token_this_broker_never_issued_is_stale(make: Make) -> None:
+    broker = make()
+    broker.enqueue([msg("tok")])
+    delivery = claim_within(broker, ["tok"])
+    forged = Delivery(id=delivery.id, queue="tok", raw=delivery.raw, token="17", deliveries=1, worker=WORKER)
+    assert broker.settle(forged, Complete()) is False
+    assert broker.settle_and_claim(forged, Complete(), ["tok"], WORKER) == (False, None)
+    assert broker.settle(delivery, Complete())
