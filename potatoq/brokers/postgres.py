@@ -33,8 +33,9 @@ Why it is built this way:
   ``claim``/``wait``), with SKIP LOCKED, and each affected queue gets one NOTIFY.
 * Wake-ups: ``wait()`` LISTENs on ``potatoq:<queue>`` on one dedicated connection per
   process, read continuously by its own thread (a backend whose client stops reading holds
-  back the cluster's notification queue), with a 1 s poll as the safety net. Producers send at most one NOTIFY per queue
-  per 50 ms, and the trailing edge of that window still notifies (see :mod:`.pgwake`).
+  back the cluster's notification queue), with a 1 s poll as the safety net. Producers send
+  at most one NOTIFY per queue per 50 ms, and the trailing edge of that window still
+  notifies (see :mod:`.pgwake`).
   ``{"notify": False}`` (PgBouncer in transaction mode) switches to polling with backoff.
 * Transactional enqueue: ``enqueue(messages, connection=conn)`` runs the same one-statement
   insert through the caller's psycopg 3 or psycopg 2 connection, inside their transaction.
