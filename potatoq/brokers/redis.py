@@ -13,9 +13,10 @@ same names inside the scripts)::
     result:<id>         STRING  encoded ResultRecord, PX result_expires
     waiting:<id>        STRING  how many ``.get()`` callers wait (with expiry)
     notify:<id>         LIST    one element per waiter, pushed when the result is written
-    dead                ZSET  id -> died at (ms), capped by dead_letter_max and dead_letter_ttl
+    dead                ZSET  id -> died at (ms) * 1000 + counter (same-ms deaths stay ordered),
+                              capped by dead_letter_max and dead_letter_ttl
     dead:payload        HASH  id -> the payload as delivered
-    dead:info           HASH  id -> JSON {queue, reason, deliveries, priority}
+    dead:info           HASH  id -> JSON {queue, reason, deliveries, priority, died (ms)}
     chord:<group>       HASH  p:<index> -> part value, n (parts seen), fired
     periodic:<name>:<ms>  STRING  SET NX: one sender per fire time
     workers             HASH  node -> WorkerInfo;  workers:seen  ZSET node -> last heartbeat (ms)
@@ -216,8 +217,9 @@ class Keys:
 @dataclasses.dataclass(frozen=True)
 class Script:
     name: str
-    source: str
+    source: str  # _lib.lua + body: what the server runs
     sha: str
+    body: str  # the transition's own file, starting with its KEYS/ARGV header
 
 
 def _load_scripts() -> dict[str, Script]:
@@ -227,9 +229,10 @@ def _load_scripts() -> dict[str, Script]:
     scripts = {}
     for entry in folder.iterdir():
         if entry.name.endswith(".lua") and not entry.name.startswith("_"):
-            source = lib + "\n" + entry.read_text(encoding="utf-8")
+            body = entry.read_text(encoding="utf-8")
+            source = lib + "\n" + body
             name = entry.name[: -len(".lua")]
-            scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+            scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), body)
     return scripts
 
 
@@ -674,7 +677,7 @@ class RedisBroker(Broker):
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
         # Entries older than dead_letter_ttl are trimmed at the next dead-lettering; hide
         # them meanwhile (judged by this host's clock: listing never writes).
-        oldest = int((time.time() - self.config.dead_letter_ttl) * 1000)
+        oldest = int((time.time() - self.config.dead_letter_ttl) * 1_000_000)
         client = self._client()
         with self._errors():
             entries = client.zrevrangebyscore(
@@ -688,7 +691,7 @@ class RedisBroker(Broker):
             pipe.hmget(self.keys.dead_info, ids)
             payloads, infos = pipe.execute()
         records = []
-        for (task_id, died_ms), raw, info in zip(entries, payloads, infos, strict=True):
+        for (task_id, score), raw, info in zip(entries, payloads, infos, strict=True):
             if raw is None or info is None:
                 continue
             meta = json.loads(info)
@@ -703,7 +706,7 @@ class RedisBroker(Broker):
                     task=task,
                     reason=meta["reason"],
                     raw=raw,
-                    died_at=died_ms / 1000.0,
+                    died_at=float(meta.get("died") or score / 1000.0) / 1000.0,
                     deliveries=int(meta.get("deliveries") or 0),
                 )
             )

@@ -12,7 +12,7 @@
 --   P..'result:'..id            STRING encoded ResultRecord, PX result_expires
 --   P..'waiting:'..id           STRING number of .get() callers waiting (with expiry)
 --   P..'notify:'..id            LIST  one element per waiter, pushed when a result is written
---   P..'dead'                   ZSET  id -> died at (ms); P..'dead:payload', P..'dead:info' HASHes
+--   P..'dead'                   ZSET  id -> died at ms * 1000 + counter; P..'dead:payload', P..'dead:info' HASHes
 --   P..'chord:'..group          HASH  'p:<index>' -> part value, 'n' parts seen, 'fired'
 --   P..'periodic:'..name..':'..ts  STRING, SET NX: one sender per fire time
 --   P..'workers' HASH node -> WorkerInfo; P..'workers:seen' ZSET node -> last heartbeat (ms)
@@ -215,13 +215,19 @@ local function remove_running(id, q)
 end
 
 -- Add a dead letter, then trim the dead set by age and count (with its payloads).
+-- The score is died-at ms * 1000 plus a counter, so letters that die in the same
+-- millisecond still list newest first.
+local function dead_score(ms)
+  return ms * 1000 + redis.call('INCR', P .. 'seq') % 1000
+end
+
 local function add_dead(id, q, payload, reason, deliveries, priority, now, max_count, ttl_ms)
   local dk = P .. 'dead'
-  redis.call('ZADD', dk, now, id)
+  redis.call('ZADD', dk, dead_score(now), id)
   redis.call('HSET', P .. 'dead:payload', id, payload)
-  redis.call('HSET', P .. 'dead:info', id,
-    cjson.encode({queue = q, reason = reason, deliveries = deliveries, priority = tonumber(priority) or 0}))
-  local drop = redis.call('ZRANGEBYSCORE', dk, '-inf', '(' .. (now - ttl_ms))
+  redis.call('HSET', P .. 'dead:info', id, cjson.encode({queue = q, reason = reason,
+    deliveries = deliveries, priority = tonumber(priority) or 0, died = now}))
+  local drop = redis.call('ZRANGEBYSCORE', dk, '-inf', '(' .. string.format('%.0f', (now - ttl_ms) * 1000))
   local excess = redis.call('ZCARD', dk) - #drop - max_count
   if excess > 0 then
     local oldest = redis.call('ZRANGE', dk, #drop, #drop + excess - 1)
