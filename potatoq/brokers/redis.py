@@ -384,13 +384,14 @@ class RedisBroker(Broker):
     # -- connections --------------------------------------------------------------------------
 
     def _connect(self) -> redis.Redis[bytes]:
+        tcp: dict[str, Any] = {} if self._url.startswith("unix:") else {"socket_keepalive": True}
         try:
             return redis.Redis.from_url(
                 self._url,
                 socket_connect_timeout=self.config.connection_timeout,
                 socket_timeout=self.options.socket_timeout,
-                socket_keepalive=True,
                 health_check_interval=self.options.health_check_interval,
+                **tcp,
             )
         except ValueError as exc:
             raise ImproperlyConfigured(f"bad Redis broker URL: {exc}") from None

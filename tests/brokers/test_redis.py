@@ -21,6 +21,7 @@ import redis.connection
 
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import (
+    BrokerConfig,
     ChordJoin,
     Complete,
     DeadLetter,
@@ -38,7 +39,7 @@ from potatoq.brokers.redis import (
     cluster_enabled,
     redis_url,
 )
-from potatoq.exceptions import ImproperlyConfigured, InvalidName
+from potatoq.exceptions import ImproperlyConfigured, InvalidName, OperationalError
 from potatoq.message import Message, new_id
 from tests import services
 from tests.conftest import FactoryContext
@@ -246,6 +247,37 @@ def test_extended_lease_is_kept_and_unextended_lease_is_reaped(make: Callable[..
     assert again.id == lost.id and again.deliveries == 2 and again.token != lost.token
     assert broker.settle(lost, Complete()) is False  # fenced: the old holder can't ack
     assert broker.settle(again, Complete()) is True
+
+
+def test_long_task_with_short_dead_after_runs_exactly_once(make: Callable[..., RedisBroker]) -> None:
+    """A task running for many lease lengths, its lease extended by a supervisor thread,
+    while another worker keeps reaping and claiming: nobody else ever gets it."""
+    broker, rival = make(dead_after=0.2), make(dead_after=0.2)
+    task = msg()
+    broker.enqueue([task])
+    delivery = claim_one(broker)
+    running = threading.Event()
+    running.set()
+
+    def supervisor() -> None:
+        while running.is_set():
+            broker.extend([delivery], 0.2)
+            time.sleep(0.05)
+
+    extender = threading.Thread(target=supervisor, daemon=True)
+    extender.start()
+    stolen = []
+    until = time.monotonic() + 1.2  # six lease lengths
+    while time.monotonic() < until:
+        rival.recover(0.2, 5)
+        other = rival.claim(["default"], WorkerRef("rival", 2))
+        if other is not None:
+            stolen.append(other)
+        time.sleep(0.02)
+    running.clear()
+    extender.join(5)
+    assert stolen == []
+    assert broker.settle(delivery, Complete())
 
 
 def test_reaping_after_max_deliveries_dead_letters_with_worker_lost(
@@ -509,6 +541,14 @@ def test_startup_warns_unless_noeviction(
     with caplog.at_level(logging.WARNING, logger="potatoq.brokers.redis"):
         make().ping()
     assert not caplog.records
+
+
+def test_unreachable_server_raises_operational_error(tmp_path: Path) -> None:
+    for url in (f"unix://{tmp_path / 'no-such.sock'}", "redis://127.0.0.1:1/0"):
+        broker = create_broker(BrokerConfig(url=url, connection_timeout=1.0))
+        with pytest.raises(OperationalError, match="unreachable"):
+            broker.ping()
+        broker.close()
 
 
 def test_url_schemes_are_translated_for_redis_py() -> None:
