@@ -72,10 +72,10 @@ local function enqueue_one(m, now, armed)
   local id, q, priority, due, payload = m[1], m[2], m[3], tonumber(m[4]), m[5]
   local jk = k_job(id)
   if redis.call('EXISTS', jk) == 1 then return 0 end
-  redis.call('HSET', jk, 'payload', payload, 'queue', q, 'priority', priority, 'deliveries', 0)
   redis.call('SADD', P .. 'queues', q)
   if due and due > now then
-    redis.call('HSET', jk, 'state', 'delayed', 'due', due)
+    redis.call('HSET', jk, 'payload', payload, 'queue', q, 'priority', priority, 'deliveries', 0,
+      'state', 'delayed', 'due', due)
     redis.call('ZADD', k_delayed(q), due, id)
     -- Waiters bound their block by the earliest due time: wake one only when this task
     -- became the earliest, so that it can shorten its timeout.
@@ -84,7 +84,10 @@ local function enqueue_one(m, now, armed)
       armed[q] = true
     end
   else
-    make_ready(id, q, priority, nil, now)
+    local seq = redis.call('INCR', P .. 'seq')
+    redis.call('HSET', jk, 'payload', payload, 'queue', q, 'priority', priority, 'deliveries', 0,
+      'state', 'ready', 'seq', seq, 'ready_at', now)
+    redis.call('ZADD', k_ready(q), ready_score(priority, seq), id)
     if not armed[q] then
       arm(q)
       armed[q] = true
