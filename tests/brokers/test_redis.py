@@ -29,6 +29,7 @@ from potatoq.brokers.base import (
     Requeue,
     ResultRecord,
     RetryLater,
+    WorkerInfo,
     WorkerRef,
 )
 from potatoq.brokers.redis import (
@@ -154,6 +155,12 @@ def test_every_transition_is_one_evalsha_round_trip(
     assert one_call(lambda: broker.chord_join(join2)) is False
     assert one_call(lambda: broker.claim_fire_time("every-minute", 1_700_000_000.0, msg())) is True
     one_call(lambda: broker.store_result(record))
+    info = WorkerInfo("node-1", "host", 101, ("default",), 1, time.time())
+    one_call(lambda: broker.heartbeat(info))
+    assert one_call(lambda: broker.retry_dead()) == 1
+    one_call(lambda: broker.queue_stats())
+    assert one_call(lambda: broker.purge(["default"])) >= 1
+    assert one_call(lambda: broker.purge_dead()) == 0
 
 
 def test_scripts_reload_after_script_flush(broker: RedisBroker) -> None:
