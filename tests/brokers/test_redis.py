@@ -324,12 +324,9 @@ def test_one_enqueue_wakes_a_chain_of_idle_workers(make: Callable[..., RedisBrok
     producer = make()
     producer.ping()
     claimed: list[str] = []
-    blocked = threading.Barrier(4)
+    workers = [make() for _ in range(3)]  # each worker its own broker and connection
 
-    def idle_worker() -> None:
-        broker = make()  # each worker its own broker and connection
-        broker.ping()
-        blocked.wait()
+    def idle_worker(broker: RedisBroker) -> None:
         while True:
             delivery = broker.claim(["chain"], WORKER)
             if delivery is not None:
@@ -337,10 +334,14 @@ def test_one_enqueue_wakes_a_chain_of_idle_workers(make: Callable[..., RedisBrok
                 return
             broker.wait(["chain"], 30)
 
-    threads = [threading.Thread(target=idle_worker) for _ in range(3)]
+    threads = [threading.Thread(target=idle_worker, args=(w,)) for w in workers]
     for t in threads:
         t.start()
-    blocked.wait()
+    deadline = time.monotonic() + 10
+    while not all(w._waiting for w in workers):  # all three are blocking on the marker
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    time.sleep(0.05)  # let the last one's BZPOPMIN reach the server
     producer.enqueue([msg("chain") for _ in range(3)])  # arms the single marker once
     for t in threads:
         t.join(15)
