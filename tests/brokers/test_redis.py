@@ -157,10 +157,10 @@ def test_every_transition_is_one_evalsha_round_trip(
     one_call(lambda: broker.store_result(record))
     info = WorkerInfo("node-1", "host", 101, ("default",), 1, time.time())
     one_call(lambda: broker.heartbeat(info))
-    assert one_call(lambda: broker.retry_dead()) == 1
-    one_call(lambda: broker.queue_stats())
+    assert one_call(broker.retry_dead) == 1
+    one_call(broker.queue_stats)
     assert one_call(lambda: broker.purge(["default"])) >= 1
-    assert one_call(lambda: broker.purge_dead()) == 0
+    assert one_call(broker.purge_dead) == 0
 
 
 def test_scripts_reload_after_script_flush(broker: RedisBroker) -> None:
