@@ -257,7 +257,12 @@ class Supervisor:
                 "%s lost with child %d; the broker will redeliver it", describe(delivery), child.pid
             )
             if item.key in child.victims:
-                self._record_time_limit(item)
+                self._record_failure(item, TimeLimitExceeded(f"hard time limit ({item.hard:g}s) exceeded"))
+            elif child.killed is None and delivery.deliveries >= self.options.max_deliveries:
+                # the broker's delivery limit dead-letters it now; the result says why
+                self._record_failure(
+                    item, WorkerLostError(f"worker process {how} on each of {delivery.deliveries} deliveries")
+                )
             return None
         if item.key in child.victims:
             logger.error("%s failed: hard time limit (%gs) exceeded", describe(delivery), item.hard or 0)
@@ -297,19 +302,17 @@ class Supervisor:
             outcome = DeadLetter(reason=f"{type(exc).__name__}: {exc}")
         return outcome
 
-    def _record_time_limit(self, item: Running) -> None:
-        """Without supervisor settles, still record the failure (its redelivery is skipped
-        by brokers that check stored results)."""
-        outcome = self._lost(item.delivery, TimeLimitExceeded(f"hard time limit ({item.hard:g}s) exceeded"))
+    def _record_failure(self, item: Running, exc: BaseException) -> None:
+        """On a broker the supervisor can't settle on (RabbitMQ), still store the FAILURE
+        result in the result backend (a redelivered copy of a finished task is skipped)."""
+        outcome = self._lost(item.delivery, exc)
         record = getattr(outcome, "result", None)
         backend = self.app.backend
         if record is not None and backend is not None:
             try:
                 backend.store_result(record)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning(
-                    "could not record the time-limit failure of %s: %r", describe(item.delivery), exc
-                )
+            except Exception as error:  # noqa: BLE001
+                logger.warning("could not record the failure of %s: %r", describe(item.delivery), error)
 
     @property
     def executor(self) -> Any:
