@@ -28,6 +28,11 @@ class Node:
     def name(self) -> str:
         return self.info.node
 
+    def named(self, names: Sequence[str]) -> bool:
+        """True for the full node name, or the ``-n`` name it was started with (the node
+        name adds ``:pid-random`` to it, so that restarts are separate nodes)."""
+        return self.name in names or self.name.rpartition(":")[0] in names
+
     @property
     def seen_age(self) -> float:
         return max(0.0, self.now - self.info.last_seen)
@@ -79,9 +84,9 @@ def running_json(node: Node) -> list[dict[str, Any]]:
 
 
 def read_nodes(broker: Broker, dead_after: float, *, only: Sequence[str] = ()) -> list[Node]:
-    """Nodes by name, online ones first; ``only`` keeps just those node names."""
+    """Nodes by name, online ones first; ``only`` keeps just those (see :meth:`Node.named`)."""
     now = time.time()
     nodes = [Node(info, now, dead_after) for info in broker.workers()]
     if only:
-        nodes = [n for n in nodes if n.name in only]
+        nodes = [n for n in nodes if n.named(only)]
     return sorted(nodes, key=lambda n: (not n.online, n.name))

@@ -169,6 +169,11 @@ class Session:
         return f"can't reach the broker at {url}: {text}"
 
 
+def one_line(text: object) -> str:
+    """Client libraries' messages can span lines (libpq's do): fold them into one."""
+    return " ".join(str(text).split())
+
+
 def guarded(fn: Callable[[Session], int]) -> Callable[[CommandContext], int]:
     """Run ``fn`` with a :class:`Session`; user-facing failures become one line on stderr."""
 
@@ -177,16 +182,16 @@ def guarded(fn: Callable[[Session], int]) -> Callable[[CommandContext], int]:
         try:
             return int(fn(session))
         except CliError as exc:
-            session.err.write(f"potatoq: error: {exc}\n")
+            session.err.write(f"potatoq: error: {one_line(exc)}\n")
             return int(exc.status)
         except ImproperlyConfigured:
             raise  # potatoq.cli.main prints it: exit 2
         except Exception as exc:
             if isinstance(exc, session.connection_errors()):
-                session.err.write(f"potatoq: error: {session.unreachable(exc)}\n")
+                session.err.write(f"potatoq: error: {one_line(session.unreachable(exc))}\n")
                 return int(Exit.ERROR)
             if isinstance(exc, PotatoqError):
-                session.err.write(f"potatoq: error: {exc}\n")
+                session.err.write(f"potatoq: error: {one_line(exc)}\n")
                 return int(Exit.ERROR)
             raise
         finally:
