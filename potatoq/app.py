@@ -133,6 +133,7 @@ class Potatoq:
         if set_as_current:
             global _current
             _current = self
+        signals.app_created.send(sender=self)
 
     # -- configuration ---------------------------------------------------------------------
     def config_from_object(

@@ -87,3 +87,5 @@ setup_logging = Signal("setup_logging")
 after_setup_logger = Signal("after_setup_logger")
 after_setup_task_logger = Signal("after_setup_task_logger")
 import_modules = Signal("import_modules")
+#: Sent with ``sender=app`` when a Potatoq app has been created (potatoq-only).
+app_created = Signal("app_created")

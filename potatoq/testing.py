@@ -12,6 +12,7 @@ lead to: retries, chain steps, chord callbacks) until nothing is left::
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -22,7 +23,7 @@ from .exceptions import PotatoqError
 if TYPE_CHECKING:
     from .app import Potatoq
 
-__all__ = ["drain"]
+__all__ = ["ThreadWorker", "drain"]
 
 
 class DrainTimeout(PotatoqError):
@@ -75,3 +76,59 @@ def drain(
             forward()
         else:
             broker.wait(names, min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+class ThreadWorker:
+    """An in-process worker on a thread, for tests and examples: claims, runs and settles
+    tasks of ``queues`` (all queues when None) until stopped. Works with any broker,
+    including ``memory://``::
+
+        with ThreadWorker(app):
+            assert add.delay(2, 3).get(timeout=5) == 5
+    """
+
+    def __init__(self, app: Potatoq, queues: Sequence[str] | None = None, poll: float = 0.5) -> None:
+        self.app = app
+        self.queues = list(queues) if queues else None
+        self.poll = poll
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ran = 0
+
+    def start(self) -> ThreadWorker:
+        self._thread = threading.Thread(target=self._loop, name="potatoq-thread-worker", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self.app.broker.interrupt()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> ThreadWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _names(self) -> list[str]:
+        if self.queues:
+            return self.queues
+        known = {s.queue for s in self.app.broker.queue_stats()}
+        return sorted(known | {self.app.conf.task_default_queue})
+
+    def _loop(self) -> None:
+        from .worker.executor import Executor
+
+        broker = self.app.broker
+        executor = Executor(self.app)
+        worker = WorkerRef(node=f"thread-{os.getpid()}-{id(self)}", pid=os.getpid())
+        while not self._stop.is_set():
+            names = self._names()
+            delivery = broker.claim(names, worker)
+            if delivery is None:
+                broker.wait(names, self.poll)
+                continue
+            broker.settle(delivery, executor.execute(delivery))
+            self.ran += 1

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from potatoq import serialization
 from potatoq.brokers.base import (
     Broker,
     ChordJoin,
@@ -293,6 +294,8 @@ def test_stale_delivery_cannot_settle(make_broker: BrokerMaker) -> None:
 
     assert broker.settle(stale, Complete(result=result(sent.id, "stale"))) is False
     assert broker.settle(stale, DeadLetter(reason="stale")) is False
+    assert broker.settle(stale, Requeue(crashed=True)) is False
+    assert broker.settle(stale, RetryLater(message=sent.replace(retries=1))) is False
     assert broker.get_result(sent.id) is None
     assert broker.list_dead() == []
     assert stats_of(broker, "default")[2] == 1
@@ -382,9 +385,53 @@ def test_settle_is_atomic_when_the_settler_is_killed(make_broker: BrokerMaker) -
     left = {d.id for d in claim_n(broker, ["atomic"], len(tasks) - len(done))}
     assert left == {t.id for t in tasks} - done, "a task vanished without its result"
     assert_nothing_claimable(broker, ["atomic"])
+    assert stats_of(broker, "atomic-next")[0] == 2 * len(done), "results and follow-ups disagree"
     followup_ids = {d.id for d in claim_n(broker, ["atomic-next"], 2 * len(done))}
     assert followup_ids == {f"{t}-{s}" for t in done for s in "ab"}
     assert_nothing_claimable(broker, ["atomic-next"])
+
+
+def test_threads_claiming_at_once_get_distinct_tasks(broker: Broker) -> None:
+    sent = [msg("threads") for _ in range(200)]
+    broker.enqueue(sent)
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def drain(n: int) -> None:
+        worker = WorkerRef("threads", n)
+        while True:
+            delivery = broker.claim(["threads"], worker)
+            if delivery is None:
+                return
+            assert broker.settle(delivery, Complete())
+            with lock:
+                got.append(delivery.id)
+
+    threads = [threading.Thread(target=drain, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    got += [d.id for d in claim_n(broker, ["threads"], len(sent) - len(got))]  # async stragglers
+    assert sorted(got) == sorted(m.id for m in sent)
+
+
+def test_a_delivery_sent_as_json_can_be_settled_by_the_supervisor(broker: Broker) -> None:
+    if not broker.capabilities.supervisor_settles:
+        pytest.skip("only the claiming process can settle on this broker")
+    sent = msg()
+    broker.enqueue([sent])
+    delivery = claim_soon(broker, ["default"])
+    wire = serialization.dumps(delivery.to_json(), where="delivery")
+    received = Delivery.from_json(serialization.loads(wire))
+    assert (received.id, received.raw, received.token, received.message) == (
+        delivery.id,
+        delivery.raw,
+        delivery.token,
+        sent,
+    )
+    assert broker.settle(received, Requeue(crashed=True))
+    assert claim_soon(broker, ["default"]).deliveries == 2
 
 
 # ----------------------------------------------------------------------------- crashes and recovery
@@ -517,6 +564,14 @@ def test_settle_joins_the_chord(broker: Broker) -> None:
         assert broker.settle(delivery, outcome)
     assert claim_soon(broker, ["chord"]).id == callback.id
     assert broker.chord_parts(group) == [b"v0", b"v1"]
+
+
+def test_chord_parts_expire_with_results(make_broker: BrokerMaker) -> None:
+    broker = make_broker(result_expires=1)
+    group = str(uuid.uuid4())
+    assert broker.chord_join(ChordJoin(group, 0, 2, b"v0", msg("chord"))) is False
+    assert broker.chord_parts(group) == [b"v0"]
+    poll(lambda: broker.chord_parts(group) == [], "the chord parts to expire", every=0.1)
 
 
 def test_chord_callback_fires_once_among_many_processes(broker: Broker) -> None:
@@ -692,6 +747,17 @@ def test_heartbeat_workers_and_forget(broker: Broker) -> None:
     assert all(w.node != "hb-node" for w in broker.workers())
 
 
+def test_workers_are_listed_newest_heartbeat_first(broker: Broker) -> None:
+    now = time.time()
+    for node in ("older", "newer"):
+        broker.heartbeat(WorkerInfo(node, "host", 1, ("default",), 1, now))
+        poll(lambda node=node: any(w.node == node for w in broker.workers()), f"{node}'s heartbeat")
+    time.sleep(0.01)  # distinct heartbeat times even on a coarse clock
+    broker.heartbeat(WorkerInfo("newer", "host", 1, ("default",), 1, now))
+    nodes = [w.node for w in broker.workers() if w.node in {"older", "newer"}]
+    assert nodes == ["newer", "older"]
+
+
 # ----------------------------------------------------------------------------- dead letters
 
 
@@ -718,6 +784,33 @@ def test_dead_letter_retry_puts_the_payload_back_unchanged(broker: Broker) -> No
     assert again.id == delivery.id
     assert again.raw == delivery.raw
     assert again.deliveries == 1
+
+
+def test_dead_letter_retry_all(broker: Broker) -> None:
+    dead = [make_dead(broker, "dl1"), make_dead(broker, "dl2")]
+    assert broker.retry_dead() == 2
+    assert broker.list_dead() == []
+    assert claim_soon(broker, ["dl1"]).raw == dead[0].raw
+    assert claim_soon(broker, ["dl2"]).raw == dead[1].raw
+
+
+def test_dead_letter_retry_keeps_it_while_its_id_is_waiting(broker: Broker) -> None:
+    delivery = make_dead(broker)
+    broker.enqueue([msg(id=delivery.id, args=("a new run",))])
+    assert broker.retry_dead([delivery.id]) == 0
+    assert [r.id for r in broker.list_dead()] == [delivery.id]
+    assert broker.retry_dead() == 0
+    rerun = claim_soon(broker, ["default"])
+    assert broker.settle(rerun, Complete())
+    assert broker.retry_dead([delivery.id]) == 1
+    assert claim_soon(broker, ["default"]).raw == delivery.raw
+
+
+def test_dead_letters_expire_after_their_ttl(make_broker: BrokerMaker) -> None:
+    broker = make_broker(dead_letter_ttl=0.5)
+    make_dead(broker)
+    assert len(broker.list_dead()) == 1
+    poll(lambda: broker.list_dead() == [], "the dead letter to expire", every=0.1)
 
 
 def test_dead_letter_purge(broker: Broker) -> None:

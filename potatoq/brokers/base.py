@@ -586,11 +586,18 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        """Dead letters, newest first. Only reads: never removes or reorders them."""
+        """Dead letters, newest first. Only reads: never removes or reorders them.
+
+        Letters older than ``config.dead_letter_ttl`` are never listed, even when nothing
+        has died since (a broker may drop them lazily, but must not show them)."""
 
     @abc.abstractmethod
     def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Put dead letters (all when ``ids`` is None) back on their queue, payload unchanged."""
+        """Put dead letters (all when ``ids`` is None) back on their queue, payload unchanged.
+
+        Returns how many were put back. A dead letter whose id is already waiting or running
+        again is left where it is and not counted (enqueueing it would be a no-op), so that
+        retrying never drops a payload; retry it once that task is gone."""
 
     @abc.abstractmethod
     def purge_dead(self) -> int:

@@ -11,8 +11,9 @@ app and a worker thread of the same process that use ``memory://NAME`` share one
   ``(run_at, seq, id)``. Heaps are pruned lazily: an entry whose job is gone, in another
   state or re-queued under a newer ``seq`` is skipped when popped. Due scheduled tasks are
   moved to their ready heap at claim, stats and wait time, never by a worker holding them.
-* ``results`` (encoded :class:`ResultRecord` + expiry), ``dead`` (insertion-ordered, capped
-  by ``dead_letter_max`` and ``dead_letter_ttl``), ``chords``, ``fired`` (periodic dedup),
+* ``results`` (encoded :class:`ResultRecord` + expiry), ``dead`` (a log in death order, keyed
+  by a sequence number because one id can die more than once; capped by ``dead_letter_max``
+  and ``dead_letter_ttl``), ``chords``, ``fired`` (periodic dedup),
   ``heartbeats``.
 
 One lock guards a store; every contract operation is one critical section, which is what
@@ -101,7 +102,7 @@ class _Store:
         self.scheduled: list[tuple[float, int, str]] = []
         self.known_queues: set[str] = set()
         self.results: dict[str, tuple[bytes, float]] = {}
-        self.dead: OrderedDict[str, DeadLetterRecord] = OrderedDict()
+        self.dead: OrderedDict[int, DeadLetterRecord] = OrderedDict()
         self.chords: dict[str, _Chord] = {}
         self.fired: dict[str, OrderedDict[float, None]] = {}
         self.heartbeats: dict[str, tuple[bytes, float]] = {}
@@ -186,8 +187,7 @@ class _Store:
         self.result_stored.notify_all()
 
     def add_dead(self, record: DeadLetterRecord, limit: int, ttl: float, now: float) -> None:
-        self.dead.pop(record.id, None)
-        self.dead[record.id] = record
+        self.dead[self.next_seq()] = record
         self.prune_dead(limit, ttl, now)
 
     def prune_dead(self, limit: int, ttl: float, now: float) -> None:
@@ -577,19 +577,24 @@ class MemoryBroker(Broker):
         retried = 0
         with store.lock:
             now = time.time()
-            chosen = list(store.dead) if ids is None else [i for i in ids if i in store.dead]
-            for task_id in chosen:
-                record = store.dead[task_id]
-                # An id already waiting or running stays dead rather than run twice at once.
+            wanted = None if ids is None else set(ids)
+            newest: dict[str, int] = {}  # id -> key of its latest death
+            for key, record in store.dead.items():
+                if wanted is None or record.id in wanted:
+                    newest[record.id] = key
+            for key in sorted(newest.values()):  # back in the order they died
+                record = store.dead[key]
+                # An id already waiting or running keeps its dead letter (and so do the older
+                # deaths of an id restored here): retrying must never drop a payload.
                 if store.add_raw(
-                    task_id,
+                    record.id,
                     record.queue,
                     priority=_priority_of(record.raw),
                     raw=record.raw,
                     run_at=now,
                     now=now,
                 ):
-                    del store.dead[task_id]
+                    del store.dead[key]
                     retried += 1
             if retried:
                 store.enqueued.notify_all()

@@ -304,9 +304,11 @@ class _Connection:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        # data_version and interrupt count seen by the last claim that found nothing: a
-        # commit (or interrupt) between that claim and the next wait() makes wait return.
+        # data_version seen by the last claim that found nothing: a commit between that
+        # claim and the next wait() makes wait return.
         self.baseline: int | None = None
+        # interrupt() calls counted when this thread's last wait() returned: one made since
+        # makes the next wait() return at once, even if it came before that wait started.
         self.interrupts = 0
 
     def data_version(self) -> int:
@@ -491,17 +493,16 @@ class SQLiteBroker(Broker):
             # Read data_version before looking: a commit after this read changes it, so a
             # wait() that follows an empty claim can't miss work enqueued in between.
             version = local.data_version()
-            interrupts = self._interrupts
             ready, due = local.conn.execute(_SQL["job_peek"], {"queues": names, "now": now}).fetchone()
         except sqlite3.OperationalError as exc:
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
         if not ready and not due:
-            local.baseline, local.interrupts = version, interrupts
+            local.baseline = version
             return None
         with self._write() as conn:
             delivery = self._claim_in(conn, queues, worker, now)
             if delivery is None:  # another worker took it first
-                local.baseline, local.interrupts = local.data_version(), self._interrupts
+                local.baseline = local.data_version()
         if delivery is not None:
             local.baseline = None
         return delivery
@@ -615,7 +616,7 @@ class SQLiteBroker(Broker):
             if next_delivery is None:
                 # Inside the transaction nobody else can commit, so this value is exactly
                 # what the claim saw: any later commit changes it.
-                local.baseline, local.interrupts = local.data_version(), self._interrupts
+                local.baseline = local.data_version()
         if next_delivery is not None:
             local.baseline = None
         if settled:
@@ -639,7 +640,12 @@ class SQLiteBroker(Broker):
             return self._interrupts == interrupts
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Return when another connection commits, a scheduled task is due, or ``timeout``."""
+        """Return when another connection commits, a scheduled task is due, or ``timeout``.
+
+        The reference point is the data_version read by this thread's last claim that found
+        nothing, so a commit landing between that claim and this call is not missed; a wait
+        with no such claim before it starts from the value it reads itself.
+        """
         local = self._conn()
         names = self._queue_list(queues)
         start = time.monotonic()
@@ -649,7 +655,7 @@ class SQLiteBroker(Broker):
         try:
             current = local.data_version()
             if baseline is None:
-                baseline, interrupts = current, self._interrupts
+                baseline = current
             elif current != baseline:
                 return  # something was committed since the claim that found nothing
             next_due = self._read("job_next_due", {"queues": names})[0][0]
@@ -658,15 +664,18 @@ class SQLiteBroker(Broker):
         if next_due is not None:
             deadline = min(deadline, start + max(0.0, float(next_due) - self.clock()))
         delay = _WAIT_MIN
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            if not self._sleep(min(delay, remaining), interrupts):
-                return
-            if local.data_version() != baseline:
-                return
-            delay = min(delay * 2, _WAIT_MAX)
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                if not self._sleep(min(delay, remaining), interrupts):
+                    return
+                if local.data_version() != baseline:
+                    return
+                delay = min(delay * 2, _WAIT_MAX)
+        finally:
+            local.interrupts = self._interrupts
 
     def interrupt(self) -> None:
         wake = self._wake_condition()
@@ -835,7 +844,8 @@ class SQLiteBroker(Broker):
             return conn.execute(_SQL["job_revoke"], {"id": task_id}).rowcount > 0
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        rows = self._read("dead_list", {"limit": int(limit), "offset": int(offset)})
+        cutoff = self.clock() - self.config.dead_letter_ttl
+        rows = self._read("dead_list", {"cutoff": cutoff, "limit": int(limit), "offset": int(offset)})
         return [
             DeadLetterRecord(
                 id=task_id,
@@ -850,22 +860,21 @@ class SQLiteBroker(Broker):
         ]
 
     def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        """Restore the latest death of each id; one whose id is waiting or running again stays."""
         now = self.clock()
+        params = {
+            "cutoff": now - self.config.dead_letter_ttl,
+            "ids": None if ids is None else json.dumps(list(ids)),
+        }
         restored = 0
         with self._write() as conn:
-            if ids is None:
-                rows = conn.execute(_SQL["dead_take_all"]).fetchall()
-            else:
-                rows = conn.execute(_SQL["dead_take_ids"], {"ids": json.dumps(list(ids))}).fetchall()
-            for task_id, queue, task, priority, payload in rows:
-                params = {
-                    "id": task_id,
-                    "queue": queue,
-                    "task": task,
-                    "priority": priority,
-                    "payload": payload,
-                }
-                restored += conn.execute(_SQL["dead_restore"], {**params, "now": now}).rowcount
+            for seq, task_id, queue, task, priority, payload in conn.execute(
+                _SQL["dead_newest"], params
+            ).fetchall():
+                job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
+                if conn.execute(_SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
+                    conn.execute(_SQL["dead_delete"], {"seq": seq})
+                    restored += 1
         return restored
 
     def purge_dead(self) -> int:

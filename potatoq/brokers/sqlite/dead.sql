@@ -13,15 +13,23 @@ DELETE FROM potatoq_dead
 WHERE seq <= (SELECT seq FROM potatoq_dead ORDER BY seq DESC LIMIT 1 OFFSET :keep);
 
 -- name: dead_list
+-- Letters past dead_letter_ttl are never shown, even before housekeeping removes them.
 SELECT id, queue, task, reason, payload, died_at, deliveries FROM potatoq_dead
+WHERE died_at >= :cutoff
 ORDER BY seq DESC LIMIT :limit OFFSET :offset;
 
--- name: dead_take_all
-DELETE FROM potatoq_dead RETURNING id, queue, task, priority, payload;
+-- name: dead_newest
+-- The latest death of each id (all ids when :ids is NULL), oldest first.
+SELECT seq, id, queue, task, priority, payload FROM potatoq_dead
+WHERE died_at >= :cutoff AND seq IN (
+    SELECT max(seq) FROM potatoq_dead
+    WHERE :ids IS NULL OR id IN (SELECT value FROM json_each(:ids))
+    GROUP BY id
+)
+ORDER BY seq;
 
--- name: dead_take_ids
-DELETE FROM potatoq_dead WHERE id IN (SELECT value FROM json_each(:ids))
-RETURNING id, queue, task, priority, payload;
+-- name: dead_delete
+DELETE FROM potatoq_dead WHERE seq = :seq;
 
 -- name: dead_purge
 DELETE FROM potatoq_dead;
