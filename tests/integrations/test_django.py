@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .djangoproject import DjangoProject, postgres_database
+from .djangoproject import DjangoProject, postgres_database, require_cli
 
 pytest.importorskip("django")
 
@@ -101,6 +101,79 @@ def test_a_crash_right_after_commit_loses_nothing(same_db_project: DjangoProject
         report = same_db_project.scenario("wait", task_id)
     assert report["states"][task_id] == "SUCCESS"
     assert [item for item, paid in report["orders"].values() if paid] == ["crash"]
+
+
+def test_the_default_database_is_the_broker_and_tasks_are_discovered(tmp_path: Path) -> None:
+    conf = DjangoProject(f"sqlite:///{tmp_path / 'db.sqlite3'}").scenario("conf")
+    assert conf["broker"] == f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    assert conf["tasks"] == ["shop.tasks.audit", "shop.tasks.mark_paid"]  # shop/tasks.py, autodiscovered
+    assert conf["main"] == "djproj"
+    with postgres_database() as url:
+        conf = DjangoProject(url).scenario("conf")
+    assert conf["broker"] == url
+
+
+def test_celery_settings_are_read_and_the_potatoq_dict_wins(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    celery_only = {
+        "POTATOQ": None,
+        "CELERY_TASK_DEFAULT_QUEUE": "celeryq",
+        "CELERY_RESULT_EXPIRES": 60,
+        "CELERY_TIMEZONE": "UTC",
+    }
+    conf = DjangoProject(database, settings=celery_only).scenario("conf")
+    assert (conf["queue"], conf["result_expires"], conf["timezone"]) == ("celeryq", 60, "UTC")
+    both = {**celery_only, "POTATOQ": {"task_default_queue": "dictq"}}
+    conf = DjangoProject(database, settings=both).scenario("conf")
+    assert (conf["queue"], conf["result_expires"]) == ("dictq", 60)
+
+
+CHECKS = [
+    # (broker, extra settings, check --deploy?, the check id expected)
+    ("bogus://somewhere", {}, False, "potatoq.E001"),
+    (None, {"DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}}, False,
+     "potatoq.W002"),
+    ("sqlite:///{tmp}/other.sqlite3", {}, False, "potatoq.W003"),
+    ("sqlite:///relative.sqlite3", {}, False, "potatoq.W004"),
+    (None, {"POTATOQ": {"brokr_url": "redis://"}}, False, "potatoq.W005"),
+    ("memory://", {}, True, "potatoq.E006"),
+    (None, {"POTATOQ": {"task_always_eager": True}}, True, "potatoq.W007"),
+]
+
+
+@pytest.mark.parametrize(("broker", "settings", "deploy", "expected"), CHECKS, ids=[c[3] for c in CHECKS])
+def test_system_checks_name_the_misconfiguration(
+    tmp_path: Path, broker: str | None, settings: dict, deploy: bool, expected: str
+) -> None:
+    project = DjangoProject(
+        f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        broker.replace("{tmp}", str(tmp_path)) if broker else None,
+        settings,
+    )
+    proc = project.manage("check", *(["--deploy"] if deploy else []), check=False)
+    output = proc.stdout + proc.stderr
+    assert f"({expected})" in output, output
+    found = {line.split(")")[0].split("(")[-1] for line in output.splitlines() if "(potatoq." in line}
+    assert found == {expected} or (expected == "potatoq.W004" and found == {"potatoq.W003", "potatoq.W004"})
+    if expected.startswith("potatoq.E"):
+        assert proc.returncode != 0
+
+
+def test_a_good_setup_passes_the_checks(tmp_path: Path) -> None:
+    proc = DjangoProject(f"sqlite:///{tmp_path / 'db.sqlite3'}").manage("check")
+    assert "no issues" in proc.stdout
+
+
+def test_manage_py_potatoq_runs_every_cli_command(tmp_path: Path) -> None:
+    require_cli()
+    project = DjangoProject(f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    migrated = project.manage("potatoq", "migrate")
+    assert f"sqlite:///{tmp_path / 'db.sqlite3'}" in migrated.stdout
+    assert (tmp_path / "db.sqlite3").exists()
+    usage = project.manage("potatoq", "--help")
+    assert "worker" in usage.stdout and "migrate" in usage.stdout
+    bad = project.manage("potatoq", "worker", "--concurrency", "zero", check=False)
+    assert bad.returncode == 2
 
 
 def test_real_worker_runs_committed_tasks_only(project: DjangoProject) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -178,5 +179,18 @@ def configure(config: AppConfig) -> Potatoq:
     _app, _alias = app, alias
     transaction.install(app, alias)
     worker.install(app, alias, config)
-    app.autodiscover_tasks([c.name for c in config.apps.get_app_configs()])
+    # Not this app's own tasks.py: it is the django.tasks backend, importable on Django 6 only.
+    app.autodiscover_tasks([c.name for c in config.apps.get_app_configs() if c.name != config.name])
+    if uses_tasks_backend(getattr(settings, "TASKS", None)):
+        import_module(f"{config.name}.tasks")  # registers the task that runs Django tasks
     return app
+
+
+def uses_tasks_backend(tasks_setting: Any) -> bool:
+    """True when Django's ``TASKS`` setting names potatoq's backend."""
+    if not isinstance(tasks_setting, Mapping):
+        return False
+    return any(
+        isinstance(params, Mapping) and str(params.get("BACKEND", "")).startswith("potatoq.")
+        for params in tasks_setting.values()
+    )

@@ -2,9 +2,11 @@
 
 * ``DJPROJ_DATABASE``: ``sqlite:////abs/path.sqlite3`` or ``postgresql://host:port/dbname``;
 * ``DJPROJ_BROKER``: a broker URL; unset, the database is the broker (the default setup);
-* ``DJPROJ_TASKS_BACKEND=1``: Django 6's ``TASKS`` setting points at potatoq's backend.
+* ``DJPROJ_TASKS_BACKEND=1``: Django 6's ``TASKS`` setting points at potatoq's backend;
+* ``DJPROJ_SETTINGS``: JSON of extra settings (``"POTATOQ": null`` removes the POTATOQ dict).
 """
 
+import json
 import os
 from urllib.parse import urlsplit
 
@@ -50,3 +52,9 @@ if os.environ.get("DJPROJ_TASKS_BACKEND"):
             "QUEUES": ["default", "shop", "reports"],
         }
     }
+
+for _name, _value in json.loads(os.environ.get("DJPROJ_SETTINGS") or "{}").items():
+    if _value is None:
+        globals().pop(_name, None)
+    else:
+        globals()[_name] = _value

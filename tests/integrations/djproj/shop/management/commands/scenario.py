@@ -2,7 +2,8 @@
 
 * ``all``: commit, rollback, savepoint and opt-out cases, in one process;
 * ``crash``: commit, then die (os._exit) before anything after COMMIT can run;
-* ``drain``: run every queued task in this process (potatoq.testing.drain);
+* ``conf``: the app's settings, broker and tasks, as the integration made them;
+* ``drain [QUEUE…]``: run every queued task in this process (potatoq.testing.drain);
 * ``wait ID…``: wait for those tasks' results, then ``report``;
 * ``report ID…``: those tasks' states now, and the orders and events in the database.
 """
@@ -122,10 +123,21 @@ class Command(BaseCommand):
                 order = Order.objects.create(item="crash")
                 result = mark_paid.delay(order.pk)
                 self.emit({"id": result.id, "order": order.pk})
+        elif name == "conf":
+            self.emit(
+                {
+                    "broker": app.conf.broker_url_or_default(),
+                    "queue": app.conf.task_default_queue,
+                    "timezone": app.conf.timezone,
+                    "result_expires": app.conf.result_expires,
+                    "tasks": sorted(t for t in app.tasks if not t.startswith("potatoq.")),
+                    "main": app.main,
+                }
+            )
         elif name == "drain":
             from potatoq.testing import drain
 
-            self.emit({"ran": drain(app, queues=[QUEUE], fast_forward=False, timeout=20)})
+            self.emit({"ran": drain(app, queues=ids or [QUEUE], fast_forward=False, timeout=20)})
         elif name in ("wait", "report"):
             states = {}
             for task_id in ids:
