@@ -13,7 +13,9 @@ which then either
   rollback), for any other broker.
 
 Tasks with ``enqueue_on_commit = False`` are sent at once, unless sent with
-``delay_on_commit()`` / ``apply_async_on_commit()``.
+``delay_on_commit()`` / ``apply_async_on_commit()``. (On SQLite that can't be done while
+the caller's transaction on the broker's own file holds the write lock: a clear error says
+so, after the broker's busy timeout.)
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
+from ..brokers import scheme_of
 from ..context import follow_transaction
+from ..exceptions import OperationalError
 from ..message import Message
 
 if TYPE_CHECKING:
@@ -134,16 +138,37 @@ class TransactionHook:
         return bool(app.broker.capabilities.transactional_enqueue)
 
     def __call__(self, messages: Sequence[Message]) -> Sequence[Message]:
-        follow, now = split_following(self.app, messages)
-        if not follow:
-            return messages
         transaction = self.find()
         if transaction is None:
             return messages
-        if self.writes_through(transaction):
+        follow, now = split_following(self.app, messages)
+        writes_through = self.writes_through(transaction)
+        if follow and writes_through:
             self.app.send_messages(follow, connection=transaction.dbapi_connection(), use_hooks=False)
-        else:
+        elif follow:
             app = self.app
             held = list(follow)
             transaction.on_commit(lambda: app.send_messages(held, use_hooks=False))
+        if now and writes_through and scheme_of(self.app.conf.broker_url_or_default()) == "sqlite":
+            self._send_beside_sqlite_transaction(now)
+            return []
         return now
+
+    def _send_beside_sqlite_transaction(self, messages: Sequence[Message]) -> None:
+        """Send opted-out tasks now, through the broker's own connection to the same file.
+
+        SQLite has one writer per file: if the caller's open transaction has written, the
+        broker waits for a lock this very thread holds, until its busy timeout. Say so.
+        """
+        try:
+            self.app.send_messages(messages, use_hooks=False)
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            names = ", ".join(sorted({m.task for m in messages}))
+            raise OperationalError(
+                f"can't send {names} now: the SQLite broker file is locked by this thread's own "
+                "open transaction (enqueue_on_commit=False tasks are sent at once, outside it). "
+                "Send it with delay_on_commit(), or after the transaction, or use a broker in "
+                "another database"
+            ) from exc
