@@ -45,7 +45,9 @@ def settings_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
         if block is None:
             continue
         if not isinstance(block, Mapping):
-            raise ImproperlyConfigured(f"app.config[{name!r}] must be a dict of settings, not {type(block).__name__}")
+            raise ImproperlyConfigured(
+                f"app.config[{name!r}] must be a dict of settings, not {type(block).__name__}"
+            )
         values.update(block)
     return values
 

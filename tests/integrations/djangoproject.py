@@ -80,6 +80,7 @@ class DjangoProject:
             [sys.executable, str(PROJECT / "manage.py"), *args],
             env=self.env,
             cwd=PROJECT,
+            check=False,
             capture_output=True,
             text=True,
             timeout=timeout,

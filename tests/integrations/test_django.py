@@ -131,8 +131,12 @@ def test_celery_settings_are_read_and_the_potatoq_dict_wins(tmp_path: Path) -> N
 CHECKS = [
     # (broker, extra settings, check --deploy?, the check id expected)
     ("bogus://somewhere", {}, False, "potatoq.E001"),
-    (None, {"DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}}, False,
-     "potatoq.W002"),
+    (
+        None,
+        {"DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}},
+        False,
+        "potatoq.W002",
+    ),
     ("sqlite:///{tmp}/other.sqlite3", {}, False, "potatoq.W003"),
     ("sqlite:///relative.sqlite3", {}, False, "potatoq.W004"),
     (None, {"POTATOQ": {"brokr_url": "redis://"}}, False, "potatoq.W005"),

@@ -83,7 +83,7 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
         broker_url = f"sqlite:///{path}"
         options = {"busy_timeout": 300}  # the lock test below waits this long
     same = not layout.endswith("memory-broker")
-    kind = layout.split("+")[0]
+    kind = layout.split("+", maxsplit=1)[0]
     if not same:
         broker_url, options = f"memory://sa-{unique}", {}
     app = Potatoq(f"sa{unique}", broker=broker_url, broker_transport_options=options, set_as_current=False)

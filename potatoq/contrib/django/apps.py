@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.apps import AppConfig
 
 
-class PotatoqConfig(AppConfig):
+class PotatoqConfig(AppConfig):  # type: ignore[misc]  # Django ships no types
     name = "potatoq.contrib.django"
     label = "potatoq"
     verbose_name = "potatoq"

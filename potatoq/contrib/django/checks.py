@@ -4,7 +4,7 @@
 |---|---|
 | potatoq.E001 | the broker URL can't be used (unknown scheme, missing extra, bad SQLite URL) |
 | potatoq.W002 | no broker set and the default database can't be one: tasks go to ./potatoq.sqlite3 |
-| potatoq.W003 | SQLite broker beside a SQLite database in another file: tasks are sent on commit, not written in the transaction |
+| potatoq.W003 | SQLite broker in another file than the SQLite database: sent on commit, not in it |
 | potatoq.W004 | SQLite broker path is relative: a worker started elsewhere uses another file |
 | potatoq.W005 | a POTATOQ key that is no potatoq/Celery setting (a typo?) |
 | potatoq.E006 | deploy: memory:// broker (each process has its own queue; workers never see tasks) |
@@ -20,7 +20,7 @@ from django.core import checks
 
 from potatoq.exceptions import ImproperlyConfigured
 
-from .. import database_identity, same_database
+from .. import database_identity
 from . import setup
 
 __all__ = ["check_deploy", "check_settings", "register"]
@@ -34,9 +34,9 @@ def register() -> None:
 def _explicit_broker() -> str | None:
     from django.conf import settings
 
-    values, _ = setup.read_settings(settings)
     from potatoq.config import Settings
 
+    values, _ = setup.read_settings(settings)
     conf = Settings()
     conf.update_from(values)
     value = conf.broker_url
@@ -72,17 +72,14 @@ def check_settings(app_configs: Sequence[Any] | None = None, **_: Any) -> list[c
             )
         )
     derived = setup.database_url(database)
-    if (
-        scheme_of(url) == "sqlite"
-        and derived is not None
-        and scheme_of(derived) == "sqlite"
-        and not same_database(url, derived)
-    ):
+    broker_file, database_file = database_identity(url), database_identity(derived)
+    sqlite_pair = bool(broker_file and database_file and broker_file[0] == database_file[0] == "sqlite")
+    if sqlite_pair and broker_file != database_file:
         found.append(
             checks.Warning(
-                f"the SQLite broker file {database_identity(url)[1]} is not the database "  # type: ignore[index]
-                f"{database_identity(derived)[1]}: tasks sent inside transaction.atomic() are sent "  # type: ignore[index]
-                "when it commits instead of being written in the transaction",
+                f"the SQLite broker file {broker_file[1]} is not the database {database_file[1]}: "  # type: ignore[index]
+                "tasks sent inside transaction.atomic() are sent when it commits instead of "
+                "being written in the transaction",
                 hint="leave broker_url unset to use the Django database as the broker",
                 id="potatoq.W003",
             )

@@ -49,7 +49,7 @@ RUNNER_NAME = "potatoq.django_task"
 ENQUEUED_PREFIX = "django-enqueued:"
 
 
-class DjangoTaskFailed(Exception):  # noqa: N818 - reads as what happened, like Django's names
+class DjangoTaskFailed(Exception):
     """A Django task raised; ``args[1]`` is its task result as data (stored as the failure)."""
 
 
@@ -113,14 +113,18 @@ class PotatoqBackend(BaseTaskBackend):  # type: ignore[misc]
         if backend is None:
             raise TaskResultDoesNotExist(result_id)
         record = backend.get_result(result_id)
-        enqueued = None if record is not None and _meta(record) else backend.get_result(ENQUEUED_PREFIX + result_id)
+        enqueued = (
+            None if record is not None and _meta(record) else backend.get_result(ENQUEUED_PREFIX + result_id)
+        )
         meta = _meta(record) if record is not None else None
         if meta is None and enqueued is not None:
             meta = dict(enqueued.result or {})
         if meta is None:
             raise TaskResultDoesNotExist(result_id)
         task = _load(str(meta["path"])).using(
-            priority=meta.get("priority"), queue_name=meta.get("queue"), run_after=_time(meta.get("run_after"))
+            priority=meta.get("priority"),
+            queue_name=meta.get("queue"),
+            run_after=_time(meta.get("run_after")),
         )
         status, value = _status(record)
         if status is TaskResultStatus.FAILED and not meta.get("errors") and record is not None:
@@ -207,7 +211,6 @@ def _task_result(
 # ----------------------------------------------------------------------------- the worker side
 
 
-@shared_task(name=RUNNER_NAME, bind=True, track_started=False)
 def run_django_task(self: Task, meta: dict[str, Any]) -> Any:
     """Run the Django task ``meta`` names (in a worker), recording it as Django expects."""
     from django.tasks import task_backends
@@ -239,7 +242,12 @@ def run_django_task(self: Task, meta: dict[str, Any]) -> Any:
     return _succeeded(value, meta, result, backend_cls)
 
 
-async def _finish_async(coro: Any, task: DjangoTask, meta: dict[str, Any], result: TaskResult, cls: type) -> Any:
+shared_task(name=RUNNER_NAME, bind=True, track_started=False)(run_django_task)
+
+
+async def _finish_async(
+    coro: Any, task: DjangoTask, meta: dict[str, Any], result: TaskResult, cls: type
+) -> Any:
     try:
         value = await coro
     except Exception as exc:

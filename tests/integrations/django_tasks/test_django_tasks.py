@@ -21,7 +21,9 @@ from ..djangoproject import DjangoProject, postgres_database, require_cli
 if importlib.util.find_spec("django") is None or importlib.util.find_spec("django.tasks") is None:
     if os.environ.get("POTATOQ_REQUIRE_DJANGO_TASKS"):
         raise RuntimeError("POTATOQ_REQUIRE_DJANGO_TASKS is set but django.tasks (Django 6) isn't installed")
-    pytest.skip("django.tasks needs Django 6 (Python >= 3.12): make test-django-tasks", allow_module_level=True)
+    pytest.skip(
+        "django.tasks needs Django 6 (Python >= 3.12): make test-django-tasks", allow_module_level=True
+    )
 
 QUEUES = ["reports", "default", "shop"]
 
@@ -73,10 +75,14 @@ def check_outcomes(sent: dict[str, Any], results: dict[str, Any]) -> None:
     assert later["status"] == "SUCCESSFUL"
     assert dt.datetime.fromisoformat(later["started_at"]) >= dt.datetime.fromisoformat(sent["run_after"])
     for result in results.values():
-        assert result["attempts"] == 1 and result["finished_at"] >= result["started_at"] >= result["enqueued_at"]
+        assert (
+            result["attempts"] == 1 and result["finished_at"] >= result["started_at"] >= result["enqueued_at"]
+        )
 
 
-def test_tasks_run_with_priorities_run_after_async_and_results(project: DjangoProject, tmp_path: Path) -> None:
+def test_tasks_run_with_priorities_run_after_async_and_results(
+    project: DjangoProject, tmp_path: Path
+) -> None:
     sent = dtasks(project, "send")
     # get_result() in the sending process, before any worker ran: READY with its arguments.
     assert sent["ready"]["status"] == "READY" and sent["ready"]["args"] == [3]

@@ -7,6 +7,7 @@ Every ``potatoq`` command works (``worker``, ``beat``, ``migrate`` …), with th
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Any
 
@@ -36,7 +37,7 @@ def potatoq_argv(argv: list[str]) -> list[str]:
     return ["-A", APP_SPEC, *rest]
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]  # Django ships no types
     help = "Run a potatoq command (worker, beat, migrate …) with this project's app."
 
     def run_from_argv(self, argv: list[str]) -> None:
@@ -60,9 +61,8 @@ class Command(BaseCommand):
 
 
 def _cli_main(argv: list[str]) -> int:
-    from potatoq.cli import main
-
+    main = importlib.import_module("potatoq.cli").main  # the worker's package, imported when used
     try:
-        return main(argv)
+        return int(main(argv))
     except SystemExit as exc:  # argparse's --help and usage errors
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
