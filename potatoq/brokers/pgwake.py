@@ -5,10 +5,9 @@
   than PostgreSQL's 63-byte identifier limit becomes ``potatoq:<md5 of the full name>``;
   the SQL side builds the same name (see ``job_promote``). LISTEN quotes it as an
   identifier; pg_notify takes it as a bound value.
-* :class:`Listener`: one dedicated connection per process holds the LISTENs. The threads of
-  a process that wait share it: one reads the socket, the others wait on a condition and
-  all return together on any notification. A self-pipe lets :meth:`Listener.interrupt`
-  wake them.
+* :class:`Listener`: one dedicated connection per process holds the LISTENs, read by a
+  thread of its own so notifications never pile up while the process is busy. Waiting
+  threads block on a condition and all return together on any notification.
 * :class:`NotifyDebouncer`: NOTIFY takes a cluster-wide lock at commit, so a producer sends
   at most one per queue per window (50 ms) inline. Enqueues inside the window are *held*;
   after they commit, a timer thread sends one trailing NOTIFY when the window ends. So a
@@ -90,119 +89,144 @@ class PerProcess(Generic[T]):
 
 
 class Listener:
-    """The LISTEN connection of one process, shared by its waiting threads."""
+    """The LISTEN connection of one process, read by its own thread, shared by all waiters.
+
+    The reader thread drains the socket as notifications arrive, even while every other
+    thread is busy running tasks: a LISTENing backend whose client stops reading can't
+    advance in the server's notification queue, which then grows for the whole cluster.
+    Each notification bumps a generation counter; :meth:`wait` returns when it moved past
+    what the calling thread saw when its previous wait returned, so a NOTIFY that arrives
+    while the caller is claiming still ends its next wait at once.
+    """
 
     def __init__(
-        self, connect: Callable[[], psycopg.Connection[Any]], listen_query: Callable[[str], bytes]
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        listen_query: Callable[[str], bytes],
+        confirm_timeout: float = 10.0,
     ) -> None:
         self._connect = connect
         self._listen_query = listen_query
-        self._conn: psycopg.Connection[Any] | None = None
-        self._listening: set[str] = set()
-        self._wanted: set[str] = set()
+        self._confirm_timeout = confirm_timeout
         self._cond = threading.Condition()
-        self._generation = 0  # bumped whenever the reader saw something worth a claim
-        self._reading = False
+        self._generation = 0  # bumped by notifications, reconnects and interrupts
+        self._seen = threading.local()  # per thread: the generation its last wait returned at
+        self._wanted: set[str] = set()
+        self._listening: set[str] = set()  # LISTENed on the current connection
+        self._thread: threading.Thread | None = None
+        self._closed = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self.notifications = 0  # received so far (for tests and stats)
 
     def wait(self, channels: Collection[str], timeout: float) -> None:
-        """Return on a notification on any LISTENed channel, an interrupt, or ``timeout``.
-
-        The first wait on a new channel returns right after its LISTEN: a NOTIFY sent
-        before it would have been missed, so the caller must look again.
-        """
+        """Return on a notification, an interrupt or ``timeout``; at once if one came since
+        this thread's last wait. The first wait on a new channel returns as soon as its
+        LISTEN is in place: a NOTIFY sent before it was missed, so the caller looks again."""
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
-            seen = self._generation
-            while self._reading:
-                if not self._wanted.issuperset(channels):
-                    self._wanted.update(channels)
-                    self._poke()  # the reader LISTENs them, and everyone looks again
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._cond.wait(remaining)
-                if self._generation != seen:
-                    return
-            if self._generation != seen:
+            if self._closed:
                 return
-            self._reading = True
-            self._wanted.update(channels)
-        woke = True
-        try:
-            woke = self._read_until(deadline)
-        finally:
-            with self._cond:
-                self._reading = False
-                if woke:
-                    self._generation += 1
-                self._cond.notify_all()
+            self._start()
+            if not self._listening.issuperset(channels):
+                self._wanted.update(channels)
+                self._poke()
+                self._cond.wait_for(
+                    lambda: self._closed or self._listening.issuperset(channels), self._confirm_timeout
+                )
+            else:
+                seen = getattr(self._seen, "generation", None)
+                if seen == self._generation:
+                    self._cond.wait_for(
+                        lambda: self._closed or self._generation != seen,
+                        max(0.0, deadline - time.monotonic()),
+                    )
+            self._seen.generation = self._generation
 
-    def _read_until(self, deadline: float) -> bool:
-        """Block on the socket and the self-pipe; True when waiters should claim again."""
-        try:
-            conn = self._ensure_connected()
+    def interrupt(self) -> None:
+        """Wake every thread blocked in :meth:`wait` (and each thread's next call returns at once)."""
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="potatoq-pg-listen", daemon=True)
+            self._thread.start()
+
+    def _bump(self, received: int = 0) -> None:
+        with self._cond:
+            self.notifications += received
+            self._generation += 1
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while True:
             with self._cond:
+                if self._closed:
+                    break
                 new = self._wanted - self._listening
-            if new:
+            try:
+                if conn is None or conn.closed:
+                    conn = self._connect()
+                    with self._cond:
+                        self._listening = set()
+                        new = set(self._wanted)
+                    self._bump()  # notifications may have been lost meanwhile: look again
                 for channel in sorted(new):
                     conn.execute(self._listen_query(channel))
-                self._listening |= new
-                return True
-            if self._drain(conn):
-                return True
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [], remaining)
+                if new:
+                    with self._cond:
+                        self._listening |= new
+                        self._cond.notify_all()
+                received = sum(1 for _ in conn.notifies(timeout=0))
+                if received:
+                    self._bump(received)
+                ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [])
                 if self._wake_r in ready:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)
-                    return True
-                if ready and self._drain(conn):
-                    return True
-        except (psycopg.Error, OSError, ValueError) as exc:
-            # Notifications may have been lost with the connection (or close() ran under
-            # us): reconnect on the next wait and let the caller claim now.
-            log.warning("LISTEN connection failed (%s); reconnecting", exc)
-            self._drop_connection()
-            return True
+            except (psycopg.Error, OSError, ValueError) as exc:
+                with self._cond:
+                    closed = self._closed
+                if closed:
+                    break
+                log.warning("LISTEN connection failed (%s); reconnecting", exc)
+                _close_quietly(conn)
+                conn = None
+                with self._cond:
+                    self._listening = set()
+                self._bump()
+                self._pause(1.0)  # don't spin while the server is away
+        _close_quietly(conn)
 
-    def _drain(self, conn: psycopg.Connection[Any]) -> bool:
-        received = sum(1 for _ in conn.notifies(timeout=0))
-        self.notifications += received
-        return received > 0
-
-    def _ensure_connected(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._connect()
-            self._listening = set()
-        return self._conn
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        self._listening = set()
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+    def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            select.select([self._wake_r], [], [], seconds)
 
     def _poke(self) -> None:
-        with contextlib.suppress(BlockingIOError):
+        with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_w, b"x")
 
-    def interrupt(self) -> None:
-        """Wake every thread blocked in :meth:`wait` (and the next one to call it)."""
-        self._poke()
-
     def close(self) -> None:
-        self._drop_connection()
+        with self._cond:
+            self._closed = True
+            thread, self._thread = self._thread, None
+            self._cond.notify_all()
+        self._poke()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _close_quietly(conn: psycopg.Connection[Any] | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
 
 
 class NotifyDebouncer:

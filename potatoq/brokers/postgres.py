@@ -32,8 +32,10 @@ Why it is built this way:
 * Scheduled tasks are promoted to ready by every worker about once a second (inside
   ``claim``/``wait``), with SKIP LOCKED, and each affected queue gets one NOTIFY.
 * Wake-ups: ``wait()`` LISTENs on ``potatoq:<queue>`` on one dedicated connection per
-  process, with a 1 s poll as the safety net. Producers send at most one NOTIFY per queue
-  per 50 ms, and the trailing edge of that window still notifies (see :mod:`.pgwake`).
+  process, read continuously by its own thread (a backend whose client stops reading holds
+  back the cluster's notification queue), with a 1 s poll as the safety net. Producers send
+  at most one NOTIFY per queue per 50 ms, and the trailing edge of that window still
+  notifies (see :mod:`.pgwake`).
   ``{"notify": False}`` (PgBouncer in transaction mode) switches to polling with backoff.
 * Transactional enqueue: ``enqueue(messages, connection=conn)`` runs the same one-statement
   insert through the caller's psycopg 3 or psycopg 2 connection, inside their transaction.

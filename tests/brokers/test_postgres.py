@@ -401,6 +401,25 @@ def test_trailing_notify_wakes_a_waiter_that_already_took_the_first_task(
     assert waiter.claim(["burst2"], WORKER) is not None
 
 
+def test_a_busy_process_keeps_draining_its_listen_connection(make: Make) -> None:
+    """No thread waits (they are all "running tasks"), yet notifications are consumed, so
+    this backend never holds back the server's notification queue."""
+    waiter = make(poll_interval=QUIET)
+    producer = make(notify_debounce=0)  # one NOTIFY per enqueue
+    waiter.wait(["busy"], 0)  # LISTEN, then never wait again
+    listener = waiter._listener.get()
+    for _ in range(50):
+        producer.enqueue([msg("busy")])
+    deadline = time.monotonic() + WAIT
+    while listener.notifications < 50 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert listener.notifications == 50
+    started = time.monotonic()
+    waiter.wait(["busy"], WAIT)  # they arrived while nobody waited: returns at once
+    assert time.monotonic() - started < WAIT
+    assert waiter.claim(["busy"], WORKER) is not None
+
+
 def test_notify_false_works_by_polling(make: Make, pg_url: str) -> None:
     app_name = f"potatoq-poll-{uuid.uuid4().hex[:8]}"
     producer = make(notify=False)
