@@ -144,7 +144,7 @@ class TransactionHook:
         follow, now = split_following(self.app, messages)
         writes_through = self.writes_through(transaction)
         if follow and writes_through:
-            self.app.send_messages(follow, connection=transaction.dbapi_connection(), use_hooks=False)
+            self._write_through(transaction, follow)
         elif follow:
             app = self.app
             held = list(follow)
@@ -153,6 +153,20 @@ class TransactionHook:
             self._send_beside_sqlite_transaction(now)
             return []
         return now
+
+    def _write_through(self, transaction: OpenTransaction, messages: Sequence[Message]) -> None:
+        try:
+            self.app.send_messages(messages, connection=transaction.dbapi_connection(), use_hooks=False)
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            # The broker opened its own connection to create its tables, and waited for the
+            # write lock this thread's transaction holds.
+            raise OperationalError(
+                "the SQLite broker file is locked by this thread's own open transaction while "
+                "the broker creates its tables: create them before the transaction "
+                "(`potatoq migrate`, a worker's start, `app.broker.migrate()`, or Django's migrate)"
+            ) from exc
 
     def _send_beside_sqlite_transaction(self, messages: Sequence[Message]) -> None:
         """Send opted-out tasks now, through the broker's own connection to the same file.

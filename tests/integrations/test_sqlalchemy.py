@@ -210,3 +210,30 @@ def test_other_sessions_are_not_followed(setup: Setup) -> None:
         other.execute(text("SELECT COUNT(*) FROM orders"))  # reads only: SQLite's lock stays free
         setup.app.tasks["note"].delay_on_commit("sent now")
         assert setup.waiting() == 1
+
+
+def test_missing_broker_tables_on_a_locked_sqlite_file_say_what_to_do(tmp_path: Path) -> None:
+    """The broker can't create its tables while the session holds the file's write lock."""
+    from potatoq.exceptions import OperationalError
+
+    path = tmp_path / "fresh.sqlite3"
+    engine = create_engine(f"sqlite:///{path}")
+    Base.metadata.create_all(engine)
+    app = Potatoq(
+        "fresh",
+        broker=f"sqlite:///{path}",
+        broker_transport_options={"busy_timeout": 200},
+        set_as_current=False,
+    )
+    maker = sessionmaker(engine)
+    follower = follow_transactions(app, maker)
+    try:
+        with maker.begin() as session:
+            session.add(Order(item="x"))
+            session.flush()
+            with pytest.raises(OperationalError, match="create them before the transaction"):
+                app.send_task("anything")
+    finally:
+        follower.uninstall()
+        app.close()
+        engine.dispose()
