@@ -45,7 +45,6 @@ class Setup:
     Session: sessionmaker[Session]
     follower: SessionTransactions
     same_database: bool
-    engine_kind: str
 
     def waiting(self) -> int:
         """Tasks as the broker sees them (its own connection: committed rows only)."""
@@ -83,7 +82,6 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
         broker_url = f"sqlite:///{path}"
         options = {"busy_timeout": 300}  # the lock test below waits this long
     same = not layout.endswith("memory-broker")
-    kind = layout.split("+", maxsplit=1)[0]
     if not same:
         broker_url, options = f"memory://sa-{unique}", {}
     app = Potatoq(f"sa{unique}", broker=broker_url, broker_transport_options=options, set_as_current=False)
@@ -105,7 +103,7 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
 
     follower = follow_transactions(app, maker)
     try:
-        yield Setup(app, engine, maker, follower, same, kind)
+        yield Setup(app, engine, maker, follower, same)
     finally:
         follower.uninstall()
         app.close()
