@@ -76,6 +76,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-a",
         "--args",
+        metavar="JSON",
         type=_json_of(list, "[2, 3]", "--args"),
         default=[],
         help="positional arguments, a JSON array",
@@ -83,6 +84,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-k",
         "--kwargs",
+        metavar="JSON",
         type=_json_of(dict, '{"x": 2}', "--kwargs"),
         default={},
         help="keyword arguments, a JSON object",
@@ -96,8 +98,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--expires", type=_moment, metavar="S|TIME", help="drop it if it hasn't started by then"
     )
     parser.add_argument("-Q", "--queue", help="queue (default: the task's route, else task_default_queue)")
-    parser.add_argument("--priority", type=_int, help="priority (higher runs first)")
-    parser.add_argument("--task-id", help="use this id instead of a new one")
+    parser.add_argument("--priority", type=_int, metavar="P", help="priority (higher runs first)")
+    parser.add_argument("--task-id", metavar="ID", help="use this id instead of a new one")
 
 
 def cmd_call(session: Session) -> int:

@@ -48,8 +48,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     listing = actions.add_parser(
         "list", help="dead letters, newest first", description="dead letters, newest first"
     )
-    listing.add_argument("--limit", type=_positive, default=100, help="show at most N (default 100)")
-    listing.add_argument("--offset", type=_not_negative, default=0, help="skip the N newest")
+    listing.add_argument(
+        "--limit", type=_positive, default=100, metavar="N", help="show at most N (default 100)"
+    )
+    listing.add_argument("--offset", type=_not_negative, default=0, metavar="N", help="skip the N newest")
     listing.add_argument("--traceback", action="store_true", help="show each letter's traceback")
     listing.add_argument("-j", "--json", action="store_true", help="print JSON (with tracebacks) for scripts")
     retry = actions.add_parser(

@@ -28,9 +28,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "-Q",
         "--queues",
         action="append",
+        metavar="QUEUES",
         help="only these queues (comma-separated, repeatable; default: all)",
     )
-    parser.add_argument("-X", "--exclude-queues", action="append", help="not these queues")
+    parser.add_argument("-X", "--exclude-queues", action="append", metavar="QUEUES", help="not these queues")
     parser.add_argument("-f", "--force", action="store_true", help="don't ask for confirmation")
 
 

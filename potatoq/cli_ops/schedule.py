@@ -41,7 +41,7 @@ def _runs(text: str) -> int:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-n", "--runs", type=_runs, default=1, help="show the next N runs of each (default 1)"
+        "-n", "--runs", type=_runs, default=1, metavar="N", help="show the next N runs of each (default 1)"
     )
     parser.add_argument("-j", "--json", action="store_true", help="print JSON for scripts")
 
