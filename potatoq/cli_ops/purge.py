@@ -46,11 +46,10 @@ def cmd_purge(session: Session) -> int:
     if not queues:
         session.print("no queues to purge")
         return Exit.OK
-    if not args.force:
-        waiting = sum(stats[q].waiting + stats[q].delayed for q in queues if q in stats)
-        if not waiting:
-            session.print(f"nothing waiting in {', '.join(queues)}")
-            return Exit.OK
+    waiting = sum(stats[q].waiting + stats[q].delayed for q in queues if q in stats)
+    # Nothing counted: purge without asking anyway (cheap, and a broker whose stats can't
+    # see every delayed task still gets them deleted).
+    if not args.force and waiting:
         plural = "s" if waiting != 1 else ""
         question = f"Delete {waiting} waiting task{plural} from {', '.join(queues)}? There is no undo."
         if not confirm(session, question):

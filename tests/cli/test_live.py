@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+
 import pytest
 
-from .conftest import as_json, wait_for
+from .conftest import ROOT, as_json, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -15,15 +18,26 @@ def running_now(cli, task_id: str) -> dict | None:
     return body if any(r["id"] == task_id for r in body["running"]) else None
 
 
+def probe(env, node: str) -> int:
+    """docs/deployment.md's liveness probe: fails only on exit 3 (no fresh heartbeat)."""
+    import sys
+
+    command = (
+        f'"{sys.executable}" -m potatoq.cli -A tests.worker.proj inspect ping -d "{node}" >/dev/null 2>&1'
+    )
+    done = subprocess.run(["sh", "-c", f"{command}; test $? -ne 3"], env=env.vars, cwd=str(ROOT), check=False)
+    return done.returncode
+
+
 def test_status_and_inspect_show_what_each_process_runs(env, client, cli):
-    worker = env.worker("-c", "2", "-Q", "default,extra", "-n", "cli-test@host")
+    worker = env.worker("-c", "2", "-Q", "default,extra")  # default node name: potatoq@HOSTNAME
     task = client.block.delay("one", "release-one")
     env.wait_marker("started-one")
     body = wait_for(lambda: running_now(cli, task.id), what="the heartbeat to show the running task")
 
     (node,) = body["workers"]
     name = node["node"]
-    assert name.startswith("cli-test@host:") and node["state"] == "online"
+    assert name.startswith(f"potatoq@{socket.gethostname()}:") and node["state"] == "online"
     assert node["queues"] == ["default", "extra"] and node["concurrency"] == 2 and node["pid"] == worker.pid
     (run,) = node["running"]
     assert run["task"] == "proj.block" and run["pid"] in worker.children() and run["runtime"] >= 0
@@ -46,7 +60,7 @@ def test_status_and_inspect_show_what_each_process_runs(env, client, cli):
     assert f"* proj.block[{task.id}] pid {run['pid']}, running for" in cli("inspect", "active").stdout
 
     assert as_json(cli("inspect", "ping", "--json")) == {name: {"ok": "pong"}}
-    ping = cli("inspect", "ping", "-d", "cli-test@host")  # the -n name selects the node
+    ping = cli("inspect", "ping", "-d", f"potatoq@{socket.gethostname()}")  # as the k8s probe does
     assert ping.stdout.splitlines() == [f"-> {name}: OK", "    pong", "", "1 node online."]
     registered = as_json(cli("inspect", "registered", "--json", "-d", name))[name]
     assert "proj.add" in registered and "proj.block" in registered
@@ -58,6 +72,8 @@ def test_status_and_inspect_show_what_each_process_runs(env, client, cli):
     elsewhere = cli("inspect", "ping", "-d", "other@host")
     assert elsewhere.returncode == 3
     assert "no worker named other@host online" in elsewhere.stderr
+    assert probe(env, f"potatoq@{socket.gethostname()}") == 0
+    assert probe(env, "other@host") != 0
 
     env.mark("release-one")
     assert task.get(timeout=30) == run["pid"]

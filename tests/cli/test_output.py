@@ -6,14 +6,16 @@ import io
 import json
 import os
 import pty
+import select
 import subprocess
 import sys
+import time
 
 import pytest
 
 from potatoq.cli_ops.output import Style, color_enabled, duration, first_line, table
 
-from .conftest import APP, ROOT
+from .conftest import APP, ROOT, as_json
 
 ESC = "\x1b["
 
@@ -93,3 +95,47 @@ def test_colors_on_a_terminal_only_and_never_with_NO_COLOR(env, client, cli):
     assert ESC not in run_on_a_terminal(env, "status", extra={"NO_COLOR": "1"})
     assert ESC not in cli("status").stdout  # a pipe
     assert ESC not in cli("queues", "--json").stdout
+
+
+def test_the_broker_url_is_shown_with_its_password_masked(cli):
+    done = cli("-b", "memory://user:hunter2@somewhere", "status", "--json")
+    assert as_json(done)["broker"] == "memory://user:***@somewhere"
+    table = cli("-b", "memory://user:hunter2@somewhere", "status")
+    assert "memory://user:***@somewhere" in table.stdout
+    assert "hunter2" not in done.stdout + done.stderr + table.stdout + table.stderr
+
+
+def test_shell_is_interactive_on_a_terminal(env):
+    main, child = pty.openpty()
+    variables = {**env.vars, "POTATOQ_TEST_CONF": json.dumps(env.conf), "TERM": "dumb"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "potatoq.cli", "-A", APP, "shell"],
+        cwd=ROOT,
+        env=variables,
+        stdin=child,
+        stdout=child,
+        stderr=child,
+    )
+    os.close(child)
+    os.write(main, b"print('got', add.name, app.main)\n")
+    os.write(main, b"raise SystemExit(0)\n")
+    chunks = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 1.0)
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # EIO: the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    assert proc.wait(30) == 0
+    text = b"".join(chunks).decode()
+    assert "potatoq shell: app = <Potatoq proj" in text
+    assert "got proj.add proj" in text
