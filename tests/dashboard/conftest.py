@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from potatoq import Potatoq
 from potatoq.dashboard import create_app
+from tests.worker.conftest import client, env  # noqa: F401 - real worker fixtures for test_metrics
 
 #: task id -> how many times ``flaky`` ran it (it fails the first time)
 ATTEMPTS: collections.Counter[str] = collections.Counter()
@@ -40,7 +41,11 @@ def define_tasks(app: Potatoq) -> None:
 
 def make_app(broker: str, result_backend: str | None = None, **settings: Any) -> Potatoq:
     app = Potatoq(
-        f"dash{uuid.uuid4().hex[:6]}", broker=broker, result_backend=result_backend, set_as_current=False, **settings
+        f"dash{uuid.uuid4().hex[:6]}",
+        broker=broker,
+        result_backend=result_backend,
+        set_as_current=False,
+        **settings,
     )
     define_tasks(app)
     return app
@@ -48,7 +53,7 @@ def make_app(broker: str, result_backend: str | None = None, **settings: Any) ->
 
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[Potatoq]:
-    application = make_app(f"sqlite:///{tmp_path / 'broker.sqlite3'}")
+    application = make_app(f"sqlite:///{tmp_path / 'broker.sqlite3'}", result_extended=True)
     application.conf.beat_schedule = {"tick": {"task": "demo.add", "schedule": 30.0, "args": (1, 2)}}
     yield application
     application.close()
@@ -61,10 +66,10 @@ def board(app: Potatoq) -> Iterator[Callable[..., TestClient]]:
 
     def make(**options: Any) -> TestClient:
         options.setdefault("sample_every", 0)  # tests take samples themselves
-        client = TestClient(create_app(app, **options), base_url="http://127.0.0.1:5555")
-        clients.append(client)
-        return client
+        made = TestClient(create_app(app, **options), base_url="http://127.0.0.1:5555")
+        clients.append(made)
+        return made
 
     yield make
-    for client in clients:
-        client.close()
+    for made in clients:
+        made.close()
