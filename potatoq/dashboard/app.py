@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import metrics
 from . import data
+from .app_format import duration as _duration
 from .chart import throughput_svg
 from .security import TOKEN_COOKIE, Auth, Csrf
 
@@ -40,21 +41,6 @@ PARTIAL_HEADER = "x-potatoq-partial"
 
 
 # ----------------------------------------------------------------------------- formatting
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = max(0.0, float(seconds))
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def _when(ts: float | None) -> str:

@@ -1,6 +1,7 @@
 """The overview's throughput chart: inline SVG drawn on the server, no JavaScript library.
 
-Two lines over the last hour: tasks finished per minute (from the workers' ``processed``
+Two lines over the last hour (or since the dashboard started, when that is more recent:
+the x axis spans the samples there are): tasks finished per minute (from the workers' ``processed``
 counters) and tasks waiting (summed over queues). The SVG scales with its container
 (``viewBox``), so it fits a phone as well as a desktop.
 """
@@ -11,18 +12,19 @@ import itertools
 from collections.abc import Sequence
 from html import escape
 
+from .app_format import duration
 from .data import HOUR, Sample
 
 __all__ = ["throughput_svg"]
 
-WIDTH, HEIGHT, PAD = 600.0, 160.0, 28.0
+WIDTH, HEIGHT, PAD, LEFT = 600.0, 160.0, 28.0, 48.0
 
 
-def _points(values: Sequence[tuple[float, float]], now: float, top: float) -> str:
-    span_x, span_y = WIDTH - 2 * PAD, HEIGHT - 2 * PAD
+def _points(values: Sequence[tuple[float, float]], now: float, top: float, span: float) -> str:
+    span_x, span_y = WIDTH - LEFT - PAD, HEIGHT - 2 * PAD
     out = []
     for at, value in values:
-        x = PAD + span_x * (1.0 - min(HOUR, max(0.0, now - at)) / HOUR)
+        x = LEFT + span_x * (1.0 - min(span, max(0.0, now - at)) / span)
         y = HEIGHT - PAD - (span_y * value / top if top else 0.0)
         out.append(f"{x:.1f},{y:.1f}")
     return " ".join(out)
@@ -37,16 +39,17 @@ def throughput_svg(samples: Sequence[Sample], now: float) -> str:
             rates.append((after.at, after.processed * 60.0 / seconds))
     waiting = [(s.at, float(sum(q.waiting for q in s.stats))) for s in samples]
     top = max([1.0] + [v for _, v in rates] + [v for _, v in waiting])
+    span = min(HOUR, max(60.0, now - samples[0].at)) if samples else HOUR
     parts = [
         (
             f'<svg class="chart" viewBox="0 0 {WIDTH:.0f} {HEIGHT:.0f}" role="img" '
             'aria-label="throughput over the last hour" xmlns="http://www.w3.org/2000/svg">'
         ),
-        f'<line class="axis" x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}"/>',
-        f'<line class="axis" x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{HEIGHT - PAD}"/>',
-        f'<text class="tick" x="{PAD - 4}" y="{PAD + 4}" text-anchor="end">{top:.0f}</text>',
-        f'<text class="tick" x="{PAD - 4}" y="{HEIGHT - PAD}" text-anchor="end">0</text>',
-        f'<text class="tick" x="{PAD}" y="{HEIGHT - 8}">-60 min</text>',
+        f'<line class="axis" x1="{LEFT}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}"/>',
+        f'<line class="axis" x1="{LEFT}" y1="{PAD}" x2="{LEFT}" y2="{HEIGHT - PAD}"/>',
+        f'<text class="tick" x="{LEFT - 4}" y="{PAD + 4}" text-anchor="end">{top:.0f}</text>',
+        f'<text class="tick" x="{LEFT - 4}" y="{HEIGHT - PAD}" text-anchor="end">0</text>',
+        f'<text class="tick" x="{LEFT}" y="{HEIGHT - 8}">-{escape(duration(span))}</text>',
         f'<text class="tick" x="{WIDTH - PAD}" y="{HEIGHT - 8}" text-anchor="end">now</text>',
     ]
     if len(samples) < 2:
@@ -56,7 +59,7 @@ def throughput_svg(samples: Sequence[Sample], now: float) -> str:
         )
     else:
         if rates:
-            parts.append(f'<polyline class="line processed" points="{_points(rates, now, top)}"/>')
-        parts.append(f'<polyline class="line waiting" points="{_points(waiting, now, top)}"/>')
+            parts.append(f'<polyline class="line processed" points="{_points(rates, now, top, span)}"/>')
+        parts.append(f'<polyline class="line waiting" points="{_points(waiting, now, top, span)}"/>')
     parts.append("</svg>")
     return "".join(parts)
