@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from potatoq import cli_ops
+from potatoq.dashboard.cli import register as register_dashboard
 from potatoq.exceptions import ImproperlyConfigured
 
 __all__ = ["COMMANDS", "CommandContext", "UsageError", "command", "find_app", "main", "split_queues"]
@@ -345,6 +346,7 @@ def cmd_demo(ctx: CommandContext) -> int:
 
 
 cli_ops.register(command)  # status, queues, dead, inspect, call, result, revoke, purge, schedule, shell
+register_dashboard(COMMANDS, Command)  # potatoq dashboard; worker --metrics-port/--health-port
 
 
 # ----------------------------------------------------------------------------- main
