@@ -9,6 +9,7 @@ from typing import Any
 
 from potatoq.exceptions import MessageTooLarge, SerializationError
 
+from .argtypes import number_of_seconds, whole_number
 from .session import CliError, Exit, Registrar, Session, guarded
 
 __all__ = ["register"]
@@ -30,13 +31,6 @@ def _json_of(kind: type, example: str, option: str) -> Any:
         return value
 
     return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
 
 
 def _moment(text: str) -> float | str:
@@ -64,13 +58,6 @@ def _iso_time(text: str) -> str:
     return text
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-
-
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the task's registered name, e.g. proj.tasks.add")
     parser.add_argument(
@@ -90,7 +77,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         help="keyword arguments, a JSON object",
     )
     when = parser.add_mutually_exclusive_group()
-    when.add_argument("--countdown", type=_seconds, metavar="S", help="run it S seconds from now")
+    when.add_argument("--countdown", type=number_of_seconds(), metavar="S", help="run it S seconds from now")
     when.add_argument(
         "--eta", type=_iso_time, metavar="TIME", help="run it at an ISO 8601 time (naive = UTC)"
     )
@@ -98,7 +85,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--expires", type=_moment, metavar="S|TIME", help="drop it if it hasn't started by then"
     )
     parser.add_argument("-Q", "--queue", help="queue (default: the task's route, else task_default_queue)")
-    parser.add_argument("--priority", type=_int, metavar="P", help="priority (higher runs first)")
+    parser.add_argument("--priority", type=whole_number(), metavar="P", help="priority (higher runs first)")
     parser.add_argument("--task-id", metavar="ID", help="use this id instead of a new one")
 
 

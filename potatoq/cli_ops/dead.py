@@ -16,31 +16,12 @@ from potatoq.brokers.base import DeadLetterRecord
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 
+from .argtypes import whole_number
 from .confirm import confirm
 from .output import Cell, ago, first_line, table
 from .session import CliError, Exit, Registrar, Session, guarded
 
 __all__ = ["register"]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _not_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,9 +30,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "list", help="dead letters, newest first", description="dead letters, newest first"
     )
     listing.add_argument(
-        "--limit", type=_positive, default=100, metavar="N", help="show at most N (default 100)"
+        "--limit", type=whole_number(1), default=100, metavar="N", help="show at most N (default 100)"
     )
-    listing.add_argument("--offset", type=_not_negative, default=0, metavar="N", help="skip the N newest")
+    listing.add_argument("--offset", type=whole_number(0), default=0, metavar="N", help="skip the N newest")
     listing.add_argument("--traceback", action="store_true", help="show each letter's traceback")
     listing.add_argument("-j", "--json", action="store_true", help="print JSON (with tracebacks) for scripts")
     retry = actions.add_parser(

@@ -13,8 +13,6 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from potatoq.utils import mask_url
-
 from .nodes import Node, read_nodes, running_json
 from .output import duration
 from .session import Exit, Registrar, Session, guarded
@@ -134,7 +132,7 @@ def cmd_inspect(session: Session) -> int:
         where = f" named {', '.join(only)}" if only else ""
         session.note(
             f"no worker{where} online: no heartbeat within worker_dead_after "
-            f"({float(session.app.conf.worker_dead_after):g}s) on broker {mask_url(session.broker_url)}"
+            f"({float(session.app.conf.worker_dead_after):g}s) on broker {session.broker_url}"
         )
         return Exit.FAILED
     return Exit.OK

@@ -14,6 +14,7 @@ from typing import Any
 from potatoq import states
 from potatoq.brokers.base import ResultRecord
 
+from .argtypes import number_of_seconds
 from .output import ago, dump_json, timestamp
 from .session import Exit, Registrar, Session, guarded
 
@@ -30,20 +31,14 @@ def describe_exception(data: Any) -> str:
     return f"{data['exc_type']}: {text}" if text else str(data["exc_type"])
 
 
-def _non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
-    return value
-
-
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", metavar="ID", help="the task id")
     parser.add_argument(
-        "-w", "--wait", type=_non_negative_seconds, metavar="S", help="wait up to S seconds for it to finish"
+        "-w",
+        "--wait",
+        type=number_of_seconds(negative=False),
+        metavar="S",
+        help="wait up to S seconds for it to finish",
     )
     parser.add_argument("-j", "--json", action="store_true", help="print JSON for scripts")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from potatoq.schedules import BaseSchedule, crontab, resolve_timezone, schedule
 
+from .argtypes import whole_number
 from .output import Cell, duration, table, timestamp
 from .session import CliError, Exit, Registrar, Session, guarded
 
@@ -29,19 +30,14 @@ def describe_schedule(value: BaseSchedule) -> str:
     return repr(value)
 
 
-def _runs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 100, got {value}")
-    return value
-
-
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-n", "--runs", type=_runs, default=1, metavar="N", help="show the next N runs of each (default 1)"
+        "-n",
+        "--runs",
+        type=whole_number(1, 100),
+        default=1,
+        metavar="N",
+        help="show the next N runs of each (default 1)",
     )
     parser.add_argument("-j", "--json", action="store_true", help="print JSON for scripts")
 
