@@ -101,7 +101,10 @@ class StaleDelivery(PotatoqError):
     """A settle was refused: the claim was lost and the task delivered again."""
 
 
-class TimeoutError(PotatoqError, TimeoutError):  # noqa: A001 - Celery's name
+import builtins as _builtins  # noqa: E402
+
+
+class TimeoutError(PotatoqError, _builtins.TimeoutError):  # noqa: A001 - Celery's name
     """``AsyncResult.get()`` gave up waiting."""
 
 

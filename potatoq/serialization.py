@@ -27,7 +27,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "td": lambda v: dt.timedelta(seconds=v),
     "u": uuid.UUID,
     "dec": Decimal,
-    "b": lambda v: base64.b64decode(v),
+    "b": base64.b64decode,
     "tup": tuple,
     "set": set,
 }

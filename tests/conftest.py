@@ -6,6 +6,7 @@ Each broker has a module in ``tests/factories/`` defining ``NAME`` and
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
 import uuid
@@ -72,10 +73,8 @@ class BrokerMaker:
 
     def close(self) -> None:
         for broker in self.brokers:
-            try:
+            with contextlib.suppress(Exception):
                 broker.close()
-            except Exception:
-                pass
         for fn in reversed(self.ctx.finalizers):
             fn()
 

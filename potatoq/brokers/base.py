@@ -33,6 +33,7 @@ Rules every implementation follows:
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import os
 import re
@@ -42,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import serialization
-from ..exceptions import InvalidName, MessageDecodeError
+from ..exceptions import InvalidName, MessageDecodeError, OperationalError
 from ..message import Message
 
 __all__ = [
@@ -143,7 +144,7 @@ class Delivery:
 
 def decode_delivery(
     *,
-    id: str,
+    id: str,  # noqa: A002 - mirrors Delivery.id
     queue: str,
     raw: bytes | str,
     token: str,
@@ -336,7 +337,9 @@ class Capabilities:
 
     transactional_enqueue: bool = False  # enqueue(..., connection=) through the caller's DB-API connection
     stores_results: bool = True  # results can live in the broker itself
-    results_by_default: bool = True  # result_backend=None means "the broker" (databases) or "none" (Redis, AMQP)
+    results_by_default: bool = (
+        True  # result_backend=None means "the broker" (databases) or "none" (Redis, AMQP)
+    )
     supervisor_settles: bool = True  # the supervisor may settle a dead child's delivery
     exact_priorities: bool = True  # any int priority orders exactly (AMQP: bands)
     leases: bool = False  # claims expire unless extend() is called
@@ -410,10 +413,8 @@ class ProcessLocal(Generic[T]):
         with self._lock:
             value = self._values.pop(threading.get_ident(), None)
         if value is not None and self._close is not None:
-            try:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close
                 self._close(value)
-            except Exception:  # noqa: BLE001 - a broken connection may fail to close
-                pass
 
     def close_all(self) -> None:
         self._check_fork()
@@ -421,10 +422,8 @@ class ProcessLocal(Generic[T]):
             values, self._values = list(self._values.values()), {}
         if self._close is not None:
             for value in values:
-                try:
+                with contextlib.suppress(Exception):
                     self._close(value)
-                except Exception:  # noqa: BLE001
-                    pass
 
 
 # ----------------------------------------------------------------------------- the contract
@@ -434,6 +433,14 @@ class Broker(abc.ABC):
     """The contract. Subclasses implement every abstract method as one atomic broker step."""
 
     capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Exceptions meaning "the broker can't be reached right now": callers retry these with
+    #: backoff (settles) or until ``broker_connection_timeout`` (enqueues). Brokers extend
+    #: it with their client library's connection errors.
+    connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        ConnectionError,
+        OSError,
+        OperationalError,
+    )
     #: URL schemes this broker serves, e.g. ``("sqlite",)``.
     schemes: ClassVar[tuple[str, ...]] = ()
 
@@ -579,11 +586,18 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        """Dead letters, newest first. Only reads: never removes or reorders them."""
+        """Dead letters, newest first. Only reads: never removes or reorders them.
+
+        Letters older than ``config.dead_letter_ttl`` are never listed, even when nothing
+        has died since (a broker may drop them lazily, but must not show them)."""
 
     @abc.abstractmethod
     def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Put dead letters (all when ``ids`` is None) back on their queue, payload unchanged."""
+        """Put dead letters (all when ``ids`` is None) back on their queue, payload unchanged.
+
+        Returns how many were put back. A dead letter whose id is already waiting or running
+        again is left where it is and not counted (enqueueing it would be a no-op), so that
+        retrying never drops a payload; retry it once that task is gone."""
 
     @abc.abstractmethod
     def purge_dead(self) -> int:

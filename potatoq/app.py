@@ -1,0 +1,525 @@
+"""The application: configuration, the task registry, routing, and the broker factory."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from . import routing, signals
+from .brokers import create_broker, scheme_of
+from .brokers.base import Broker, BrokerConfig, ResultRecord
+from .canvas import Signature, resolve_eta, resolve_expires
+from .config import Settings, load_object
+from .exceptions import ImproperlyConfigured, MessageTooLarge, NotRegistered, OperationalError
+from .message import Message, new_id
+from .result import AsyncResult as _AsyncResult
+from .result import GroupResult as _GroupResult
+from .serialization import check_serializable
+from .task import Task as BaseTask
+from .task import make_task_class
+from .utils import mask_url
+
+logger = logging.getLogger("potatoq")
+
+_current: Potatoq | None = None
+_shared: list[tuple[Callable[..., Any], dict[str, Any]]] = []
+_all_apps: list[Potatoq] = []
+
+
+def current_app() -> Potatoq:
+    """The app made most recently (or a default one, as Celery's ``current_app``)."""
+    global _current
+    if _current is None:
+        _current = Potatoq("default")
+    return _current
+
+
+class TaskRegistry(dict[str, BaseTask]):
+    def __missing__(self, key: str) -> BaseTask:
+        raise NotRegistered(key)
+
+
+class Control:
+    """``app.control``: revocation (Celery's remote control, without the broadcast)."""
+
+    def __init__(self, app: Potatoq) -> None:
+        self.app = app
+
+    def revoke(self, task_id: str | Sequence[str], terminate: bool = False, **_: Any) -> None:
+        ids = [task_id] if isinstance(task_id, str) else list(task_id)
+        for one in ids:
+            self.app.broker.revoke(one)
+            backend = self.app.backend
+            if backend is not None:
+                backend.store_result(
+                    ResultRecord(
+                        task_id=one, state="REVOKED", result=_revoked_exc(one), date_done=time.time()
+                    )
+                )
+        if terminate:
+            logger.info("revoke(terminate=True): running tasks finish; potatoq doesn't kill them remotely")
+
+    def purge(self) -> int:
+        stats = self.app.broker.queue_stats()
+        return self.app.broker.purge([s.queue for s in stats])
+
+
+def _revoked_exc(task_id: str) -> dict[str, Any]:
+    return {
+        "exc_type": "TaskRevokedError",
+        "exc_message": [f"task {task_id} revoked"],
+        "exc_module": "potatoq.exceptions",
+    }
+
+
+class Potatoq:
+    """A potatoq application (also importable as ``Celery``)."""
+
+    Task: type[BaseTask] = BaseTask
+
+    def __init__(
+        self,
+        main: str | None = None,
+        broker: str | None = None,
+        backend: str | None = None,
+        result_backend: str | None = None,
+        include: Sequence[str] | None = None,
+        config_source: Any = None,
+        set_as_current: bool = True,
+        task_cls: type[BaseTask] | str | None = None,
+        namespace: str | None = None,
+        **settings: Any,
+    ) -> None:
+        self.main = main or "__main__"
+        self.conf = Settings()
+        self.tasks = TaskRegistry()
+        self.control = Control(self)
+        self._lock = threading.RLock()
+        self._broker: Broker | None = None
+        self._backend: Broker | bool | None = False  # False: not resolved yet
+        self._routers: list[routing.Router] | None = None
+        self._routes_source: Any = object()
+        self.on_after_configure = signals.Signal("on_after_configure")
+        self.on_after_finalize = signals.Signal("on_after_finalize")
+        self._configured = False
+        if task_cls is not None:
+            self.Task = load_object(task_cls) if isinstance(task_cls, str) else task_cls
+        if config_source is not None:
+            self.config_from_object(config_source, namespace=namespace)
+        if broker is not None:
+            self.conf.broker_url = broker
+        if result_backend is not None or backend is not None:
+            self.conf.result_backend = result_backend if result_backend is not None else backend
+        if include:
+            self.conf.include = tuple(include)
+        for key, value in settings.items():
+            self.conf[key] = value
+        self._register_builtins()
+        for fun, opts in _shared:
+            self._task_from_fun(fun, **opts)
+        _all_apps.append(self)
+        if set_as_current:
+            global _current
+            _current = self
+        signals.app_created.send(sender=self)
+
+    # -- configuration ---------------------------------------------------------------------
+    def config_from_object(
+        self, obj: Any, namespace: str | None = None, silent: bool = False, force: bool = True
+    ) -> None:
+        """Read settings from a module, a dotted path, a class or a mapping."""
+        if isinstance(obj, str):
+            try:
+                obj = load_object(obj)
+            except ImportError:
+                if silent:
+                    return
+                raise
+        self.conf.update_from(obj, namespace=namespace)
+        self._reset_connections()
+
+    def config_from_envvar(self, variable_name: str, silent: bool = False, force: bool = False) -> None:
+        import os
+
+        path = os.environ.get(variable_name)
+        if not path:
+            if silent:
+                return
+            raise ImproperlyConfigured(f"environment variable {variable_name} is not set")
+        self.config_from_object(path, silent=silent)
+
+    def _reset_connections(self) -> None:
+        with self._lock:
+            self._broker = None
+            self._backend = False
+
+    def finalize(self) -> None:
+        """Fire ``on_after_configure`` once and import ``include`` / ``imports`` modules."""
+        if self._configured:
+            return
+        self._configured = True
+        self.on_after_configure.send(sender=self)
+        for module in (*tuple(self.conf.imports or ()), *tuple(self.conf.include or ())):
+            importlib.import_module(module)
+        self.on_after_finalize.send(sender=self)
+
+    def autodiscover_tasks(
+        self,
+        packages: Iterable[str] | Callable[[], Iterable[str]] | None = None,
+        related_name: str = "tasks",
+        force: bool = True,
+    ) -> None:
+        """Import ``<package>.tasks`` for each package (missing modules are skipped)."""
+        names = packages() if callable(packages) else (packages or ())
+        for package in names:
+            try:
+                importlib.import_module(f"{package}.{related_name}")
+            except ModuleNotFoundError as exc:
+                if exc.name not in (f"{package}.{related_name}", package):
+                    raise
+
+    # -- tasks -----------------------------------------------------------------------------
+    def task(self, *args: Any, **opts: Any) -> Any:
+        """``@app.task`` / ``@app.task(bind=True, name=…, queue=…, …)``."""
+        if len(args) == 1 and callable(args[0]) and not opts:
+            return self._task_from_fun(args[0])
+
+        def decorator(fun: Callable[..., Any]) -> BaseTask:
+            return self._task_from_fun(fun, **opts)
+
+        if args and callable(args[0]):
+            return decorator(args[0])
+        return decorator
+
+    def _task_from_fun(
+        self,
+        fun: Callable[..., Any],
+        name: str | None = None,
+        base: type[BaseTask] | None = None,
+        bind: bool = False,
+        shared: bool = True,
+        **options: Any,
+    ) -> BaseTask:
+        task_name = name or self.gen_task_name(fun.__name__, fun.__module__)
+        existing = self.tasks.get(task_name)
+        if existing is not None and getattr(existing, "__wrapped__", None) is fun:
+            return existing
+        options.pop("serializer", None) if options.get("serializer") in (None, "json") else None
+        cls = make_task_class(self, fun, name=task_name, base=base or self.Task, bind=bind, options=options)
+        task: BaseTask = cls()
+        self.tasks[task_name] = task
+        self._annotate(task)
+        return task
+
+    def gen_task_name(self, name: str, module: str) -> str:
+        if module == "__main__" and self.main:
+            module = self.main
+        return f"{module}.{name}"
+
+    def register_task(self, task: BaseTask | type[BaseTask]) -> BaseTask:
+        """Register a class-based task (``class MyTask(Task): name = …; def run(…)``)."""
+        instance = task() if isinstance(task, type) else task
+        if not instance.name:
+            cls = type(instance)
+            instance.name = self.gen_task_name(cls.__name__, cls.__module__)
+        instance.app = self
+        self.tasks[instance.name] = instance
+        self._annotate(instance)
+        return instance
+
+    def _annotate(self, task: BaseTask) -> None:
+        annotations = self.conf.task_annotations
+        if not annotations:
+            return
+        for table in annotations if isinstance(annotations, list | tuple) else [annotations]:
+            if callable(table) and not isinstance(table, Mapping):
+                found = table(task)
+                if found:
+                    for k, v in dict(found).items():
+                        setattr(task, k, v)
+                continue
+            for pattern in ("*", task.name):
+                for k, v in dict(table.get(pattern) or {}).items():
+                    setattr(task, k, v)
+
+    def _register_builtins(self) -> None:
+        from .builtins import register
+
+        register(self)
+
+    # -- calling ---------------------------------------------------------------------------
+    def signature(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Signature:
+        return Signature(name, args, kwargs, app=self, **options)
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> _AsyncResult:
+        """Send a task by name (it needn't be registered in this process)."""
+        result: _AsyncResult = self.signature(name, args, kwargs, **options).apply_async()
+        return result
+
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> _AsyncResult:
+        return _AsyncResult(task_id, app=self, **kwargs)
+
+    def GroupResult(self, group_id: str | None, results: Sequence[_AsyncResult]) -> _GroupResult:
+        return _GroupResult(group_id, results, app=self)
+
+    def add_periodic_task(
+        self,
+        schedule: Any,
+        sig: Signature,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> str:
+        """Add a ``beat_schedule`` entry (Celery's ``app.add_periodic_task``)."""
+        key = name or f"{sig.task}{sig.args!r}"
+        self.conf.beat_schedule = {
+            **dict(self.conf.beat_schedule or {}),
+            key: {
+                "task": sig.task,
+                "schedule": schedule,
+                "args": tuple(args) or sig.args,
+                "kwargs": dict(kwargs or sig.kwargs),
+                "options": {**sig.options, **options},
+            },
+        }
+        return key
+
+    # -- messages --------------------------------------------------------------------------
+    def routers(self) -> list[routing.Router]:
+        source = self.conf.task_routes
+        if self._routers is None or source is not self._routes_source:
+            self._routers = routing.prepare(source)
+            self._routes_source = source
+        return self._routers
+
+    def make_message(
+        self,
+        task_name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        task_id: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        countdown: float | None = None,
+        eta: Any = None,
+        expires: Any = None,
+        headers: Mapping[str, Any] | None = None,
+        routing_key: str | None = None,
+        retries: int = 0,
+        **_: Any,
+    ) -> Message:
+        """The message for one call: routing, defaults and argument checks applied."""
+        args = tuple(args)
+        kwargs = dict(kwargs or {})
+        check_serializable(args, kwargs)
+        task = self.tasks.get(task_name)
+        explicit = {k: v for k, v in (("queue", queue), ("priority", priority)) if v is not None}
+        if task is not None:
+            if task.queue and "queue" not in explicit:
+                explicit["queue"] = task.queue
+            if task.priority is not None and "priority" not in explicit:
+                explicit["priority"] = task.priority
+            if expires is None and task.expires is not None:
+                expires = task.expires
+        route = (
+            routing.route(self.routers(), task_name, args, kwargs, explicit, task) if self.routers() else {}
+        )
+        final_queue = (
+            explicit.get("queue") or route.get("queue") or routing_key or self.conf.task_default_queue
+        )
+        final_priority = explicit.get("priority", route.get("priority", self.conf.task_default_priority))
+        return Message(
+            id=task_id or new_id(),
+            task=task_name,
+            args=args,
+            kwargs=kwargs,
+            queue=str(final_queue),
+            priority=int(final_priority or 0),
+            eta=resolve_eta(countdown, eta),
+            expires=resolve_expires(expires),
+            retries=retries,
+            headers=dict(headers or {}),
+        )
+
+    def send_messages(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        """Enqueue messages, retrying connection errors up to ``broker_connection_timeout``."""
+        if not messages:
+            return
+        limit = self.conf.task_max_message_size
+        for message in messages:
+            signals.before_task_publish.send(sender=message.task, body=message, headers=message.headers)
+            if limit and len(message.encode()) > limit:
+                raise MessageTooLarge(
+                    f"message for task {message.task!r} is {len(message.encode())} bytes; "
+                    f"task_max_message_size is {limit}"
+                )
+        broker = self.broker
+        deadline = time.monotonic() + float(self.conf.broker_connection_timeout)
+        delay = 0.05
+        while True:
+            try:
+                broker.enqueue(messages, connection=connection)
+                break
+            except broker.connection_errors as exc:
+                if connection is not None or time.monotonic() + delay > deadline:
+                    raise OperationalError(
+                        f"can't reach the broker at {mask_url(self.conf.broker_url_or_default())}: {exc}"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        for message in messages:
+            signals.after_task_publish.send(sender=message.task, body=message, headers=message.headers)
+
+    # -- broker and results -------------------------------------------------------------------
+    def broker_config(self, url: str | None = None, result_backend: Broker | None = None) -> BrokerConfig:
+        conf = self.conf
+        return BrokerConfig(
+            url=url or conf.broker_url_or_default(),
+            transport_options=dict(conf.broker_transport_options or {}),
+            result_expires=_seconds(conf.result_expires),
+            max_deliveries=int(conf.task_max_deliveries),
+            dead_letter_max=int(conf.dead_letter_max),
+            dead_letter_ttl=float(conf.dead_letter_ttl),
+            dead_after=float(conf.worker_dead_after),
+            connection_timeout=float(conf.broker_connection_timeout),
+            task_time_limit=float(conf.task_time_limit or 1800),
+            result_backend=result_backend,
+        )
+
+    @property
+    def broker(self) -> Broker:
+        """The broker (made on first use; brokers keep per-process connections)."""
+        broker = self._broker
+        if broker is None:
+            with self._lock:
+                if self._broker is None:
+                    self._broker = self._make_broker()
+                broker = self._broker
+        return broker
+
+    def _make_broker(self) -> Broker:
+        url = self.conf.broker_url_or_default()
+        separate = self._separate_backend_url()
+        backend = None
+        if separate is not None:
+            backend = create_broker(dataclasses.replace(self.broker_config(separate)))
+            self._backend = backend
+        return create_broker(self.broker_config(url, result_backend=backend))
+
+    def _separate_backend_url(self) -> str | None:
+        value = self.conf.result_backend
+        if not value or value in ("broker", "disabled", "none"):
+            return None
+        url = str(value)
+        if url == self.conf.broker_url_or_default():
+            return None
+        if scheme_of(url) in ("rpc",):
+            raise ImproperlyConfigured(
+                "result_backend='rpc://' isn't supported; use 'broker' or a database URL"
+            )
+        return url
+
+    @property
+    def backend(self) -> Broker | None:
+        """Where results are stored: the broker itself, a separate store, or None."""
+        backend = self._backend
+        if backend is False:
+            with self._lock:
+                broker = self.broker
+                if self._backend is False:
+                    value = self.conf.result_backend
+                    if value in ("disabled", "none"):
+                        self._backend = None
+                    elif value == "broker" or value == self.conf.broker_url_or_default():
+                        self._backend = broker if broker.capabilities.stores_results else None
+                    elif value:
+                        self._backend = broker.config.result_backend
+                    else:
+                        self._backend = broker if broker.capabilities.results_by_default else None
+                backend = self._backend
+        return backend  # type: ignore[return-value]
+
+    @property
+    def results_in_broker(self) -> bool:
+        """True when results are written in the same atomic step as the task's settle."""
+        return self.backend is not None and self.backend is self.broker
+
+    def connection_for_write(self) -> Broker:
+        return self.broker
+
+    def close(self) -> None:
+        with self._lock:
+            if self._broker is not None:
+                self._broker.close()
+            if self._backend not in (False, None) and self._backend is not self._broker:
+                self._backend.close()  # type: ignore[union-attr]
+            self._broker = None
+            self._backend = False
+
+    def __repr__(self) -> str:
+        return f"<Potatoq {self.main} broker={mask_url(self.conf.broker_url_or_default())}>"
+
+
+Celery = Potatoq
+
+
+def _seconds(value: Any) -> float:
+    if hasattr(value, "total_seconds"):
+        return float(value.total_seconds())
+    return float(value)
+
+
+def shared_task(*args: Any, **opts: Any) -> Any:
+    """``@shared_task``: a task registered on every app (made before or after it)."""
+
+    def decorator(fun: Callable[..., Any]) -> Any:
+        _shared.append((fun, opts))
+        for app in _all_apps:
+            app._task_from_fun(fun, **opts)
+        return _SharedTaskProxy(fun, opts)
+
+    if len(args) == 1 and callable(args[0]) and not opts:
+        return decorator(args[0])
+    return decorator
+
+
+class _SharedTaskProxy:
+    """Resolves to the task registered on the current app."""
+
+    def __init__(self, fun: Callable[..., Any], opts: dict[str, Any]) -> None:
+        self._fun = fun
+        self._opts = opts
+        self.__wrapped__ = fun
+        self.__doc__ = fun.__doc__
+        self.__name__ = fun.__name__
+
+    def _task(self) -> BaseTask:
+        return current_app()._task_from_fun(self._fun, **self._opts)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._task(), name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._task()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return repr(self._task())

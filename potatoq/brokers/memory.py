@@ -1,0 +1,674 @@
+"""The in-process broker (``memory://NAME``): the whole contract in RAM, for unit tests.
+
+Storage layout (one :class:`_Store` per URL name, kept in a module-level registry so that an
+app and a worker thread of the same process that use ``memory://NAME`` share one queue):
+
+* ``jobs``: task id -> :class:`_Job`, every task that is scheduled, ready or running. The
+  payload is kept as the encoded bytes of :meth:`Message.encode`, and decoded again at
+  claim with :func:`decode_delivery`, so tests exercise the same serialization (and the
+  same garbage handling) as the real brokers.
+* ``ready``: per queue, a heap of ``(-priority, seq, id)``; ``scheduled``: one heap of
+  ``(run_at, seq, id)``. Heaps are pruned lazily: an entry whose job is gone, in another
+  state or re-queued under a newer ``seq`` is skipped when popped. Due scheduled tasks are
+  moved to their ready heap at claim, stats and wait time, never by a worker holding them.
+* ``results`` (encoded :class:`ResultRecord` + expiry), ``dead`` (a log in death order, keyed
+  by a sequence number because one id can die more than once; capped by ``dead_letter_max``
+  and ``dead_letter_ttl``), ``chords``, ``fired`` (periodic dedup),
+  ``heartbeats``.
+
+One lock guards a store; every contract operation is one critical section, which is what
+makes settle (result + chord join + follow-ups + removal) atomic here. Two conditions on
+that lock wake :meth:`MemoryBroker.wait` (on enqueue) and :meth:`wait_for_result` (on
+store). Nothing survives the process and a forked child gets a private copy, hence the
+capabilities ``multiprocess=False`` and ``crash_safe_storage=False``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+from urllib.parse import urlsplit
+
+from potatoq.brokers.base import (
+    Broker,
+    BrokerConfig,
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    DeadLetterRecord,
+    Delivery,
+    Outcome,
+    QueueStats,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    validate_queue_name,
+)
+from potatoq.exceptions import MessageDecodeError
+from potatoq.message import Message
+from potatoq.states import FAILURE, READY_STATES
+
+__all__ = ["MemoryBroker"]
+
+SCHEDULED, READY, RUNNING = "scheduled", "ready", "running"
+# How many fire times per periodic entry are remembered for dedup; older ones are dropped.
+_FIRED_KEEP = 1000
+
+
+@dataclasses.dataclass(slots=True)
+class _Job:
+    id: str
+    queue: str
+    priority: int
+    raw: bytes
+    seq: int
+    state: str
+    run_at: float  # when it is (or became) due
+    deliveries: int = 0
+    token: str | None = None
+    worker: WorkerRef | None = None
+    claimed_at: float = 0.0
+
+
+@dataclasses.dataclass(slots=True)
+class _Chord:
+    parts: dict[int, bytes]
+    fired: bool
+    expires_at: float
+
+
+class _Store:
+    """All state behind one ``memory://NAME``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.enqueued = threading.Condition(self.lock)
+        self.result_stored = threading.Condition(self.lock)
+        self.seq = 0
+        self.jobs: dict[str, _Job] = {}
+        self.ready: dict[str, list[tuple[int, int, str]]] = {}
+        self.scheduled: list[tuple[float, int, str]] = []
+        self.known_queues: set[str] = set()
+        self.results: dict[str, tuple[bytes, float]] = {}
+        self.dead: OrderedDict[int, DeadLetterRecord] = OrderedDict()
+        self.chords: dict[str, _Chord] = {}
+        self.fired: dict[str, OrderedDict[float, None]] = {}
+        self.heartbeats: dict[str, tuple[bytes, float]] = {}
+
+    def reinit_locks(self) -> None:
+        """In a forked child: a lock held by a parent thread at fork time would never be freed."""
+        self.lock = threading.Lock()
+        self.enqueued = threading.Condition(self.lock)
+        self.result_stored = threading.Condition(self.lock)
+
+    # The helpers below run with ``lock`` held.
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def put(self, job: _Job, now: float) -> None:
+        """Index ``job`` (already in ``jobs``) as scheduled or ready, by its ``run_at``."""
+        self.known_queues.add(job.queue)
+        job.token, job.worker = None, None
+        if job.run_at > now:
+            job.state = SCHEDULED
+            heapq.heappush(self.scheduled, (job.run_at, job.seq, job.id))
+        else:
+            self.make_ready(job)
+
+    def make_ready(self, job: _Job) -> None:
+        job.state = READY
+        heapq.heappush(self.ready.setdefault(job.queue, []), (-job.priority, job.seq, job.id))
+
+    def add_raw(
+        self, task_id: str, queue: str, *, priority: int, raw: bytes, run_at: float, now: float
+    ) -> bool:
+        if task_id in self.jobs:  # already waiting or running: enqueue is a no-op
+            return False
+        job = _Job(task_id, queue, priority, raw, self.next_seq(), READY, run_at)
+        self.jobs[task_id] = job
+        self.put(job, now)
+        return True
+
+    def add_message(self, message: Message, raw: bytes, now: float) -> bool:
+        run_at = now if message.eta is None else message.eta
+        return self.add_raw(
+            message.id, message.queue, priority=message.priority, raw=raw, run_at=run_at, now=now
+        )
+
+    def promote_due(self, now: float) -> None:
+        while self.scheduled and self.scheduled[0][0] <= now:
+            _, seq, task_id = heapq.heappop(self.scheduled)
+            job = self.jobs.get(task_id)
+            if job is not None and job.state == SCHEDULED and job.seq == seq:
+                self.make_ready(job)
+
+    def pop_ready(self, queue: str) -> _Job | None:
+        heap = self.ready.get(queue)
+        while heap:
+            _, seq, task_id = heapq.heappop(heap)
+            job = self.jobs.get(task_id)
+            if job is not None and job.state == READY and job.seq == seq:
+                return job
+        return None
+
+    def has_ready(self, queues: Iterable[str]) -> bool:
+        for queue in queues:
+            for _, seq, task_id in self.ready.get(queue, ()):
+                job = self.jobs.get(task_id)
+                if job is not None and job.state == READY and job.seq == seq:
+                    return True
+        return False
+
+    def next_due(self) -> float | None:
+        while self.scheduled:
+            run_at, seq, task_id = self.scheduled[0]
+            job = self.jobs.get(task_id)
+            if job is not None and job.state == SCHEDULED and job.seq == seq:
+                return run_at
+            heapq.heappop(self.scheduled)
+        return None
+
+    def store_result(self, task_id: str, encoded: bytes, expires: float, now: float) -> None:
+        self.results[task_id] = (encoded, now + expires)
+        self.result_stored.notify_all()
+
+    def add_dead(self, record: DeadLetterRecord, limit: int, ttl: float, now: float) -> None:
+        self.dead[self.next_seq()] = record
+        self.prune_dead(limit, ttl, now)
+
+    def prune_dead(self, limit: int, ttl: float, now: float) -> None:
+        while self.dead:
+            oldest = next(iter(self.dead.values()))
+            if len(self.dead) <= limit and oldest.died_at >= now - ttl:
+                break
+            self.dead.popitem(last=False)
+
+    def join_chord(self, join: ChordJoin, expires: float, now: float, enqueue_callback: bool) -> bool:
+        chord = self.chords.get(join.group_id)
+        if chord is None or chord.expires_at <= now:
+            chord = self.chords[join.group_id] = _Chord({}, False, 0.0)
+        chord.expires_at = now + expires
+        chord.parts.setdefault(join.index, join.value)  # a second join of an index counts once
+        if chord.fired or len(chord.parts) < join.size:
+            return False
+        chord.fired = True
+        if enqueue_callback:
+            self.add_message(join.callback, join.callback.encode(), now)
+            self.enqueued.notify_all()
+        return True
+
+
+_STORES: dict[str, _Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _store_for(name: str) -> _Store:
+    with _STORES_LOCK:
+        store = _STORES.get(name)
+        if store is None:
+            store = _STORES[name] = _Store()
+        return store
+
+
+def _after_fork_in_child() -> None:
+    global _STORES_LOCK
+    _STORES_LOCK = threading.Lock()
+    for store in _STORES.values():
+        store.reinit_locks()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _name_of(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.netloc + parts.path).strip("/") or "default"
+
+
+def _encode_checked(message: Message) -> tuple[Message, bytes]:
+    validate_queue_name(message.queue)
+    return message, message.encode()
+
+
+def _task_name(raw: bytes) -> str | None:
+    try:
+        return Message.decode(raw).task
+    except MessageDecodeError:
+        return None
+
+
+def _priority_of(raw: bytes) -> int:
+    try:
+        return Message.decode(raw).priority
+    except MessageDecodeError:
+        return 0
+
+
+class MemoryBroker(Broker):
+    """All tasks, results and heartbeats in this process's memory; see the module docstring."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        multiprocess=False, crash_safe_storage=False, transactional_enqueue=False
+    )
+    schemes: ClassVar[tuple[str, ...]] = ("memory",)
+
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        self.name = _name_of(config.url)
+        self._store = _store_for(self.name)
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def enqueue(self, messages: Sequence[Message], *, connection: object = None) -> None:
+        if connection is not None:
+            raise TypeError("memory:// has no database connection to enqueue through")
+        # Validate and encode everything first: a bad message leaves the store untouched.
+        encoded = [_encode_checked(m) for m in messages]
+        store = self._store
+        with store.lock:
+            now = time.time()
+            for message, raw in encoded:
+                store.add_message(message, raw, now)
+            store.enqueued.notify_all()
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        for queue in queues:
+            validate_queue_name(queue)
+        store = self._store
+        with store.lock:
+            now = time.time()
+            store.promote_due(now)
+            for queue in queues:
+                job = store.pop_ready(queue)
+                if job is None:
+                    continue
+                job.state = RUNNING
+                job.deliveries += 1
+                job.token = uuid.uuid4().hex
+                job.worker = worker
+                job.claimed_at = now
+                break
+            else:
+                return None
+            # Copy what the delivery needs while the lock is held, decode outside it.
+            task_id, raw, token, deliveries = job.id, job.raw, job.token, job.deliveries
+        return decode_delivery(
+            id=task_id,
+            queue=queue,
+            raw=raw,
+            token=token,
+            deliveries=deliveries,
+            worker=worker,
+            claimed_at=now,
+        )
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        # Encode outside the lock, so a serialization error changes nothing.
+        result = None if isinstance(outcome, Requeue) else outcome.result
+        encoded_result = None if result is None else result.encode()
+        followups: list[tuple[Message, bytes]] = []
+        chord: ChordJoin | None = None
+        if isinstance(outcome, Complete | DeadLetter):
+            followups = [_encode_checked(m) for m in outcome.followups]
+            chord = outcome.chord
+        retry_raw = None
+        if isinstance(outcome, RetryLater):
+            if outcome.message.id != delivery.id:
+                raise ValueError(f"RetryLater message id {outcome.message.id!r} != task id {delivery.id!r}")
+            validate_queue_name(outcome.message.queue)
+            retry_raw = outcome.message.encode()
+
+        store = self._store
+        config = self.config
+        with store.lock:
+            job = store.jobs.get(delivery.id)
+            if job is None or job.state != RUNNING or job.token != delivery.token:
+                return False
+            now = time.time()
+            if isinstance(outcome, Requeue):
+                if not outcome.crashed:
+                    job.deliveries = max(0, job.deliveries - 1)
+                job.run_at = now
+                store.make_ready(job)  # same seq: it goes back to its place in line
+                job.token, job.worker = None, None
+                store.enqueued.notify_all()
+                return True
+            if isinstance(outcome, RetryLater):
+                assert retry_raw is not None
+                message = outcome.message
+                job.raw, job.queue, job.priority = retry_raw, message.queue, message.priority
+                job.run_at = now if message.eta is None else message.eta
+                job.deliveries = 0
+                job.seq = store.next_seq()
+                store.put(job, now)
+                store.enqueued.notify_all()
+            else:
+                del store.jobs[job.id]
+                if isinstance(outcome, DeadLetter):
+                    record = DeadLetterRecord(
+                        id=job.id,
+                        queue=job.queue,
+                        task=delivery.message.task if delivery.message else _task_name(job.raw),
+                        reason=outcome.reason,
+                        raw=job.raw,
+                        died_at=now,
+                        deliveries=job.deliveries,
+                    )
+                    store.add_dead(record, config.dead_letter_max, config.dead_letter_ttl, now)
+                for message, raw in followups:
+                    store.add_message(message, raw, now)
+                if chord is not None:
+                    store.join_chord(chord, config.result_expires, now, enqueue_callback=True)
+                if followups:
+                    store.enqueued.notify_all()
+            if encoded_result is not None and result is not None:
+                store.store_result(result.task_id, encoded_result, config.result_expires, now)
+            return True
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        store = self._store
+        with store.lock:
+            now = time.time()
+            store.promote_due(now)
+            if store.has_ready(queues):
+                return
+            due = store.next_due()
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - now))
+            # One wait, no loop: any enqueue (or interrupt) returns; the caller claims after.
+            store.enqueued.wait(max(0.0, timeout))
+
+    def interrupt(self) -> None:
+        with self._store.lock:
+            self._store.enqueued.notify_all()
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def heartbeat(self, info: WorkerInfo) -> None:
+        encoded = info.encode()
+        with self._store.lock:
+            self._store.heartbeats[info.node] = (encoded, time.time())
+
+    def workers(self) -> list[WorkerInfo]:
+        with self._store.lock:
+            beats = list(self._store.heartbeats.values())
+        infos = [WorkerInfo.decode(raw, last_seen=seen) for raw, seen in beats]
+        return sorted(infos, key=lambda w: w.last_seen, reverse=True)
+
+    def forget_worker(self, node: str) -> None:
+        with self._store.lock:
+            self._store.heartbeats.pop(node, None)
+
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        store = self._store
+        requeued = dead = 0
+        with store.lock:
+            now = time.time()
+            for job in list(store.jobs.values()):
+                if job.state != RUNNING or job.worker is None:
+                    continue
+                beat = store.heartbeats.get(job.worker.node)
+                last_sign_of_life = beat[1] if beat is not None else job.claimed_at
+                if now - last_sign_of_life <= dead_after:
+                    continue
+                if job.deliveries < max_deliveries:
+                    job.run_at = now
+                    store.make_ready(job)  # the crashed delivery keeps counting
+                    job.token, job.worker = None, None
+                    requeued += 1
+                    continue
+                self._dead_letter_lost(job, max_deliveries, now)
+                dead += 1
+            if requeued:
+                store.enqueued.notify_all()
+        return RecoverReport(requeued=requeued, dead=dead)
+
+    def _dead_letter_lost(self, job: _Job, max_deliveries: int, now: float) -> None:
+        """With the lock held: a task whose holders kept dying goes to the dead letters."""
+        store, config = self._store, self.config
+        holder = job.worker
+        reason = (
+            f"WorkerLostError: the worker running the task died {job.deliveries} times "
+            f"(task_max_deliveries={max_deliveries}); last holder {holder.node if holder else '?'}"
+            f" pid {holder.pid if holder else '?'}"
+        )
+        del store.jobs[job.id]
+        try:
+            message: Message | None = Message.decode(job.raw)
+        except MessageDecodeError:
+            message = None
+        store.add_dead(
+            DeadLetterRecord(
+                id=job.id,
+                queue=job.queue,
+                task=message.task if message else None,
+                reason=reason,
+                raw=job.raw,
+                died_at=now,
+                deliveries=job.deliveries,
+            ),
+            config.dead_letter_max,
+            config.dead_letter_ttl,
+            now,
+        )
+        record = ResultRecord(
+            task_id=job.id,
+            state=FAILURE,
+            result={
+                "exc_type": "WorkerLostError",
+                "exc_message": reason.split(": ", 1)[1],
+                "exc_module": "potatoq.exceptions",
+            },
+            name=message.task if message else None,
+            retries=message.retries if message else 0,
+            date_done=now,
+        )
+        store.store_result(job.id, record.encode(), config.result_expires, now)
+
+    # -- chords and periodic tasks ------------------------------------------------------------
+
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        if enqueue_callback:
+            validate_queue_name(join.callback.queue)
+        with self._store.lock:
+            return self._store.join_chord(
+                join, self.config.result_expires, time.time(), enqueue_callback=enqueue_callback
+            )
+
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        with self._store.lock:
+            chord = self._store.chords.get(group_id)
+            if chord is None or chord.expires_at <= time.time():
+                self._store.chords.pop(group_id, None)
+                return []
+            return [value for _, value in sorted(chord.parts.items())]
+
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
+        raw = None
+        if message is not None:
+            validate_queue_name(message.queue)
+            raw = message.encode()
+        store = self._store
+        with store.lock:
+            fired = store.fired.setdefault(name, OrderedDict())
+            if fire_time in fired:
+                return False
+            fired[fire_time] = None
+            while len(fired) > _FIRED_KEEP:
+                fired.popitem(last=False)
+            if message is not None and raw is not None:
+                store.add_message(message, raw, time.time())
+                store.enqueued.notify_all()
+            return True
+
+    # -- results ------------------------------------------------------------------------------
+
+    def store_result(self, record: ResultRecord) -> None:
+        encoded = record.encode()
+        with self._store.lock:
+            self._store.store_result(record.task_id, encoded, self.config.result_expires, time.time())
+
+    def _get_locked(self, task_id: str, now: float) -> ResultRecord | None:
+        entry = self._store.results.get(task_id)
+        if entry is None:
+            return None
+        encoded, expires_at = entry
+        if expires_at <= now:
+            del self._store.results[task_id]
+            return None
+        return ResultRecord.decode(encoded)
+
+    def get_result(self, task_id: str) -> ResultRecord | None:
+        with self._store.lock:
+            return self._get_locked(task_id, time.time())
+
+    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        store = self._store
+        with store.lock:
+            while True:
+                record = self._get_locked(task_id, time.time())
+                if record is not None and record.state in READY_STATES:
+                    return record
+                if deadline is None:
+                    store.result_stored.wait()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return record
+                store.result_stored.wait(remaining)
+
+    def forget_result(self, task_id: str) -> None:
+        with self._store.lock:
+            self._store.results.pop(task_id, None)
+
+    # -- revocation, dead letters, stats --------------------------------------------------
+
+    def revoke(self, task_id: str) -> bool:
+        with self._store.lock:
+            job = self._store.jobs.get(task_id)
+            if job is None or job.state == RUNNING:
+                return False
+            del self._store.jobs[task_id]  # its heap entries are skipped when popped
+            return True
+
+    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
+        with self._store.lock:
+            self._store.prune_dead(self.config.dead_letter_max, self.config.dead_letter_ttl, time.time())
+            newest_first = list(reversed(self._store.dead.values()))
+        return newest_first[offset : offset + limit]
+
+    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        store = self._store
+        retried = 0
+        with store.lock:
+            now = time.time()
+            wanted = None if ids is None else set(ids)
+            newest: dict[str, int] = {}  # id -> key of its latest death
+            for key, record in store.dead.items():
+                if wanted is None or record.id in wanted:
+                    newest[record.id] = key
+            for key in sorted(newest.values()):  # back in the order they died
+                record = store.dead[key]
+                # An id already waiting or running keeps its dead letter (and so do the older
+                # deaths of an id restored here): retrying must never drop a payload.
+                if store.add_raw(
+                    record.id,
+                    record.queue,
+                    priority=_priority_of(record.raw),
+                    raw=record.raw,
+                    run_at=now,
+                    now=now,
+                ):
+                    del store.dead[key]
+                    retried += 1
+            if retried:
+                store.enqueued.notify_all()
+        return retried
+
+    def purge_dead(self) -> int:
+        with self._store.lock:
+            count = len(self._store.dead)
+            self._store.dead.clear()
+        return count
+
+    def queue_stats(self) -> list[QueueStats]:
+        store = self._store
+        with store.lock:
+            now = time.time()
+            store.promote_due(now)
+            counts = {q: [0, 0, 0] for q in store.known_queues}
+            oldest: dict[str, float] = {}
+            for job in store.jobs.values():
+                row = counts.setdefault(job.queue, [0, 0, 0])
+                if job.state == READY:
+                    row[0] += 1
+                    oldest[job.queue] = min(oldest.get(job.queue, job.run_at), job.run_at)
+                elif job.state == SCHEDULED:
+                    row[1] += 1
+                else:
+                    row[2] += 1
+        return [
+            QueueStats(
+                queue=queue,
+                waiting=waiting,
+                delayed=delayed,
+                running=running,
+                oldest_waiting_age=max(0.0, now - oldest[queue]) if queue in oldest else None,
+            )
+            for queue, (waiting, delayed, running) in sorted(counts.items())
+        ]
+
+    def purge(self, queues: Sequence[str]) -> int:
+        names = {validate_queue_name(q) for q in queues}
+        store = self._store
+        with store.lock:
+            doomed = [j.id for j in store.jobs.values() if j.queue in names and j.state != RUNNING]
+            for task_id in doomed:
+                del store.jobs[task_id]
+        return len(doomed)
+
+    # -- test helpers -------------------------------------------------------------------------
+
+    def fast_forward(self) -> int:
+        """Make every scheduled task ready now (``potatoq.testing.drain`` uses this so that
+        unit tests don't wait for countdowns and retry backoff). Returns how many."""
+        store = self._store
+        with store.lock:
+            before = sum(1 for job in store.jobs.values() if job.state == SCHEDULED)
+            store.promote_due(float("inf"))
+            store.enqueued.notify_all()
+        return before
+
+    def flush(self) -> None:
+        """Forget everything stored under this URL name (tasks, results, dead letters, ...)."""
+        store = self._store
+        with store.lock:
+            fresh = _Store()
+            for field in ("seq", "jobs", "ready", "scheduled", "known_queues", "results", "dead"):
+                setattr(store, field, getattr(fresh, field))
+            store.chords, store.fired, store.heartbeats = {}, {}, {}
+
+    def _put_raw(self, queue: str, raw: bytes, task_id: str | None = None) -> str:
+        """Store ``raw`` as a ready task without decoding it (tests inject garbage this way)."""
+        validate_queue_name(queue)
+        task_id = task_id or uuid.uuid4().hex
+        with self._store.lock:
+            now = time.time()
+            self._store.add_raw(task_id, queue, priority=0, raw=raw, run_at=now, now=now)
+            self._store.enqueued.notify_all()
+        return task_id

@@ -1,0 +1,911 @@
+"""The SQLite broker: the embedded default, ``sqlite:///path/to/file.sqlite3``.
+
+Storage layout (one database file in WAL mode, schema in ``sqlite/migrations/``):
+
+* ``potatoq_jobs``: the hot table. It only holds tasks that are scheduled (state 0), ready
+  (1) or running (2); a finished task's row is deleted. Partial indexes per state keep each
+  hot query a short index search: ``(queue, priority DESC, seq) WHERE state = 1`` for
+  claims, ``(queue, run_at) WHERE state = 0`` for ETAs (so far-future tasks never slow the
+  ready scan), ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` (the rowid) gives
+  FIFO order within a priority; ``token`` is a random fencing token set by each claim.
+* ``potatoq_results`` (with an expiry index), ``potatoq_dead`` (capped by count and age),
+  ``potatoq_workers`` (one heartbeat row per worker node, its WorkerInfo as JSON),
+  ``potatoq_chords`` + ``potatoq_chord_parts`` (a fired flag per group, one row per header
+  part) and ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time).
+* ``potatoq_migrations``: which numbered migrations the file has had.
+
+Why it is built this way:
+
+* SQLite has one writer, so a claim is a plain ``UPDATE … WHERE seq = (SELECT … LIMIT 1)
+  RETURNING …`` (3.35+) under ``BEGIN IMMEDIATE``; no SKIP LOCKED is needed. A cheap read
+  first checks for work, so idle workers never take the write lock. Due scheduled tasks are
+  promoted to ready in the same claim transaction: there is no poller.
+* Every write transaction is ``BEGIN IMMEDIATE``: a deferred transaction that reads and
+  then writes fails at once with SQLITE_BUSY_SNAPSHOT (the busy timeout doesn't cover lock
+  upgrades). Connections are in autocommit mode, so an idle one never pins a snapshot that
+  would stop checkpoints.
+* WAL with ``synchronous=NORMAL`` survives process crashes; only an OS crash or power loss
+  can drop the last commits (``{"durable": True}`` selects FULL).
+* Settling is one transaction: the fenced delete (or update) of the job row, the result,
+  the chord join and the follow-up tasks. ``settle_and_claim`` adds the next claim to it.
+* Idle workers wake up through ``PRAGMA data_version``, which changes whenever another
+  connection commits; it costs microseconds, so a 2 ms → 50 ms backoff gives millisecond
+  latency with no extra process.
+* Fork safety: connections live in a :class:`~potatoq.brokers.base.ProcessLocal`, so a
+  child never uses, closes or garbage-collects its parent's connection (closing one would
+  release the parent's POSIX locks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+from potatoq.exceptions import ImproperlyConfigured, OperationalError
+from potatoq.message import Message
+
+from . import sqlfiles
+from .base import (
+    Broker,
+    BrokerConfig,
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    DeadLetterRecord,
+    Delivery,
+    Outcome,
+    ProcessLocal,
+    QueueStats,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    validate_queue_name,
+)
+
+__all__ = [
+    "MIN_SQLITE_VERSION",
+    "NETWORK_FILESYSTEMS",
+    "SQLiteBroker",
+    "SQLiteOptions",
+    "apply_migrations",
+    "check_local_filesystem",
+    "check_sqlite_version",
+    "database_path",
+    "install_schema",
+    "network_filesystem",
+]
+
+MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE … RETURNING
+
+# Filesystem types (as /proc/mounts names them) on which SQLite's locking and WAL's shared
+# memory don't work reliably.
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs", "nfs4", "cifs", "smb", "smb3", "smbfs", "ncpfs", "afs", "coda", "9p",
+        "ceph", "glusterfs", "lustre", "gpfs", "davfs", "fuse.sshfs", "sshfs",
+        "fuse.glusterfs", "fuse.ceph", "fuse.s3fs", "fuse.rclone", "fuse.gcsfuse", "fuse.davfs2",
+    }
+)  # fmt: skip
+
+# How long claimed periodic fire times are remembered (nobody races for older ones).
+PERIODIC_RETENTION = 7 * 86400.0
+
+_SQL = sqlfiles.load_directory("potatoq.brokers", "sqlite")
+_INSTALL = tuple(sqlfiles.load_file("potatoq.brokers", "sqlite/install/current.sql").items())
+_MIGRATIONS = sqlfiles.load_migrations("potatoq.brokers", "sqlite/migrations")
+LATEST_VERSION = len(_MIGRATIONS)
+
+_WAIT_MIN = 0.002  # data_version backoff: first check after 2 ms ...
+_WAIT_MAX = 0.050  # ... doubling up to 50 ms
+
+_SCHEDULED, _READY, _RUNNING = 0, 1, 2
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SQLiteOptions:
+    """``broker_transport_options`` understood by the SQLite broker."""
+
+    #: synchronous=FULL instead of NORMAL: also survive an OS crash or power loss, slower.
+    durable: bool = False
+    #: milliseconds a writer waits for the write lock before failing.
+    busy_timeout: int = 30000
+    #: bytes the WAL file is truncated to after a checkpoint.
+    journal_size_limit: int = 64 * 1024 * 1024
+    #: skip the refusal of NFS/SMB/sshfs… mounts (only if you know locking works there).
+    allow_network_filesystem: bool = False
+
+    @classmethod
+    def from_transport_options(cls, options: Mapping[str, Any]) -> SQLiteOptions:
+        """Parse and check ``options``; an unknown name or a wrong type is a clear error."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name, value in options.items():
+            field = fields.get(name)
+            if field is None:
+                known = ", ".join(sorted(fields))
+                raise ImproperlyConfigured(
+                    f"unknown SQLite broker_transport_options key {name!r}; known options: {known}"
+                )
+            kind = bool if field.type == "bool" else int
+            if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
+                expected = "True or False" if kind is bool else "a non-negative integer"
+                raise ImproperlyConfigured(
+                    f"SQLite broker_transport_options[{name!r}] must be {expected}, got {value!r}"
+                )
+        return cls(**dict(options))
+
+
+# ----------------------------------------------------------------------------- start-up checks
+
+
+def database_path(url: str) -> str:
+    """The absolute database path of ``sqlite:///relative`` or ``sqlite:////absolute`` URLs.
+
+    In-memory databases are refused: worker processes each need to open the same database.
+    """
+    prefix = "sqlite://"
+    if not url.lower().startswith(prefix):
+        raise ImproperlyConfigured(f"not a SQLite URL: {url!r} (use sqlite:///path/to/file.sqlite3)")
+    rest = url[len(prefix) :]
+    path = rest[1:] if rest.startswith("/") else ""
+    if rest and not rest.startswith("/"):
+        raise ImproperlyConfigured(
+            f"SQLite URL {url!r} has a host part; use sqlite:///relative/path or sqlite:////absolute/path"
+        )
+    if not path or path == ":memory:" or path.startswith("file::memory:") or "mode=memory" in path:
+        raise ImproperlyConfigured(
+            f"SQLite URL {url!r} names no database file; in-memory databases can't be shared with "
+            "worker processes. Use sqlite:///path/to/file.sqlite3 (or memory:// for tests)"
+        )
+    if "?" in path:
+        raise ImproperlyConfigured(
+            f"SQLite URL {url!r} has a query string; pass options in broker_transport_options"
+        )
+    return os.path.abspath(path)
+
+
+def check_sqlite_version(version: tuple[int, int, int], text: str | None = None) -> None:
+    """Refuse SQLite libraries older than 3.35 (no ``RETURNING``), naming the version found."""
+    if tuple(version) < MIN_SQLITE_VERSION:
+        found = text or ".".join(map(str, version))
+        need = ".".join(map(str, MIN_SQLITE_VERSION))
+        raise ImproperlyConfigured(
+            f"the SQLite broker needs SQLite {need} or newer, but Python's sqlite3 module uses "
+            f"SQLite {found}; use a Python built with a newer SQLite (python.org, uv and most "
+            "distributions' recent Pythons bundle one)"
+        )
+
+
+def _unescape_mount(field: str) -> str:
+    """/proc/mounts writes space, tab, newline and backslash as octal escapes."""
+    for escaped, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(escaped, char)
+    return field
+
+
+def network_filesystem(directory: str, mounts: str) -> str | None:
+    """The network filesystem type ``directory`` is on, per a /proc/mounts text, or None.
+
+    A pure function: ``mounts`` is the table's text, so it is testable without mounting NFS.
+    The longest mount point containing ``directory`` wins (later lines win ties: they are
+    mounted on top).
+    """
+    best_point, best_type = "", ""
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point, fstype = _unescape_mount(parts[1]), parts[2]
+        inside = point in ("/", directory) or directory.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best_point):
+            best_point, best_type = point, fstype
+    return best_type if best_type in NETWORK_FILESYSTEMS else None
+
+
+def check_local_filesystem(path: str, mounts: str | None = None) -> None:
+    """Refuse a database on a network filesystem (detected through /proc/mounts on Linux)."""
+    if mounts is None:
+        try:
+            with open("/proc/mounts", encoding="utf-8", errors="replace") as f:
+                mounts = f.read()
+        except OSError:  # not Linux: nothing to detect with
+            return
+    directory = os.path.dirname(os.path.realpath(path))
+    fstype = network_filesystem(directory, mounts)
+    if fstype is not None:
+        raise ImproperlyConfigured(
+            f"the SQLite database {path!r} is on a network filesystem ({fstype}); SQLite's locks "
+            "and WAL mode don't work there and the database can be corrupted. Put it on a local "
+            "disk, or use the PostgreSQL or Redis broker to share a queue between hosts"
+        )
+
+
+# ----------------------------------------------------------------------------- schema
+
+
+def install_schema(conn: sqlite3.Connection, now: float) -> None:
+    """Create the current schema in an empty database (inside the caller's transaction)."""
+    for _name, sql in _INSTALL:
+        conn.execute(sql)
+    for migration in _MIGRATIONS:
+        conn.execute(
+            _SQL["schema_record_migration"],
+            {"version": migration.number, "name": migration.name, "now": now},
+        )
+
+
+def apply_migrations(conn: sqlite3.Connection, start: int, now: float) -> None:
+    """Apply migrations ``start + 1 … latest`` in order (inside the caller's transaction)."""
+    for migration in _MIGRATIONS[start:]:
+        for _name, sql in migration.statements:
+            conn.execute(sql)
+        conn.execute(
+            _SQL["schema_record_migration"],
+            {"version": migration.number, "name": migration.name, "now": now},
+        )
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    try:
+        row = conn.execute(_SQL["schema_version"]).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return 0
+        raise
+    return int(row[0])
+
+
+def _migrate(conn: sqlite3.Connection, now: float) -> None:
+    """Bring the file's schema up to date; many processes may race here, one does the work."""
+    if _schema_version(conn) == LATEST_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_SQL["schema_create_migrations"])
+        version = int(conn.execute(_SQL["schema_version"]).fetchone()[0])
+        if version > LATEST_VERSION:
+            raise ImproperlyConfigured(
+                f"the SQLite database has schema version {version}, newer than this potatoq "
+                f"knows ({LATEST_VERSION}); upgrade potatoq"
+            )
+        if version == 0 and not conn.execute(_SQL["schema_has_jobs_table"]).fetchone()[0]:
+            install_schema(conn, now)
+        else:
+            apply_migrations(conn, version, now)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+# ----------------------------------------------------------------------------- connections
+
+
+class _Connection:
+    """One thread's connection, plus what wait() needs to never miss a commit."""
+
+    __slots__ = ("baseline", "conn", "interrupts")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        # data_version seen by the last claim that found nothing: a commit between that
+        # claim and the next wait() makes wait return.
+        self.baseline: int | None = None
+        # interrupt() calls counted when this thread's last wait() returned: one made since
+        # makes the next wait() return at once, even if it came before that wait started.
+        self.interrupts = 0
+
+    def data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
+    return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
+
+
+class SQLiteBroker(Broker):
+    """A broker in one local SQLite file, shared by any number of processes on this host."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
+    schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
+
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        check_sqlite_version(sqlite3.sqlite_version_info, sqlite3.sqlite_version)
+        self.options = SQLiteOptions.from_transport_options(config.transport_options)
+        self.path = database_path(config.url)
+        if not self.options.allow_network_filesystem:
+            check_local_filesystem(self.path)
+        #: the clock used for due times, claims, heartbeats and expiry (injectable in tests)
+        self.clock: Callable[[], float] = time.time
+        self._local: ProcessLocal[_Connection] = ProcessLocal(self._open, lambda c: c.conn.close())
+        self._schema_ready = False
+        self._pid = os.getpid()
+        self._wake = threading.Condition()
+        self._interrupts = 0
+        self._queue_lists: dict[tuple[str, ...], str] = {}
+        backend = config.result_backend
+        self._result_backend = backend if backend is not None and backend is not self else None
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _open(self) -> _Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.options.busy_timeout / 1000,
+                isolation_level=None,  # autocommit: an idle connection holds no snapshot
+                # ProcessLocal gives each thread its own connection; close_all may run in another
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        except sqlite3.Error as exc:
+            raise OperationalError(f"can't open the SQLite database {self.path!r}: {exc}") from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise OperationalError(f"SQLite database {self.path!r} refused WAL mode (got {mode!r})")
+            conn.execute(f"PRAGMA synchronous = {'FULL' if self.options.durable else 'NORMAL'}")
+            conn.execute("PRAGMA secure_delete = OFF")  # Debian builds turn it on: extra writes
+            conn.execute(f"PRAGMA journal_size_limit = {int(self.options.journal_size_limit)}")
+            if not self._schema_ready:
+                _migrate(conn, self.clock())
+                self._schema_ready = True
+        except sqlite3.Error as exc:
+            conn.close()
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return _Connection(conn)
+
+    def _conn(self) -> _Connection:
+        return self._local.get()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction on this thread's connection."""
+        conn = self._local.get().conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+
+    def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+        try:
+            return self._local.get().conn.execute(_SQL[name], params or {}).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+
+    def _queue_list(self, queues: Sequence[str]) -> str:
+        """``queues`` validated, as the JSON array the SQL reads with json_each()."""
+        key = tuple(queues)
+        text = self._queue_lists.get(key)
+        if text is None:
+            for queue in key:
+                validate_queue_name(queue)
+            if len(self._queue_lists) > 1000:
+                self._queue_lists.clear()
+            text = self._queue_lists[key] = json.dumps(list(key))
+        return text
+
+    def _expiry(self, now: float) -> float | None:
+        expires = self.config.result_expires
+        return now + expires if expires and expires > 0 else None
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def _job_row(self, message: Message, now: float) -> dict[str, Any]:
+        validate_queue_name(message.queue)
+        due = message.eta is None or message.eta <= now
+        return {
+            "id": message.id,
+            "queue": message.queue,
+            "task": message.task,
+            "priority": int(message.priority),
+            "state": _READY if due else _SCHEDULED,
+            "run_at": now if message.eta is None else float(message.eta),
+            "payload": message.encode(),
+        }
+
+    def _insert(self, conn: sqlite3.Connection, messages: Sequence[Message], now: float) -> None:
+        if len(messages) == 1:
+            conn.execute(_SQL["job_insert"], self._job_row(messages[0], now))
+        elif messages:
+            conn.executemany(_SQL["job_insert"], [self._job_row(m, now) for m in messages])
+
+    def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        if not messages:
+            return
+        now = self.clock()
+        if connection is not None:
+            self._enqueue_through(connection, messages, now)
+            return
+        with self._write() as conn:
+            self._insert(conn, messages, now)
+
+    def _enqueue_through(self, connection: Any, messages: Sequence[Message], now: float) -> None:
+        """Write the rows inside the caller's own transaction (committed or rolled back by them)."""
+        raw = getattr(connection, "connection", connection)  # Django's wrapper holds the DB-API one
+        if not isinstance(raw, sqlite3.Connection):
+            raise TypeError(
+                f"the SQLite broker can enqueue through a sqlite3.Connection only, got {type(connection)!r}"
+            )
+        self._conn()  # makes sure the schema exists
+        raw.executemany(_SQL["job_insert"], [self._job_row(m, now) for m in messages])
+
+    def _claim_in(
+        self, conn: sqlite3.Connection, queues: Sequence[str], worker: WorkerRef, now: float
+    ) -> Delivery | None:
+        """Promote due tasks and claim the best ready one, inside an open write transaction."""
+        conn.execute(_SQL["job_promote_due"], {"queues": self._queue_list(queues), "now": now})
+        token = random.getrandbits(63)
+        params = {"token": token, "node": worker.node, "pid": worker.pid, "now": now, "queue": ""}
+        for queue in queues:
+            params["queue"] = queue
+            rows = conn.execute(_SQL["job_claim"], params).fetchall()
+            if rows:
+                task_id, queue_name, deliveries, payload = rows[0]
+                return decode_delivery(
+                    id=task_id,
+                    queue=queue_name,
+                    raw=payload,
+                    token=str(token),
+                    deliveries=deliveries,
+                    worker=worker,
+                    claimed_at=now,
+                )
+        return None
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        if not queues:
+            return None
+        local = self._conn()
+        now = self.clock()
+        names = self._queue_list(queues)
+        try:
+            # Read data_version before looking: a commit after this read changes it, so a
+            # wait() that follows an empty claim can't miss work enqueued in between.
+            version = local.data_version()
+            ready, due = local.conn.execute(_SQL["job_peek"], {"queues": names, "now": now}).fetchone()
+        except sqlite3.OperationalError as exc:
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        if not ready and not due:
+            local.baseline = version
+            return None
+        with self._write() as conn:
+            delivery = self._claim_in(conn, queues, worker, now)
+            if delivery is None:  # another worker took it first
+                local.baseline = local.data_version()
+        if delivery is not None:
+            local.baseline = None
+        return delivery
+
+    # -- settling -----------------------------------------------------------------------------
+
+    def _settle_in(self, conn: sqlite3.Connection, delivery: Delivery, outcome: Outcome, now: float) -> bool:
+        fence = {"id": delivery.id, "token": int(delivery.token)}
+        if isinstance(outcome, Complete | DeadLetter):
+            rows = conn.execute(_SQL["job_delete_claimed"], fence).fetchall()
+            if not rows:
+                return False
+            if isinstance(outcome, DeadLetter):
+                queue, task, priority, deliveries, payload = rows[0]
+                self._dead_in(
+                    conn,
+                    task_id=delivery.id,
+                    queue=queue,
+                    task=task,
+                    priority=priority,
+                    deliveries=deliveries,
+                    payload=payload,
+                    reason=outcome.reason,
+                    now=now,
+                )
+            self._result_in(conn, outcome.result, now)
+            if outcome.chord is not None:
+                self._chord_join_in(conn, outcome.chord, True, now)
+            self._insert(conn, outcome.followups, now)
+            return True
+        if isinstance(outcome, RetryLater):
+            row = self._job_row(outcome.message, now)
+            del row["id"]
+            cursor = conn.execute(_SQL["job_retry_later"], {**row, **fence})
+            if cursor.rowcount != 1:
+                return False
+            self._result_in(conn, outcome.result, now)
+            return True
+        if isinstance(outcome, Requeue):
+            params = {**fence, "uncount": 0 if outcome.crashed else 1}
+            return conn.execute(_SQL["job_requeue"], params).rowcount == 1
+        raise TypeError(f"unknown outcome {outcome!r}")
+
+    def _result_in(self, conn: sqlite3.Connection, record: ResultRecord | None, now: float) -> None:
+        if record is None or self._result_backend is not None:
+            return
+        conn.execute(
+            _SQL["result_upsert"],
+            {
+                "task_id": record.task_id,
+                "state": record.state,
+                "payload": record.encode(),
+                "expires_at": self._expiry(now),
+            },
+        )
+
+    def _forward_result(self, outcome: Outcome | None) -> None:
+        """With a separate result backend, results go there once the settle committed."""
+        record = getattr(outcome, "result", None)
+        if self._result_backend is not None and record is not None:
+            self._result_backend.store_result(record)
+
+    def _dead_in(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        task_id: str,
+        queue: str,
+        task: str | None,
+        priority: int,
+        deliveries: int,
+        payload: bytes,
+        reason: str,
+        now: float,
+    ) -> None:
+        conn.execute(
+            _SQL["dead_insert"],
+            {
+                "id": task_id,
+                "queue": queue,
+                "task": task,
+                "priority": priority,
+                "reason": reason,
+                "payload": payload,
+                "deliveries": deliveries,
+                "now": now,
+            },
+        )
+        conn.execute(_SQL["dead_trim_age"], {"cutoff": now - self.config.dead_letter_ttl})
+        conn.execute(_SQL["dead_trim_count"], {"keep": max(0, int(self.config.dead_letter_max))})
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        now = self.clock()
+        with self._write() as conn:
+            settled = self._settle_in(conn, delivery, outcome, now)
+        if settled:
+            self._forward_result(outcome)
+        return settled
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        """Settle and claim the next task in one transaction: one write lock per task."""
+        local = self._conn()
+        now = self.clock()
+        next_delivery: Delivery | None = None
+        with self._write() as conn:
+            settled = self._settle_in(conn, delivery, outcome, now)
+            if queues:
+                next_delivery = self._claim_in(conn, queues, worker, now)
+            if next_delivery is None:
+                # Inside the transaction nobody else can commit, so this value is exactly
+                # what the claim saw: any later commit changes it.
+                local.baseline = local.data_version()
+        if next_delivery is not None:
+            local.baseline = None
+        if settled:
+            self._forward_result(outcome)
+        return settled, next_delivery
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def _wake_condition(self) -> threading.Condition:
+        if self._pid != os.getpid():  # a lock inherited through fork() may be held forever
+            self._pid, self._wake = os.getpid(), threading.Condition()
+        return self._wake
+
+    def _sleep(self, seconds: float, interrupts: int) -> bool:
+        """Sleep up to ``seconds``; False if interrupt() was called since ``interrupts``."""
+        wake = self._wake_condition()
+        with wake:
+            if self._interrupts != interrupts:
+                return False
+            wake.wait(seconds)
+            return self._interrupts == interrupts
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        """Return when another connection commits, a scheduled task is due, or ``timeout``.
+
+        The reference point is the data_version read by this thread's last claim that found
+        nothing, so a commit landing between that claim and this call is not missed; a wait
+        with no such claim before it starts from the value it reads itself.
+        """
+        local = self._conn()
+        names = self._queue_list(queues)
+        start = time.monotonic()
+        deadline = start + max(0.0, timeout)
+        baseline, interrupts = local.baseline, local.interrupts
+        local.baseline = None
+        try:
+            current = local.data_version()
+            if baseline is None:
+                baseline = current
+            elif current != baseline:
+                return  # something was committed since the claim that found nothing
+            next_due = self._read("job_next_due", {"queues": names})[0][0]
+        except sqlite3.OperationalError as exc:
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        if next_due is not None:
+            deadline = min(deadline, start + max(0.0, float(next_due) - self.clock()))
+        delay = _WAIT_MIN
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                if not self._sleep(min(delay, remaining), interrupts):
+                    return
+                if local.data_version() != baseline:
+                    return
+                delay = min(delay * 2, _WAIT_MAX)
+        finally:
+            local.interrupts = self._interrupts
+
+    def interrupt(self) -> None:
+        wake = self._wake_condition()
+        with wake:
+            self._interrupts += 1
+            wake.notify_all()
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    def heartbeat(self, info: WorkerInfo) -> None:
+        params = {"node": info.node, "info": info.encode(), "now": self.clock()}
+        with self._write() as conn:
+            conn.execute(_SQL["worker_heartbeat"], params)
+
+    def workers(self) -> list[WorkerInfo]:
+        return [WorkerInfo.decode(info, last_seen) for info, last_seen in self._read("worker_list")]
+
+    def forget_worker(self, node: str) -> None:
+        with self._write() as conn:
+            conn.execute(_SQL["worker_forget"], {"node": node})
+
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        now = self.clock()
+        lost_params = {"cutoff": now - dead_after, "max_deliveries": max_deliveries}
+        housekeeping_params = {"now": now, "dead_cutoff": now - self.config.dead_letter_ttl}
+        # Cheap reads first: most calls find nothing and never take the write lock.
+        lost = self._read("job_lost_exists", lost_params)[0][0]
+        housekeeping = self._read("housekeeping_due", housekeeping_params)[0][0]
+        if not lost and not housekeeping:
+            return RecoverReport()
+        requeued = dead = 0
+        lost_results: list[ResultRecord] = []
+        with self._write() as conn:
+            if lost:
+                requeued = conn.execute(_SQL["job_requeue_lost"], lost_params).rowcount
+                for task_id, queue, task, priority, deliveries, payload in conn.execute(
+                    _SQL["job_delete_lost"], lost_params
+                ).fetchall():
+                    dead += 1
+                    reason = f"WorkerLostError: the worker running it died {deliveries} times"
+                    self._dead_in(
+                        conn,
+                        task_id=task_id,
+                        queue=queue,
+                        task=task,
+                        priority=priority,
+                        deliveries=deliveries,
+                        payload=payload,
+                        reason=reason,
+                        now=now,
+                    )
+                    lost_results.append(self._lost_result(task_id, task, reason, now))
+                    self._result_in(conn, lost_results[-1], now)
+            if housekeeping:
+                for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
+                    conn.execute(_SQL[name], housekeeping_params)
+                conn.execute(_SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
+        for record in lost_results:
+            self._forward_result(Complete(result=record))
+        return RecoverReport(requeued=requeued, dead=dead)
+
+    @staticmethod
+    def _lost_result(task_id: str, task: str | None, reason: str, now: float) -> ResultRecord:
+        from potatoq.states import FAILURE
+
+        return ResultRecord(
+            task_id=task_id,
+            state=FAILURE,
+            result=_failure_payload("WorkerLostError", reason),
+            name=task,
+            date_done=now,
+        )
+
+    # -- chords and periodic tasks ------------------------------------------------------------
+
+    def _chord_join_in(
+        self, conn: sqlite3.Connection, join: ChordJoin, enqueue_callback: bool, now: float
+    ) -> bool:
+        conn.execute(
+            _SQL["chord_add_part"], {"group_id": join.group_id, "idx": join.index, "value": join.value}
+        )
+        conn.execute(
+            _SQL["chord_upsert"],
+            {"group_id": join.group_id, "size": join.size, "expires_at": self._expiry(now)},
+        )
+        fired = bool(conn.execute(_SQL["chord_fire"], {"group_id": join.group_id}).fetchall())
+        if fired and enqueue_callback:
+            self._insert(conn, (join.callback,), now)
+        return fired
+
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        now = self.clock()
+        with self._write() as conn:
+            return self._chord_join_in(conn, join, enqueue_callback, now)
+
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        return [
+            bytes(value)
+            for (value,) in self._read("chord_parts", {"group_id": group_id, "now": self.clock()})
+        ]
+
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
+        now = self.clock()
+        with self._write() as conn:
+            won = conn.execute(_SQL["periodic_claim"], {"name": name, "fire_time": fire_time}).rowcount == 1
+            if won:
+                conn.execute(
+                    _SQL["periodic_forget_old"],
+                    {"name": name, "cutoff": min(now, fire_time) - PERIODIC_RETENTION},
+                )
+                if message is not None:
+                    self._insert(conn, (message,), now)
+        return won
+
+    # -- results ------------------------------------------------------------------------------
+
+    def store_result(self, record: ResultRecord) -> None:
+        if self._result_backend is not None:
+            self._result_backend.store_result(record)
+            return
+        now = self.clock()
+        with self._write() as conn:
+            self._result_in(conn, record, now)
+
+    def get_result(self, task_id: str) -> ResultRecord | None:
+        if self._result_backend is not None:
+            return self._result_backend.get_result(task_id)
+        rows = self._read("result_get", {"task_id": task_id, "now": self.clock()})
+        return ResultRecord.decode(rows[0][0]) if rows else None
+
+    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
+        """Re-read the result when data_version says something was committed (2 → 50 ms backoff)."""
+        if self._result_backend is not None:
+            return self._result_backend.wait_for_result(task_id, timeout)
+        from potatoq.states import READY_STATES
+
+        local = self._conn()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = _WAIT_MIN
+        while True:
+            version = local.data_version()
+            record = self.get_result(task_id)
+            if record is not None and record.state in READY_STATES:
+                return record
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return record
+                time.sleep(delay if remaining is None else min(delay, remaining))
+                if local.data_version() != version:
+                    delay = _WAIT_MIN  # something was committed: look, and poll fast again
+                    break
+                delay = min(delay * 2, _WAIT_MAX)
+
+    def forget_result(self, task_id: str) -> None:
+        if self._result_backend is not None:
+            self._result_backend.forget_result(task_id)
+            return
+        with self._write() as conn:
+            conn.execute(_SQL["result_delete"], {"task_id": task_id})
+
+    # -- revocation, dead letters, stats ------------------------------------------------------
+
+    def revoke(self, task_id: str) -> bool:
+        with self._write() as conn:
+            return conn.execute(_SQL["job_revoke"], {"id": task_id}).rowcount > 0
+
+    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
+        cutoff = self.clock() - self.config.dead_letter_ttl
+        rows = self._read("dead_list", {"cutoff": cutoff, "limit": int(limit), "offset": int(offset)})
+        return [
+            DeadLetterRecord(
+                id=task_id,
+                queue=queue,
+                task=task,
+                reason=reason,
+                raw=bytes(payload) if not isinstance(payload, str) else payload.encode(),
+                died_at=died_at,
+                deliveries=deliveries,
+            )
+            for task_id, queue, task, reason, payload, died_at, deliveries in rows
+        ]
+
+    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        """Restore the latest death of each id; one whose id is waiting or running again stays."""
+        now = self.clock()
+        params = {
+            "cutoff": now - self.config.dead_letter_ttl,
+            "ids": None if ids is None else json.dumps(list(ids)),
+        }
+        restored = 0
+        with self._write() as conn:
+            for seq, task_id, queue, task, priority, payload in conn.execute(
+                _SQL["dead_newest"], params
+            ).fetchall():
+                job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
+                if conn.execute(_SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
+                    conn.execute(_SQL["dead_delete"], {"seq": seq})
+                    restored += 1
+        return restored
+
+    def purge_dead(self) -> int:
+        with self._write() as conn:
+            return conn.execute(_SQL["dead_purge"]).rowcount
+
+    def queue_stats(self) -> list[QueueStats]:
+        now = self.clock()
+        return [
+            QueueStats(
+                queue=queue,
+                waiting=int(waiting or 0),
+                delayed=int(delayed or 0),
+                running=int(running or 0),
+                oldest_waiting_age=None if oldest is None else max(0.0, now - oldest),
+            )
+            for queue, waiting, delayed, running, oldest in self._read("job_stats", {"now": now})
+        ]
+
+    def purge(self, queues: Sequence[str]) -> int:
+        names = self._queue_list(queues)
+        with self._write() as conn:
+            return conn.execute(_SQL["job_purge"], {"queues": names}).rowcount
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        self._conn()
+
+    def ping(self) -> None:
+        self._read("schema_version")
+
+    def close(self) -> None:
+        self._local.close_all()

@@ -1,0 +1,93 @@
+-- Task rows: enqueue, claim, settle, recover. States: 0 scheduled, 1 ready, 2 running.
+-- State literals are written in the SQL (not bound) so the planner matches the partial indexes.
+
+-- name: job_insert
+INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload)
+VALUES (:id, :queue, :task, :priority, :state, :run_at, :payload)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: job_peek
+-- The cheap read before the write lock: is anything ready, or scheduled and due, in :queues?
+SELECT
+    EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
+            WHERE j.state = 1),
+    EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
+            WHERE j.state = 0 AND j.run_at <= :now);
+
+-- name: job_promote_due
+-- Scheduled tasks whose time has come become ready, inside the claim's transaction.
+UPDATE potatoq_jobs SET state = 1
+WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:queues));
+
+-- name: job_claim
+-- Atomic without SKIP LOCKED: SQLite has one writer, and this runs under BEGIN IMMEDIATE.
+UPDATE potatoq_jobs
+SET state = 2, deliveries = deliveries + 1, token = :token, worker = :node, pid = :pid,
+    claimed_at = :now
+WHERE seq = (SELECT seq FROM potatoq_jobs WHERE state = 1 AND queue = :queue
+             ORDER BY priority DESC, seq LIMIT 1)
+RETURNING id, queue, deliveries, payload;
+
+-- name: job_delete_claimed
+-- Settling removes the row only while the claim's token still matches (the fence).
+DELETE FROM potatoq_jobs WHERE id = :id AND token = :token AND state = 2
+RETURNING queue, task, priority, deliveries, payload;
+
+-- name: job_retry_later
+UPDATE potatoq_jobs
+SET state = :state, run_at = :run_at, queue = :queue, task = :task, priority = :priority,
+    payload = :payload, deliveries = 0, token = NULL, worker = NULL, pid = NULL, claimed_at = NULL
+WHERE id = :id AND token = :token AND state = 2;
+
+-- name: job_requeue
+-- :uncount is 1 for a graceful requeue, whose delivery doesn't count toward max deliveries.
+UPDATE potatoq_jobs
+SET state = 1, deliveries = max(deliveries - :uncount, 0), token = NULL, worker = NULL, pid = NULL,
+    claimed_at = NULL
+WHERE id = :id AND token = :token AND state = 2;
+
+-- name: job_revoke
+DELETE FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
+
+-- name: job_purge
+DELETE FROM potatoq_jobs WHERE state IN (0, 1) AND queue IN (SELECT value FROM json_each(:queues));
+
+-- name: job_stats
+SELECT queue,
+       sum(state = 1 OR (state = 0 AND run_at <= :now)),
+       sum(state = 0 AND run_at > :now),
+       sum(state = 2),
+       min(CASE WHEN state = 1 OR (state = 0 AND run_at <= :now) THEN run_at END)
+FROM potatoq_jobs GROUP BY queue ORDER BY queue;
+
+-- name: job_lost_exists
+-- Cheap read before recover() takes the write lock. A holder is dead when its node's last
+-- heartbeat, or with no heartbeat on record its claim, is older than :cutoff.
+SELECT EXISTS (
+    SELECT 1 FROM potatoq_jobs AS j LEFT JOIN potatoq_workers AS w ON w.node = j.worker
+    WHERE j.state = 2 AND coalesce(w.last_seen, j.claimed_at) < :cutoff
+);
+
+-- name: job_requeue_lost
+UPDATE potatoq_jobs
+SET state = 1, token = NULL, worker = NULL, pid = NULL, claimed_at = NULL
+WHERE state = 2 AND deliveries < :max_deliveries AND seq IN (
+    SELECT j.seq FROM potatoq_jobs AS j LEFT JOIN potatoq_workers AS w ON w.node = j.worker
+    WHERE j.state = 2 AND coalesce(w.last_seen, j.claimed_at) < :cutoff
+);
+
+-- name: job_delete_lost
+-- Lost deliveries that used up task_max_deliveries: returned to be dead-lettered.
+DELETE FROM potatoq_jobs
+WHERE state = 2 AND deliveries >= :max_deliveries AND seq IN (
+    SELECT j.seq FROM potatoq_jobs AS j LEFT JOIN potatoq_workers AS w ON w.node = j.worker
+    WHERE j.state = 2 AND coalesce(w.last_seen, j.claimed_at) < :cutoff
+)
+RETURNING id, queue, task, priority, deliveries, payload;
+
+-- name: job_next_due
+-- When the earliest scheduled task of :queues becomes due (NULL if none): wait() sleeps no longer.
+-- One LIMIT 1 index probe per queue, however many tasks are scheduled.
+SELECT min((SELECT run_at FROM potatoq_jobs WHERE state = 0 AND queue = q.value
+            ORDER BY run_at LIMIT 1))
+FROM json_each(:queues) AS q;

@@ -1,0 +1,412 @@
+"""Result handles: ``AsyncResult``, ``GroupResult`` and ``EagerResult``."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import context, states
+from .brokers.base import ResultRecord
+from .exceptions import ResultNotStored, TimeoutError  # noqa: A004 - Celery's name
+
+if TYPE_CHECKING:
+    from .app import Potatoq
+    from .brokers.base import Broker
+
+
+# ------------------------------------------------------------------------- exceptions as data
+
+
+def encode_exception(exc: BaseException) -> dict[str, Any]:
+    """An exception as JSON data (never pickle)."""
+    from .serialization import dumps
+
+    args: list[Any] = []
+    for a in exc.args:
+        try:
+            dumps(a)
+            args.append(a)
+        except TypeError:
+            args.append(repr(a))
+    cls = type(exc)
+    return {"exc_type": cls.__qualname__, "exc_message": args, "exc_module": cls.__module__}
+
+
+_created: dict[tuple[str, str], type[Exception]] = {}
+
+
+def decode_exception(data: Any) -> BaseException:
+    """Rebuild an exception from :func:`encode_exception` data.
+
+    Only classes that are already imported (builtins, potatoq, the user's modules) are
+    instantiated; an unknown one becomes a stand-in ``Exception`` subclass of that name, so
+    ``except`` by name in logs still reads right and no code is loaded because of a result.
+    """
+    if isinstance(data, BaseException):
+        return data
+    if not isinstance(data, dict) or "exc_type" not in data:
+        return Exception(data)
+    name = str(data.get("exc_type"))
+    module_name = str(data.get("exc_module") or "builtins")
+    message = data.get("exc_message")
+    args = tuple(message) if isinstance(message, list | tuple) else (message,)
+    cls: Any = None
+    module = builtins if module_name == "builtins" else sys.modules.get(module_name)
+    if module is not None:
+        cls = module
+        for part in name.split("."):
+            cls = getattr(cls, part, None)
+            if cls is None:
+                break
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        key = (module_name, name)
+        cls = _created.get(key)
+        if cls is None:
+            cls = type(name.rsplit(".", 1)[-1], (Exception,), {"__module__": module_name})
+            _created[key] = cls
+    try:
+        exc: BaseException = cls(*args)
+    except Exception:  # noqa: BLE001 - a class whose __init__ wants other arguments
+        exc = Exception(f"{name}: {args}")
+    return exc
+
+
+# ------------------------------------------------------------------------- AsyncResult
+
+
+class AsyncResult:
+    """The handle of a sent task: its state and, once ready, its return value."""
+
+    def __init__(
+        self,
+        id: str,  # noqa: A002 - Celery's name
+        app: Potatoq | None = None,
+        task_name: str | None = None,
+        parent: AsyncResult | GroupResult | None = None,
+        ignored: bool = False,
+        backend: Broker | None = None,
+    ) -> None:
+        if app is None:
+            from .app import current_app
+
+            app = current_app()
+        self.id = self.task_id = id
+        self.app = app
+        self.task_name = task_name
+        self.parent = parent
+        self.ignored = ignored
+        self._backend = backend
+        self._cache: ResultRecord | None = None
+
+    # -- where the state lives ------------------------------------------------------------
+    @property
+    def backend(self) -> Broker | None:
+        return self._backend if self._backend is not None else self.app.backend
+
+    def _record(self) -> ResultRecord | None:
+        if self._cache is not None:
+            return self._cache
+        backend = self.backend
+        if backend is None:
+            return None
+        record = backend.get_result(self.id)
+        if record is not None and record.state in states.READY_STATES:
+            self._cache = record
+        return record
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        record = self._record()
+        return record.state if record is not None else states.PENDING
+
+    status = state
+
+    def ready(self) -> bool:
+        return self.state in states.READY_STATES
+
+    def successful(self) -> bool:
+        return self.state == states.SUCCESS
+
+    def failed(self) -> bool:
+        return self.state == states.FAILURE
+
+    @property
+    def result(self) -> Any:
+        record = self._record()
+        return None if record is None else _value(record)
+
+    info = result
+
+    @property
+    def traceback(self) -> str | None:
+        record = self._record()
+        return None if record is None else record.traceback
+
+    @property
+    def date_done(self) -> float | None:
+        record = self._record()
+        return None if record is None else record.date_done
+
+    @property
+    def name(self) -> str | None:
+        record = self._record()
+        return (record.name if record is not None else None) or self.task_name
+
+    @property
+    def retries(self) -> int:
+        record = self._record()
+        return 0 if record is None else record.retries
+
+    @property
+    def args(self) -> tuple[Any, ...] | None:
+        record = self._record()
+        return None if record is None else record.args
+
+    @property
+    def kwargs(self) -> Any:
+        record = self._record()
+        return None if record is None else record.kwargs
+
+    @property
+    def children(self) -> list[AsyncResult]:
+        record = self._record()
+        if record is None:
+            return []
+        return [AsyncResult(c, app=self.app, parent=self) for c in record.children]
+
+    # -- waiting -------------------------------------------------------------------------
+    def get(
+        self,
+        timeout: float | None = None,
+        propagate: bool = True,
+        interval: float = 0.5,
+        no_ack: bool = True,
+        follow_parents: bool = True,
+        callback: Callable[[str, Any], Any] | None = None,
+        on_message: Callable[[dict[str, Any]], Any] | None = None,
+        on_interval: Callable[[], Any] | None = None,
+        disable_sync_subtasks: bool = True,
+        **_: Any,
+    ) -> Any:
+        """Wait for the task and return its value (raise its exception with ``propagate``)."""
+        if self.ignored:
+            return None
+        if disable_sync_subtasks and context.in_task():
+            raise RuntimeError(
+                "Never call result.get() within a task! It can deadlock the worker; "
+                "use a chain or chord, or pass disable_sync_subtasks=False"
+            )
+        backend = self.backend
+        if backend is None:
+            raise ResultNotStored(
+                f"task {self.id} has no stored result: this app has no result backend "
+                "(set result_backend, e.g. result_backend='broker' on Redis)"
+            )
+        if follow_parents and propagate and isinstance(self.parent, AsyncResult):
+            self.parent._raise_if_failed()
+        record = self._wait(backend, timeout, on_message, on_interval)
+        if record is None or record.state not in states.READY_STATES:
+            raise TimeoutError("The operation timed out.")
+        self._cache = record
+        if callback is not None:
+            callback(self.id, _value(record))
+        if record.state in states.PROPAGATE_STATES and propagate:
+            raise _value(record)
+        return _value(record)
+
+    wait = get
+
+    def _raise_if_failed(self) -> None:
+        record = self._record()
+        if record is not None and record.state in states.PROPAGATE_STATES:
+            raise _value(record)
+        if isinstance(self.parent, AsyncResult):
+            self.parent._raise_if_failed()
+
+    def _wait(
+        self,
+        backend: Broker,
+        timeout: float | None,
+        on_message: Callable[[dict[str, Any]], Any] | None,
+        on_interval: Callable[[], Any] | None,
+    ) -> ResultRecord | None:
+        if on_message is None and on_interval is None:
+            return backend.wait_for_result(self.id, timeout)
+        # Progress updates: watch the stored state change (custom states included).
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: tuple[str, Any] | None = None
+        delay = 0.005
+        while True:
+            record = backend.get_result(self.id)
+            if record is not None and on_message is not None and (record.state, record.result) != last:
+                last = (record.state, record.result)
+                on_message(
+                    {
+                        "task_id": self.id,
+                        "status": record.state,
+                        "result": _value(record),
+                        "traceback": record.traceback,
+                        "children": list(record.children),
+                    }
+                )
+            if record is not None and record.state in states.READY_STATES:
+                return record
+            if on_interval is not None:
+                on_interval()
+            if deadline is not None and time.monotonic() >= deadline:
+                return record
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    async def aget(self, timeout: float | None = None, propagate: bool = True, **kwargs: Any) -> Any:
+        """``get`` for asyncio callers: waits in a thread, never blocking the event loop."""
+        return await asyncio.to_thread(self.get, timeout, propagate, **kwargs)
+
+    def collect(self, intermediate: bool = False, **kwargs: Any) -> Iterator[tuple[AsyncResult, Any]]:
+        """Yield ``(result, value)`` for this task and, depth first, its children."""
+        value = self.get(**kwargs)
+        yield self, value
+        for child in self.children:
+            yield from child.collect(intermediate=intermediate, **kwargs)
+
+    def then(self, callback: Callable[[AsyncResult], Any], **_: Any) -> None:
+        callback(self)
+
+    # -- control -------------------------------------------------------------------------
+    def revoke(self, connection: Any = None, terminate: bool = False, signal: Any = None, **_: Any) -> None:
+        """Stop the task from running if it hasn't started (its state becomes REVOKED)."""
+        self.app.control.revoke(self.id, terminate=terminate)
+
+    def forget(self) -> None:
+        backend = self.backend
+        self._cache = None
+        if backend is not None:
+            backend.forget_result(self.id)
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        parent = self.parent.as_tuple() if isinstance(self.parent, AsyncResult) else None
+        return ((self.id, parent), None)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AsyncResult):
+            return other.id == self.id
+        if isinstance(other, str):
+            return other == self.id
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __str__(self) -> str:
+        return self.id
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {self.id}>"
+
+
+def _value(record: ResultRecord) -> Any:
+    if record.state in states.EXCEPTION_STATES:
+        return decode_exception(record.result)
+    return record.result
+
+
+class EagerResult(AsyncResult):
+    """The result of a task run in this process (``apply()``, ``task_always_eager``)."""
+
+    def __init__(self, id: str, app: Potatoq, record: ResultRecord | None, **kwargs: Any) -> None:  # noqa: A002
+        super().__init__(id, app=app, **kwargs)
+        self._eager_record = record
+        self._cache = record
+
+    def _record(self) -> ResultRecord | None:
+        return self._eager_record
+
+    def get(self, timeout: float | None = None, propagate: bool = True, *args: Any, **kwargs: Any) -> Any:
+        record = self._eager_record
+        if record is None:
+            return None
+        if record.state in states.PROPAGATE_STATES and propagate:
+            raise _value(record)
+        return _value(record)
+
+    wait = get
+
+
+class GroupResult:
+    """The results of a group, in the order of its tasks."""
+
+    def __init__(
+        self,
+        id: str | None = None,  # noqa: A002
+        results: Sequence[AsyncResult] = (),
+        app: Potatoq | None = None,
+        parent: AsyncResult | None = None,
+    ) -> None:
+        self.id = id
+        self.results = list(results)
+        self.app = app
+        self.parent = parent
+
+    @property
+    def children(self) -> list[AsyncResult]:
+        return self.results
+
+    def __iter__(self) -> Iterator[AsyncResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, index: int) -> AsyncResult:
+        return self.results[index]
+
+    def ready(self) -> bool:
+        return all(r.ready() for r in self.results)
+
+    def successful(self) -> bool:
+        return all(r.successful() for r in self.results)
+
+    def failed(self) -> bool:
+        return any(r.failed() for r in self.results)
+
+    def waiting(self) -> bool:
+        return not self.ready()
+
+    def completed_count(self) -> int:
+        return sum(1 for r in self.results if r.successful())
+
+    def get(self, timeout: float | None = None, propagate: bool = True, **kwargs: Any) -> list[Any]:
+        """Every member's value, in order (one shared ``timeout`` for the whole group)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for r in self.results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values.append(r.get(timeout=remaining, propagate=propagate, **kwargs))
+        return values
+
+    join = join_native = get
+
+    async def aget(self, timeout: float | None = None, propagate: bool = True) -> list[Any]:
+        return await asyncio.to_thread(self.get, timeout, propagate)
+
+    def revoke(self, **kwargs: Any) -> None:
+        for r in self.results:
+            r.revoke(**kwargs)
+
+    def forget(self) -> None:
+        for r in self.results:
+            r.forget()
+
+    def save(self, backend: Any = None) -> GroupResult:
+        return self
+
+    def __repr__(self) -> str:
+        return f"<GroupResult: {self.id} [{', '.join(r.id for r in self.results)}]>"
+
+
+ResultSet = GroupResult

@@ -1,0 +1,1 @@
+task_default_queue = "from-module"

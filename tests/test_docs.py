@@ -1,0 +1,67 @@
+"""Every ```python block in docs/ runs, so the docs can't rot.
+
+Blocks of one page run in order in one namespace, in a temporary directory. Every app a
+page creates gets an in-process ``ThreadWorker``, so examples can call ``.get()`` as they
+would with a worker running. A block whose info string says ``python no-test`` is shown
+but not run (e.g. it needs a server of the reader's); ``python requires=redis`` (or
+postgres, valkey, rabbitmq) runs it against that test service.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from potatoq import signals
+from potatoq.testing import ThreadWorker
+
+from . import services
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
+PAGES = sorted(DOCS.rglob("*.md"))
+
+
+def blocks(page: Path) -> list[tuple[int, str, str]]:
+    text = page.read_text()
+    found = []
+    for match in BLOCK.finditer(text):
+        line = text.count("\n", 0, match.start()) + 2
+        found.append((line, match.group(1).strip(), match.group(2)))
+    return found
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=lambda p: str(p.relative_to(DOCS)))
+def test_docs_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("POTATOQ_BROKER_URL", raising=False)
+    workers: list[ThreadWorker] = []
+
+    def start_worker(sender: Any = None, **_: Any) -> None:
+        workers.append(ThreadWorker(sender, poll=0.2).start())
+
+    signals.app_created.connect(start_worker)
+    namespace: dict[str, Any] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
+    try:
+        for line, info, code in blocks(page):
+            if "no-test" in info:
+                continue
+            for need in re.findall(r"requires=(\w+)", info):
+                services.require(need)
+            exec(compile(code, f"{page}:{line}", "exec"), namespace)
+    finally:
+        signals.app_created.disconnect(start_worker)
+        for worker in workers:
+            worker.stop()
+        for worker in workers:
+            worker.app.close()
+
+
+def test_every_setting_is_documented() -> None:
+    from potatoq.config import DEFAULTS
+
+    text = (DOCS / "settings.md").read_text()
+    assert [name for name in DEFAULTS if f"`{name}`" not in text] == []

@@ -1,0 +1,109 @@
+"""The wire envelope: messages round-trip, and bad payloads raise MessageDecodeError with a reason."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from decimal import Decimal
+
+import pytest
+
+from potatoq.exceptions import MessageDecodeError, SerializationError
+from potatoq.message import VERSION, Message, new_id
+
+
+def full_message() -> Message:
+    return Message(
+        id=new_id(),
+        task="proj.tasks.add",
+        args=(2, dt.datetime(2026, 1, 2, 3, 4, 5), uuid.uuid4(), Decimal("1.10"), b"\x00\x01", (1, 2), {3}),
+        kwargs={"when": dt.date(2026, 1, 2), "nested": {"t": (1,)}},
+        queue="reports",
+        priority=7,
+        eta=1764690000.5,
+        expires=1764693600.0,
+        retries=2,
+        headers={"parent_id": "p", "chain": [{"task": "x"}]},
+    )
+
+
+def test_message_round_trips() -> None:
+    message = full_message()
+    assert Message.decode(message.encode()) == message
+
+
+def test_message_round_trips_from_text() -> None:
+    message = full_message()
+    assert Message.decode(message.encode().decode()) == message
+
+
+def test_envelope_has_top_level_routing_fields() -> None:
+    body = json.loads(full_message().encode())
+    assert body["v"] == VERSION
+    assert (body["q"], body["p"], body["eta"]) == ("reports", 7, 1764690000.5)
+
+
+def test_defaults_round_trip() -> None:
+    message = Message(id="1", task="t")
+    decoded = Message.decode(message.encode())
+    assert decoded == message
+    assert decoded.is_due()
+
+
+def test_is_due_compares_eta_with_now() -> None:
+    message = Message(id="1", task="t", eta=100.0)
+    assert not message.is_due(now=99.9)
+    assert message.is_due(now=100.0)
+
+
+def test_new_ids_are_uuid4_strings() -> None:
+    first, second = new_id(), new_id()
+    assert first != second
+    assert uuid.UUID(first).version == 4
+
+
+def test_non_serializable_argument_fails_at_encode_naming_the_task() -> None:
+    message = Message(id="1", task="proj.bad", args=(object(),))
+    with pytest.raises(SerializationError, match="proj.bad"):
+        message.encode()
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b'{"v": 1, "id": "x", "task": "t"', "not valid potatoq JSON"),  # truncated
+        (b"", "not valid potatoq JSON"),
+        (b"\xff\xfe", "not valid potatoq JSON"),
+        (b"[1, 2]", "JSON list, not an object"),
+        (b'"text"', "JSON str, not an object"),
+        (b"42", "JSON int, not an object"),
+        (b'{"v": 2, "id": "x", "task": "t", "q": "d"}', "unknown message version 2"),
+        (b'{"id": "x", "task": "t", "q": "d"}', "unknown message version None"),
+        (b'{"v": 1, "task": "t", "q": "d"}', "field 'id'"),
+        (b'{"v": 1, "id": "x", "task": "", "q": "d"}', "field 'task'"),
+        (b'{"v": 1, "id": "x", "task": "t"}', "field 'q'"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "a": {"no": 1}}', "field 'a' must be a JSON list"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "k": [1]}', "field 'k' must be a JSON dict"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": "high"}', "malformed message"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "eta": "soon"}', "malformed message"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "a": [{"__pq__": "zz", "v": 1}]}', "not valid"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_payload_raises_decode_error_with_a_reason(payload: bytes, reason: str) -> None:
+    with pytest.raises(MessageDecodeError) as info:
+        Message.decode(payload)
+    assert reason in info.value.reason
+    assert str(info.value) == info.value.reason
+
+
+def test_decode_error_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        Message.decode(b"nope")
+
+
+def test_replace_keeps_the_id() -> None:
+    message = full_message()
+    retried = message.replace(retries=3, eta=1.0)
+    assert (retried.id, retried.retries, retried.eta) == (message.id, 3, 1.0)
