@@ -29,6 +29,7 @@ channel or connection was replaced is refused (returns False).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -71,7 +72,7 @@ from potatoq.brokers.rabbitmq_session import Outgoing, Session, properties_for
 from potatoq.brokers.rabbitmq_topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError
 from potatoq.message import Message
-from potatoq.states import READY_STATES, REVOKED
+from potatoq.states import FAILURE, READY_STATES, REVOKED
 from potatoq.utils import mask_url
 
 __all__ = ["RabbitMQBroker"]
@@ -122,6 +123,10 @@ class RabbitMQBroker(Broker):
         exact_priorities=False,  # priority bands, FIFO inside a band
         leases=False,
         revoke_deletes=False,  # revoked ids are recorded and skipped at claim
+        unique_ids=False,  # a queue can't be searched for an id
+        atomic_settle=False,  # publish (confirmed), then ack; results in another store
+        recovers_dead_holders=False,  # RabbitMQ requeues when the holder's connection closes
+        full_stats=False,  # passive declares count ready messages only
     )
     schemes: ClassVar[tuple[str, ...]] = ("amqp", "amqps")
 
@@ -140,6 +145,12 @@ class RabbitMQBroker(Broker):
             dead_letter_ttl_ms=int(config.dead_letter_ttl * 1000),
         )
         self.backend: Broker | None = config.result_backend
+        self._own_backend = False
+        if self.backend is not None and self.backend.config.result_expires != config.result_expires:
+            # Results (and chord parts) expire after *this* config's result_expires.
+            backend_config = dataclasses.replace(self.backend.config, result_expires=config.result_expires)
+            self.backend = type(self.backend)(backend_config)
+            self._own_backend = True
         self._lock = threading.Lock()
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
@@ -240,12 +251,20 @@ class RabbitMQBroker(Broker):
         )
 
     def _skipped(self, state: _ProcessState, delivery: Delivery) -> bool:
-        """Deliveries that must not run: a copy of one whose process the supervisor killed,
-        or a revoked task. Both are settled here and the claim goes on."""
+        """Deliveries that must not run: one past the delivery limit (possible only after a
+        graceful requeue re-published it, see ``Intake.settle_op``), a copy of one whose
+        process the supervisor killed, or a revoked task. Each is settled here and the
+        claim goes on."""
+        limit = self.topology.max_deliveries
+        if delivery.deliveries > limit:
+            reason = f"WorkerLostError: delivered {delivery.deliveries - 1} times without finishing"
+            self._write_result(_worker_lost(delivery, reason))
+            self.settle(delivery, DeadLetter(reason))
+            return True
         if delivery.deliveries > 1:
-            reason = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
-            if reason is not None:
-                self.settle(delivery, DeadLetter(reason))
+            killed: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
+            if killed is not None:
+                self.settle(delivery, DeadLetter(killed))
                 return True
         if self.backend is not None and self.is_revoked(delivery.id):
             self.settle(delivery, Complete())
@@ -262,7 +281,7 @@ class RabbitMQBroker(Broker):
         publishes: list[Outgoing] = []
         action = "ack"
         if isinstance(outcome, Requeue):
-            action = "requeue"
+            action = "requeue" if outcome.crashed else "republish"
         elif isinstance(outcome, RetryLater):
             self._write_result(outcome.result)
             publishes.append(session.outgoing(self._checked(outcome.message), now))
@@ -621,6 +640,23 @@ class RabbitMQBroker(Broker):
             _INHERITED.append(state)
             return
         state.link.close()
+        if self._own_backend and self.backend is not None:
+            self.backend.close()
+
+
+def _worker_lost(delivery: Delivery, reason: str) -> ResultRecord:
+    """The FAILURE result of a task dead-lettered for too many deliveries."""
+    return ResultRecord(
+        task_id=delivery.id,
+        state=FAILURE,
+        result={
+            "exc_type": "WorkerLostError",
+            "exc_module": "potatoq.exceptions",
+            "exc_message": [reason],
+        },
+        name=delivery.message.task if delivery.message else None,
+        date_done=time.time(),
+    )
 
 
 def _text(value: Any) -> str | None:

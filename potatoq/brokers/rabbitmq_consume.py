@@ -30,8 +30,9 @@ from typing import Any
 import pika.channel
 
 from potatoq.brokers.rabbitmq_declare import cancel_keeping
-from potatoq.brokers.rabbitmq_io import AmqpLink, ChannelLost, Op
-from potatoq.brokers.rabbitmq_session import Outgoing, Session
+from potatoq.brokers.rabbitmq_io import AmqpLink, ChannelLost, Op, Publish
+from potatoq.brokers.rabbitmq_session import Outgoing, Session, properties_for
+from potatoq.brokers.rabbitmq_topology import H_PRIOR
 
 _arrival = itertools.count()
 
@@ -52,10 +53,11 @@ class Pending:
 
     @property
     def delivery_count(self) -> int:
-        """Earlier deliveries of this message (RabbitMQ 4.0 omits the header on the first)."""
+        """Earlier deliveries of this message: RabbitMQ's count (it omits the header on the
+        first delivery, 4.0) plus those before a graceful requeue re-published it."""
         headers = getattr(self.properties, "headers", None) or {}
         try:
-            return int(headers.get("x-delivery-count") or 0)
+            return int(headers.get("x-delivery-count") or 0) + int(headers.get(H_PRIOR) or 0)
         except (TypeError, ValueError):
             return 0
 
@@ -233,10 +235,31 @@ class Intake:
         yield  # pragma: no cover - makes this a generator
 
     def settle_op(self, token: str, publishes: Sequence[Outgoing], action: str) -> Op[bool]:
-        """Publish ``publishes`` (confirmed), then ``action`` the delivery: "ack" or
-        "requeue" (nack with requeue). False, doing nothing, if the delivery is stale."""
-        if self.owned(token) is None:
+        """Publish ``publishes`` (confirmed), then ``action`` the delivery. False, doing
+        nothing, if the delivery is stale.
+
+        * "ack": done with it (after its follow-ups, retry or dead letter were published);
+        * "requeue": ``basic.nack(requeue)``, back at the head of its queue; counts as a
+          delivery, as a crash should;
+        * "republish": a graceful requeue. On RabbitMQ 4.0 every nack counts towards the
+          delivery limit, so a task interrupted by a few worker restarts would be
+          dead-lettered without having failed. Instead the same payload is published again
+          (at the tail of its queue) carrying the deliveries so far in a header, then the
+          delivery is acked: its count doesn't grow, crash counts before it are kept.
+        """
+        first = self.owned(token)
+        if first is None:
             return False
+        if action == "republish":
+            headers = {H_PRIOR: max(0, first.delivery_count)}
+            again = Publish(
+                "",
+                first.amqp_queue,
+                first.body,
+                properties_for(getattr(first.properties, "message_id", None) or "", headers),
+            )
+            publishes = [*publishes, Outgoing(again, first.queue, delayed=False)]
+            action = "ack"
         if publishes:
             yield from self.session.publish_all(publishes)
         pending = self.owned(token)

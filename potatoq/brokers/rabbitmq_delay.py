@@ -18,7 +18,7 @@ alternate exchange so that a message whose queue was deleted lands in
 dead-lettering.
 
 A message enters at the level of the delay's highest set bit, skipping empty hops.
-Delays are whole seconds (rounded to the nearest second) up to 2^28 - 1 s, about 8.5
+Delays are whole seconds (rounded up, so never early) up to 2^28 - 1 s, about 8.5
 years. The cascade is shared by every queue prefix on a vhost (it routes on full queue
 names), so it is declared once per process and never deleted by potatoq.
 """
@@ -26,6 +26,7 @@ names), so it is declared once per process and never deleted by potatoq.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 LEVELS = 28
@@ -40,8 +41,10 @@ def level_name(level: int) -> str:
 
 
 def whole_seconds(delay: float) -> int:
-    """The delay the cascade will apply: rounded to the nearest second, capped at 0."""
-    return max(0, round(delay))
+    """The delay the cascade applies: rounded *up* to a whole second, so that a task never
+    runs before its eta. A countdown computed just before publishing (3 s minus a few
+    microseconds) stays exactly 3 s; only an eta with a fraction arrives up to 1 s late."""
+    return max(0, math.ceil(delay - 1e-6))
 
 
 def routing_key(delay_seconds: int, queue: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pika
 
@@ -33,15 +33,17 @@ class Outgoing:
         self.delayed = delayed
 
 
-def properties_for(message_id: str, headers: dict[str, object] | None = None) -> pika.BasicProperties:
+def properties_for(
+    message_id: str | None, headers: Mapping[str, object] | None = None
+) -> pika.BasicProperties:
     """Fresh properties: never copied from a delivery, so ``x-death`` and the other
     dead-lettering headers of a message that went through the cascade are never
     re-published (RabbitMQ 3.x would drop such a message as a dead-letter cycle)."""
     return pika.BasicProperties(
         delivery_mode=2,
-        message_id=message_id,
+        message_id=message_id or None,
         content_type="application/json",
-        headers=headers or None,
+        headers=dict(headers) if headers else None,
     )
 
 

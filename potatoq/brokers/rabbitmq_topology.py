@@ -46,6 +46,8 @@ H_REASON = "x-potatoq-reason"
 H_DIED_AT = "x-potatoq-died-at"
 H_QUEUE = "x-potatoq-queue"
 H_DELIVERIES = "x-potatoq-deliveries"
+#: Deliveries a message had before a graceful requeue re-published it (see Intake.settle_op).
+H_PRIOR = "x-potatoq-prior-deliveries"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
