@@ -421,7 +421,12 @@ class Potatoq:
         separate = self._separate_backend_url()
         backend = None
         if separate is not None:
-            backend = create_broker(dataclasses.replace(self.broker_config(separate)))
+            # The broker's transport options are the broker's (e.g. RabbitMQ's queue_prefix),
+            # not the separate result store's.
+            backend_options = dict(self.conf.result_backend_transport_options or {})
+            backend = create_broker(
+                dataclasses.replace(self.broker_config(separate), transport_options=backend_options)
+            )
             self._backend = backend
         return create_broker(self.broker_config(url, result_backend=backend))
 

@@ -20,6 +20,7 @@ settle of one of them is refused.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import threading
@@ -114,7 +115,13 @@ class Intake:
         order = self._order(queues)
         pending = self._pop_buffered(order)
         if pending is None:
-            pending = yield from self._get_first(order)
+            try:
+                pending = yield from self._get_first(order)
+            except ChannelLost:
+                # The work channel closed under us (e.g. a queue was deleted): whatever it
+                # held is back in its queue. Nothing claimed; the caller tries again.
+                self.session.declared.clear()
+                return None
         if pending is None:
             return None
         self._handed[pending.tag] = pending
@@ -212,6 +219,8 @@ class Intake:
         self._consumers.clear()
         self._by_tag.clear()
         self._handed.clear()
+        # It may have closed because a queue was deleted: declare again before next use.
+        self.session.declared.clear()
         with self.cond:
             self._buffer.clear()
             self._lost += 1
@@ -285,7 +294,8 @@ class Intake:
             interrupted, lost = self._interrupted, self._lost
             self._waiting += 1
         try:
-            self.link.run(self.resume_op, list(queues))
+            with contextlib.suppress(ChannelLost):  # a spurious return; the caller claims
+                self.link.run(self.resume_op, list(queues))
             with self.cond:
                 self.cond.wait_for(
                     lambda: (

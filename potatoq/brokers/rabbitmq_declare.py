@@ -148,6 +148,13 @@ def registered_queues(link: AmqpLink, topo: Topology) -> Op[list[str]]:
         return
         yield  # pragma: no cover - makes this an operation
 
+    # Declared first (idempotent): reading a missing queue would close the channel with a
+    # logged 404 on every call before the first queue exists.
+    channel: pika.channel.Channel = yield link.open_channel()
+    try:
+        channel = yield from declare_queue(link, channel, topo.registry_queue())
+    finally:
+        close_quietly(channel)
     yield from read_queue(link, topo.registry, compact)
     return list(seen)
 

@@ -264,7 +264,8 @@ class AmqpLink:
             self._fatal = ImproperlyConfigured(
                 f"RabbitMQ {version_text(self.server_properties)} at {self.describe} is too old: "
                 f"potatoq needs RabbitMQ {'.'.join(map(str, MIN_SERVER_VERSION))} or newer "
-                "(quorum-queue delivery limits and at-least-once dead-lettering)"
+                "(it relies on RabbitMQ 4's quorum-queue consumer timeouts, delivery counts "
+                "and dead-lettering)"
             )
             self._fail_queued()
             self._ready.set()
@@ -505,6 +506,9 @@ class AmqpLink:
         channel = self.work
 
         def start(resume: Callable[..., None]) -> None:
+            if channel is None or not channel.is_open:
+                resume(error=ChannelLost("the work channel is being reopened"))
+                return
             self._get_queue.append((queue, resume))
             self._next_get()
 

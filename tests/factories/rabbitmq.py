@@ -24,6 +24,9 @@ ORDER = 40
 
 def make_config(ctx: Any) -> BrokerConfig:
     backend = create_broker(BrokerConfig(url=f"sqlite:///{ctx.tmp_path / 'rb.sqlite3'}"))
+    # Made now, in the parent: tests that fork many children at once then never race to
+    # create the file and switch it to WAL (SQLite answers "database is locked" to that).
+    backend.migrate()
     config = BrokerConfig(
         url=services.url("rabbitmq"),
         transport_options={"queue_prefix": f"{ctx.unique}_"},
