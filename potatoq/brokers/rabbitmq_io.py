@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -160,6 +161,13 @@ class AmqpLink:
         self._confirms: dict[int, _ConfirmBatch] = {}
         self._get_queue: deque[tuple[str, Callable[..., None]]] = deque()
         self._get_current: Callable[..., None] | None = None
+        # Channels for ready counts, one per queue probed at once (pika runs one RPC at a
+        # time per channel; several channels answer in one round trip).
+        self._probes: list[pika.channel.Channel | None] = []
+        # Per probe channel, the callbacks of its passive declares in the order sent (pika
+        # sends one RPC at a time per channel, so replies come back in that order).
+        self._probe_pending: dict[int, deque[Callable[[int | None], None]]] = {}
+        self._probes_opening: set[int] = set()
 
     # ------------------------------------------------------------------ caller side
 
@@ -329,6 +337,7 @@ class AmqpLink:
 
     def _on_closed(self, _connection: pika.SelectConnection, reason: BaseException) -> None:
         self._ready.clear()
+        self._probes_opening.clear()
         self.work = self.pub = self.admin = None
         self._fail_waiters(0, ChannelLost(f"connection to {self.describe} closed: {reason}"))
         if self._closing:
@@ -532,6 +541,63 @@ class AmqpLink:
         if resume is not None:
             resume(None)
         self._next_get()
+
+    def ready_counts(self, queues: list[str]) -> Await:
+        """Ready messages of each queue, asked all at once (one round trip): resumes with
+        a list of ints, None where unknown (a probe channel still opening, or closed)."""
+
+        def start(resume: Callable[..., None]) -> None:
+            results: list[int | None] = [None] * len(queues)
+            pending = set(range(len(queues)))
+
+            def done(index: int, value: int | None) -> None:
+                if index not in pending:
+                    return
+                pending.discard(index)
+                results[index] = value
+                if not pending:
+                    resume(results)
+
+            for index, queue in enumerate(queues):
+                channel = self._probe_channel(index)
+                if channel is None:
+                    done(index, None)
+                    continue
+                self._probe_pending.setdefault(id(channel), deque()).append(functools.partial(done, index))
+
+                def answered(frame: Any, ch: Any = channel) -> None:
+                    waiting = self._probe_pending.get(id(ch))
+                    if waiting:
+                        waiting.popleft()(int(frame.method.message_count))
+
+                channel.queue_declare(queue, passive=True, callback=answered)
+
+        return Await(None, start)
+
+    def _probe_channel(self, index: int) -> pika.channel.Channel | None:
+        """Probe channel ``index`` if open; else start opening it and return None."""
+        while len(self._probes) <= index:
+            self._probes.append(None)
+        channel = self._probes[index]
+        if channel is not None and channel.is_open:
+            return channel
+        if index not in self._probes_opening and self.connection is not None and self.connection.is_open:
+            self._probes_opening.add(index)
+
+            def opened(new: pika.channel.Channel) -> None:
+                self._probes_opening.discard(index)
+                new.add_on_close_callback(self._on_probe_closed)
+                self._probes[index] = new
+
+            self.connection.channel(on_open_callback=opened)
+        return None
+
+    def _on_probe_closed(self, channel: pika.channel.Channel, _reason: BaseException) -> None:
+        for i, probe in enumerate(self._probes):
+            if probe is channel:
+                self._probes[i] = None
+        for callback in self._probe_pending.pop(id(channel), deque()):
+            callback(None)
 
     def publish(self, items: list[Publish]) -> Await:
         """Publish ``items`` (mandatory, confirmed) and resume once every one is confirmed.

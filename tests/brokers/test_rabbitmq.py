@@ -443,6 +443,18 @@ def test_wait_wakes_on_a_push_and_consumers_pause_while_a_task_runs(rabbit: Rabb
     assert broker.settle(running, Complete())
 
 
+def test_interrupt_wakes_a_waiter_even_one_that_started_waiting_later(rabbit: Rabbit) -> None:
+    broker = rabbit()
+    threading.Timer(0.2, broker.interrupt).start()
+    started = time.monotonic()
+    broker.wait(["default"], 30)
+    assert time.monotonic() - started < 20, "interrupt() didn't wake wait()"
+    broker.interrupt()  # before this thread's next wait: that wait returns at once
+    started = time.monotonic()
+    broker.wait(["default"], 30)
+    assert time.monotonic() - started < 20
+
+
 def _consumers(intake: Any) -> Any:
     return len(intake._consumers)
     yield  # pragma: no cover
