@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import threading
@@ -390,11 +389,14 @@ class Potatoq:
             signals.after_task_publish.send(sender=message.task, body=message, headers=message.headers)
 
     # -- broker and results -------------------------------------------------------------------
-    def broker_config(self, url: str | None = None, result_backend: Broker | None = None) -> BrokerConfig:
+    def broker_config(
+        self, url: str | None = None, result_backend: Broker | None = None, *, for_results: bool = False
+    ) -> BrokerConfig:
         conf = self.conf
+        options = conf.result_backend_transport_options if for_results else conf.broker_transport_options
         return BrokerConfig(
             url=url or conf.broker_url_or_default(),
-            transport_options=dict(conf.broker_transport_options or {}),
+            transport_options=dict(options or {}),
             result_expires=_seconds(conf.result_expires),
             max_deliveries=int(conf.task_max_deliveries),
             dead_letter_max=int(conf.dead_letter_max),
@@ -421,12 +423,7 @@ class Potatoq:
         separate = self._separate_backend_url()
         backend = None
         if separate is not None:
-            # The broker's transport options are the broker's (e.g. RabbitMQ's queue_prefix),
-            # not the separate result store's.
-            backend_options = dict(self.conf.result_backend_transport_options or {})
-            backend = create_broker(
-                dataclasses.replace(self.broker_config(separate), transport_options=backend_options)
-            )
+            backend = create_broker(self.broker_config(separate, for_results=True))
             self._backend = backend
         return create_broker(self.broker_config(url, result_backend=backend))
 

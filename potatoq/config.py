@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "broker_connection_retry_on_startup": True,
     "broker_connection_max_retries": 100,
     "result_backend": None,  # None: the broker itself when it is a database
-    "result_backend_transport_options": {},  # a separate result backend's own options
+    "result_backend_transport_options": {},
     "result_expires": 86400.0,
     "result_extended": False,
     "result_serializer": "json",

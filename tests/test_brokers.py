@@ -285,6 +285,38 @@ def test_wait_returns_when_another_thread_enqueues(broker: Broker) -> None:
         thread.join(DEADLINE)
 
 
+def test_wait_returns_at_once_when_work_is_already_ready(make_broker: BrokerMaker) -> None:
+    producer, waiter = make_broker(), make_broker()  # e.g. the app and a worker
+    sent = msg("ready")
+    producer.enqueue([sent])
+    started = time.monotonic()
+    waiter.wait(["ready"], 30)  # no claim came first: wait itself must see the ready task
+    assert time.monotonic() - started < 25, "wait() blocked although a task was ready"
+    assert claim_soon(waiter, ["ready"]).id == sent.id
+
+
+def test_wait_returns_when_another_broker_instance_enqueues(make_broker: BrokerMaker) -> None:
+    producer, waiter = make_broker(), make_broker()
+    assert waiter.claim(["wakeup"], WORKER_A) is None
+    waiting = threading.Event()
+    sent = msg("wakeup")
+
+    def produce() -> None:
+        waiting.wait(DEADLINE)
+        producer.enqueue([sent])  # may land before or after the waiter blocks: both must work
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        waiting.set()
+        started = time.monotonic()
+        waiter.wait(["wakeup"], 60)
+        assert time.monotonic() - started < 45, "wait() missed another instance's enqueue"
+        assert claim_soon(waiter, ["wakeup"]).id == sent.id
+    finally:
+        thread.join(DEADLINE)
+
+
 # ----------------------------------------------------------------------------- fencing and settle
 
 

@@ -4,7 +4,8 @@ Blocks of one page run in order in one namespace, in a temporary directory. Ever
 page creates gets an in-process ``ThreadWorker``, so examples can call ``.get()`` as they
 would with a worker running. A block whose info string says ``python no-test`` is shown
 but not run (e.g. it needs a server of the reader's); ``python requires=redis`` (or
-postgres, valkey, rabbitmq) runs it against that test service.
+postgres, valkey, rabbitmq) runs it against that test service. A page containing
+``<!-- docs-test: no-worker -->`` gets no ThreadWorker (its examples drain by hand).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def test_docs_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     def start_worker(sender: Any = None, **_: Any) -> None:
         workers.append(ThreadWorker(sender, poll=0.2).start())
 
-    signals.app_created.connect(start_worker)
+    if "<!-- docs-test: no-worker -->" not in page.read_text():
+        signals.app_created.connect(start_worker)
     namespace: dict[str, Any] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     try:
         for line, info, code in blocks(page):

@@ -494,7 +494,9 @@ class Broker(abc.ABC):
         """Block until work may be ready in ``queues`` or ``timeout`` seconds pass.
 
         Uses the broker's native wake-up; spurious returns are allowed, missed wake-ups are
-        not (the caller claims after every return).
+        not (the caller claims after every return). Work already ready when ``wait`` is
+        called counts: it returns at once, whether or not this thread claimed just before
+        (an app and a worker are often different broker instances).
         """
 
     def interrupt(self) -> None:  # noqa: B027 - optional hook

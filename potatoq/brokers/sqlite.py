@@ -12,7 +12,8 @@ Storage layout (one database file in WAL mode, schema in ``sqlite/migrations/``)
   ``potatoq_workers`` (one heartbeat row per worker node, its WorkerInfo as JSON),
   ``potatoq_chords`` + ``potatoq_chord_parts`` (a fired flag per group, one row per header
   part) and ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time).
-* ``potatoq_migrations``: which numbered migrations the file has had.
+* ``potatoq_migrations``: which numbered migrations the file has had (applied on first use
+  by :mod:`potatoq.brokers.sqlite_setup`, which also holds the options and start-up checks).
 
 Why it is built this way:
 
@@ -39,7 +40,6 @@ Why it is built this way:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import random
@@ -49,10 +49,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from potatoq.exceptions import ImproperlyConfigured, OperationalError
+from potatoq.exceptions import OperationalError
 from potatoq.message import Message
 
-from . import sqlfiles
 from .base import (
     Broker,
     BrokerConfig,
@@ -74,39 +73,20 @@ from .base import (
     decode_delivery,
     validate_queue_name,
 )
+from .sqlite_setup import (
+    SQL,
+    SQLiteOptions,
+    check_local_filesystem,
+    check_sqlite_version,
+    database_path,
+    enable_wal,
+    migrate,
+)
 
-__all__ = [
-    "MIN_SQLITE_VERSION",
-    "NETWORK_FILESYSTEMS",
-    "SQLiteBroker",
-    "SQLiteOptions",
-    "apply_migrations",
-    "check_local_filesystem",
-    "check_sqlite_version",
-    "database_path",
-    "install_schema",
-    "network_filesystem",
-]
-
-MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE … RETURNING
-
-# Filesystem types (as /proc/mounts names them) on which SQLite's locking and WAL's shared
-# memory don't work reliably.
-NETWORK_FILESYSTEMS = frozenset(
-    {
-        "nfs", "nfs4", "cifs", "smb", "smb3", "smbfs", "ncpfs", "afs", "coda", "9p",
-        "ceph", "glusterfs", "lustre", "gpfs", "davfs", "fuse.sshfs", "sshfs",
-        "fuse.glusterfs", "fuse.ceph", "fuse.s3fs", "fuse.rclone", "fuse.gcsfuse", "fuse.davfs2",
-    }
-)  # fmt: skip
+__all__ = ["SQLiteBroker", "SQLiteOptions"]
 
 # How long claimed periodic fire times are remembered (nobody races for older ones).
 PERIODIC_RETENTION = 7 * 86400.0
-
-_SQL = sqlfiles.load_directory("potatoq.brokers", "sqlite")
-_INSTALL = tuple(sqlfiles.load_file("potatoq.brokers", "sqlite/install/current.sql").items())
-_MIGRATIONS = sqlfiles.load_migrations("potatoq.brokers", "sqlite/migrations")
-LATEST_VERSION = len(_MIGRATIONS)
 
 _WAIT_MIN = 0.002  # data_version backoff: first check after 2 ms ...
 _WAIT_MAX = 0.050  # ... doubling up to 50 ms
@@ -114,199 +94,16 @@ _WAIT_MAX = 0.050  # ... doubling up to 50 ms
 _SCHEDULED, _READY, _RUNNING = 0, 1, 2
 
 
-# ----------------------------------------------------------------------------- options
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SQLiteOptions:
-    """``broker_transport_options`` understood by the SQLite broker."""
-
-    #: synchronous=FULL instead of NORMAL: also survive an OS crash or power loss, slower.
-    durable: bool = False
-    #: milliseconds a writer waits for the write lock before failing.
-    busy_timeout: int = 30000
-    #: bytes the WAL file is truncated to after a checkpoint.
-    journal_size_limit: int = 64 * 1024 * 1024
-    #: skip the refusal of NFS/SMB/sshfs… mounts (only if you know locking works there).
-    allow_network_filesystem: bool = False
-
-    @classmethod
-    def from_transport_options(cls, options: Mapping[str, Any]) -> SQLiteOptions:
-        """Parse and check ``options``; an unknown name or a wrong type is a clear error."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        for name, value in options.items():
-            field = fields.get(name)
-            if field is None:
-                known = ", ".join(sorted(fields))
-                raise ImproperlyConfigured(
-                    f"unknown SQLite broker_transport_options key {name!r}; known options: {known}"
-                )
-            kind = bool if field.type == "bool" else int
-            if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
-                expected = "True or False" if kind is bool else "a non-negative integer"
-                raise ImproperlyConfigured(
-                    f"SQLite broker_transport_options[{name!r}] must be {expected}, got {value!r}"
-                )
-        return cls(**dict(options))
-
-
-# ----------------------------------------------------------------------------- start-up checks
-
-
-def database_path(url: str) -> str:
-    """The absolute database path of ``sqlite:///relative`` or ``sqlite:////absolute`` URLs.
-
-    In-memory databases are refused: worker processes each need to open the same database.
-    """
-    prefix = "sqlite://"
-    if not url.lower().startswith(prefix):
-        raise ImproperlyConfigured(f"not a SQLite URL: {url!r} (use sqlite:///path/to/file.sqlite3)")
-    rest = url[len(prefix) :]
-    path = rest[1:] if rest.startswith("/") else ""
-    if rest and not rest.startswith("/"):
-        raise ImproperlyConfigured(
-            f"SQLite URL {url!r} has a host part; use sqlite:///relative/path or sqlite:////absolute/path"
-        )
-    if not path or path == ":memory:" or path.startswith("file::memory:") or "mode=memory" in path:
-        raise ImproperlyConfigured(
-            f"SQLite URL {url!r} names no database file; in-memory databases can't be shared with "
-            "worker processes. Use sqlite:///path/to/file.sqlite3 (or memory:// for tests)"
-        )
-    if "?" in path:
-        raise ImproperlyConfigured(
-            f"SQLite URL {url!r} has a query string; pass options in broker_transport_options"
-        )
-    return os.path.abspath(path)
-
-
-def check_sqlite_version(version: tuple[int, int, int], text: str | None = None) -> None:
-    """Refuse SQLite libraries older than 3.35 (no ``RETURNING``), naming the version found."""
-    if tuple(version) < MIN_SQLITE_VERSION:
-        found = text or ".".join(map(str, version))
-        need = ".".join(map(str, MIN_SQLITE_VERSION))
-        raise ImproperlyConfigured(
-            f"the SQLite broker needs SQLite {need} or newer, but Python's sqlite3 module uses "
-            f"SQLite {found}; use a Python built with a newer SQLite (python.org, uv and most "
-            "distributions' recent Pythons bundle one)"
-        )
-
-
-def _unescape_mount(field: str) -> str:
-    """/proc/mounts writes space, tab, newline and backslash as octal escapes."""
-    for escaped, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field = field.replace(escaped, char)
-    return field
-
-
-def network_filesystem(directory: str, mounts: str) -> str | None:
-    """The network filesystem type ``directory`` is on, per a /proc/mounts text, or None.
-
-    A pure function: ``mounts`` is the table's text, so it is testable without mounting NFS.
-    The longest mount point containing ``directory`` wins (later lines win ties: they are
-    mounted on top).
-    """
-    best_point, best_type = "", ""
-    for line in mounts.splitlines():
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        point, fstype = _unescape_mount(parts[1]), parts[2]
-        inside = point in ("/", directory) or directory.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best_point):
-            best_point, best_type = point, fstype
-    return best_type if best_type in NETWORK_FILESYSTEMS else None
-
-
-def check_local_filesystem(path: str, mounts: str | None = None) -> None:
-    """Refuse a database on a network filesystem (detected through /proc/mounts on Linux)."""
-    if mounts is None:
-        try:
-            with open("/proc/mounts", encoding="utf-8", errors="replace") as f:
-                mounts = f.read()
-        except OSError:  # not Linux: nothing to detect with
-            return
-    directory = os.path.dirname(os.path.realpath(path))
-    fstype = network_filesystem(directory, mounts)
-    if fstype is not None:
-        raise ImproperlyConfigured(
-            f"the SQLite database {path!r} is on a network filesystem ({fstype}); SQLite's locks "
-            "and WAL mode don't work there and the database can be corrupted. Put it on a local "
-            "disk, or use the PostgreSQL or Redis broker to share a queue between hosts"
-        )
-
-
-# ----------------------------------------------------------------------------- schema
-
-
-def install_schema(conn: sqlite3.Connection, now: float) -> None:
-    """Create the current schema in an empty database (inside the caller's transaction)."""
-    for _name, sql in _INSTALL:
-        conn.execute(sql)
-    for migration in _MIGRATIONS:
-        conn.execute(
-            _SQL["schema_record_migration"],
-            {"version": migration.number, "name": migration.name, "now": now},
-        )
-
-
-def apply_migrations(conn: sqlite3.Connection, start: int, now: float) -> None:
-    """Apply migrations ``start + 1 … latest`` in order (inside the caller's transaction)."""
-    for migration in _MIGRATIONS[start:]:
-        for _name, sql in migration.statements:
-            conn.execute(sql)
-        conn.execute(
-            _SQL["schema_record_migration"],
-            {"version": migration.number, "name": migration.name, "now": now},
-        )
-
-
-def _schema_version(conn: sqlite3.Connection) -> int:
-    try:
-        row = conn.execute(_SQL["schema_version"]).fetchone()
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return 0
-        raise
-    return int(row[0])
-
-
-def _migrate(conn: sqlite3.Connection, now: float) -> None:
-    """Bring the file's schema up to date; many processes may race here, one does the work."""
-    if _schema_version(conn) == LATEST_VERSION:
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(_SQL["schema_create_migrations"])
-        version = int(conn.execute(_SQL["schema_version"]).fetchone()[0])
-        if version > LATEST_VERSION:
-            raise ImproperlyConfigured(
-                f"the SQLite database has schema version {version}, newer than this potatoq "
-                f"knows ({LATEST_VERSION}); upgrade potatoq"
-            )
-        if version == 0 and not conn.execute(_SQL["schema_has_jobs_table"]).fetchone()[0]:
-            install_schema(conn, now)
-        else:
-            apply_migrations(conn, version, now)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
 # ----------------------------------------------------------------------------- connections
 
 
 class _Connection:
-    """One thread's connection, plus what wait() needs to never miss a commit."""
+    """One thread's connection, plus the interrupts its wait() calls have seen."""
 
-    __slots__ = ("baseline", "conn", "interrupts")
+    __slots__ = ("conn", "interrupts")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        # data_version seen by the last claim that found nothing: a commit between that
-        # claim and the next wait() makes wait return.
-        self.baseline: int | None = None
         # interrupt() calls counted when this thread's last wait() returned: one made since
         # makes the next wait() return at once, even if it came before that wait started.
         self.interrupts = 0
@@ -324,6 +121,12 @@ class SQLiteBroker(Broker):
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
     schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
+    # Most calls turn sqlite3 errors into OperationalError; "database is locked" from a raw
+    # read (busy_timeout ran out) is just as retryable.
+    connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        *Broker.connection_errors,
+        sqlite3.OperationalError,
+    )
 
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__(config)
@@ -359,14 +162,12 @@ class SQLiteBroker(Broker):
             raise OperationalError(f"can't open the SQLite database {self.path!r}: {exc}") from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise OperationalError(f"SQLite database {self.path!r} refused WAL mode (got {mode!r})")
+            enable_wal(conn, self.options.busy_timeout / 1000)
             conn.execute(f"PRAGMA synchronous = {'FULL' if self.options.durable else 'NORMAL'}")
             conn.execute("PRAGMA secure_delete = OFF")  # Debian builds turn it on: extra writes
             conn.execute(f"PRAGMA journal_size_limit = {int(self.options.journal_size_limit)}")
             if not self._schema_ready:
-                _migrate(conn, self.clock())
+                migrate(conn, self.clock())
                 self._schema_ready = True
         except sqlite3.Error as exc:
             conn.close()
@@ -399,7 +200,7 @@ class SQLiteBroker(Broker):
 
     def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         try:
-            return self._local.get().conn.execute(_SQL[name], params or {}).fetchall()
+            return self._local.get().conn.execute(SQL[name], params or {}).fetchall()
         except sqlite3.OperationalError as exc:
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
 
@@ -436,9 +237,9 @@ class SQLiteBroker(Broker):
 
     def _insert(self, conn: sqlite3.Connection, messages: Sequence[Message], now: float) -> None:
         if len(messages) == 1:
-            conn.execute(_SQL["job_insert"], self._job_row(messages[0], now))
+            conn.execute(SQL["job_insert"], self._job_row(messages[0], now))
         elif messages:
-            conn.executemany(_SQL["job_insert"], [self._job_row(m, now) for m in messages])
+            conn.executemany(SQL["job_insert"], [self._job_row(m, now) for m in messages])
 
     def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
         if not messages:
@@ -458,18 +259,18 @@ class SQLiteBroker(Broker):
                 f"the SQLite broker can enqueue through a sqlite3.Connection only, got {type(connection)!r}"
             )
         self._conn()  # makes sure the schema exists
-        raw.executemany(_SQL["job_insert"], [self._job_row(m, now) for m in messages])
+        raw.executemany(SQL["job_insert"], [self._job_row(m, now) for m in messages])
 
     def _claim_in(
         self, conn: sqlite3.Connection, queues: Sequence[str], worker: WorkerRef, now: float
     ) -> Delivery | None:
         """Promote due tasks and claim the best ready one, inside an open write transaction."""
-        conn.execute(_SQL["job_promote_due"], {"queues": self._queue_list(queues), "now": now})
+        conn.execute(SQL["job_promote_due"], {"queues": self._queue_list(queues), "now": now})
         token = random.getrandbits(63)
         params = {"token": token, "node": worker.node, "pid": worker.pid, "now": now, "queue": ""}
         for queue in queues:
             params["queue"] = queue
-            rows = conn.execute(_SQL["job_claim"], params).fetchall()
+            rows = conn.execute(SQL["job_claim"], params).fetchall()
             if rows:
                 task_id, queue_name, deliveries, payload = rows[0]
                 return decode_delivery(
@@ -486,33 +287,19 @@ class SQLiteBroker(Broker):
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
         if not queues:
             return None
-        local = self._conn()
         now = self.clock()
-        names = self._queue_list(queues)
-        try:
-            # Read data_version before looking: a commit after this read changes it, so a
-            # wait() that follows an empty claim can't miss work enqueued in between.
-            version = local.data_version()
-            ready, due = local.conn.execute(_SQL["job_peek"], {"queues": names, "now": now}).fetchone()
-        except sqlite3.OperationalError as exc:
-            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        ready, due = self._read("job_peek", {"queues": self._queue_list(queues), "now": now})[0]
         if not ready and not due:
-            local.baseline = version
-            return None
+            return None  # the cheap read found nothing: no write lock taken
         with self._write() as conn:
-            delivery = self._claim_in(conn, queues, worker, now)
-            if delivery is None:  # another worker took it first
-                local.baseline = local.data_version()
-        if delivery is not None:
-            local.baseline = None
-        return delivery
+            return self._claim_in(conn, queues, worker, now)
 
     # -- settling -----------------------------------------------------------------------------
 
     def _settle_in(self, conn: sqlite3.Connection, delivery: Delivery, outcome: Outcome, now: float) -> bool:
         fence = {"id": delivery.id, "token": int(delivery.token)}
         if isinstance(outcome, Complete | DeadLetter):
-            rows = conn.execute(_SQL["job_delete_claimed"], fence).fetchall()
+            rows = conn.execute(SQL["job_delete_claimed"], fence).fetchall()
             if not rows:
                 return False
             if isinstance(outcome, DeadLetter):
@@ -536,21 +323,21 @@ class SQLiteBroker(Broker):
         if isinstance(outcome, RetryLater):
             row = self._job_row(outcome.message, now)
             del row["id"]
-            cursor = conn.execute(_SQL["job_retry_later"], {**row, **fence})
+            cursor = conn.execute(SQL["job_retry_later"], {**row, **fence})
             if cursor.rowcount != 1:
                 return False
             self._result_in(conn, outcome.result, now)
             return True
         if isinstance(outcome, Requeue):
             params = {**fence, "uncount": 0 if outcome.crashed else 1}
-            return conn.execute(_SQL["job_requeue"], params).rowcount == 1
+            return conn.execute(SQL["job_requeue"], params).rowcount == 1
         raise TypeError(f"unknown outcome {outcome!r}")
 
     def _result_in(self, conn: sqlite3.Connection, record: ResultRecord | None, now: float) -> None:
         if record is None or self._result_backend is not None:
             return
         conn.execute(
-            _SQL["result_upsert"],
+            SQL["result_upsert"],
             {
                 "task_id": record.task_id,
                 "state": record.state,
@@ -579,7 +366,7 @@ class SQLiteBroker(Broker):
         now: float,
     ) -> None:
         conn.execute(
-            _SQL["dead_insert"],
+            SQL["dead_insert"],
             {
                 "id": task_id,
                 "queue": queue,
@@ -591,8 +378,8 @@ class SQLiteBroker(Broker):
                 "now": now,
             },
         )
-        conn.execute(_SQL["dead_trim_age"], {"cutoff": now - self.config.dead_letter_ttl})
-        conn.execute(_SQL["dead_trim_count"], {"keep": max(0, int(self.config.dead_letter_max))})
+        conn.execute(SQL["dead_trim_age"], {"cutoff": now - self.config.dead_letter_ttl})
+        conn.execute(SQL["dead_trim_count"], {"keep": max(0, int(self.config.dead_letter_max))})
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         now = self.clock()
@@ -606,19 +393,12 @@ class SQLiteBroker(Broker):
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
     ) -> tuple[bool, Delivery | None]:
         """Settle and claim the next task in one transaction: one write lock per task."""
-        local = self._conn()
         now = self.clock()
         next_delivery: Delivery | None = None
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
-            if next_delivery is None:
-                # Inside the transaction nobody else can commit, so this value is exactly
-                # what the claim saw: any later commit changes it.
-                local.baseline = local.data_version()
-        if next_delivery is not None:
-            local.baseline = None
         if settled:
             self._forward_result(outcome)
         return settled, next_delivery
@@ -640,27 +420,25 @@ class SQLiteBroker(Broker):
             return self._interrupts == interrupts
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Return when another connection commits, a scheduled task is due, or ``timeout``.
+        """Return at once if work is ready (or due) in ``queues``; otherwise when another
+        connection commits, when the earliest scheduled task falls due, or after ``timeout``.
 
-        The reference point is the data_version read by this thread's last claim that found
-        nothing, so a commit landing between that claim and this call is not missed; a wait
-        with no such claim before it starts from the value it reads itself.
+        data_version is read *before* the cheap read for work, so a commit that the read
+        misses changes it: nothing can land unnoticed between looking and sleeping.
         """
         local = self._conn()
         names = self._queue_list(queues)
         start = time.monotonic()
         deadline = start + max(0.0, timeout)
-        baseline, interrupts = local.baseline, local.interrupts
-        local.baseline = None
+        interrupts = local.interrupts
         try:
-            current = local.data_version()
-            if baseline is None:
-                baseline = current
-            elif current != baseline:
-                return  # something was committed since the claim that found nothing
-            next_due = self._read("job_next_due", {"queues": names})[0][0]
+            baseline = local.data_version()
         except sqlite3.OperationalError as exc:
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        ready, due = self._read("job_peek", {"queues": names, "now": self.clock()})[0]
+        if ready or due:
+            return
+        next_due = self._read("job_next_due", {"queues": names})[0][0]
         if next_due is not None:
             deadline = min(deadline, start + max(0.0, float(next_due) - self.clock()))
         delay = _WAIT_MIN
@@ -688,14 +466,14 @@ class SQLiteBroker(Broker):
     def heartbeat(self, info: WorkerInfo) -> None:
         params = {"node": info.node, "info": info.encode(), "now": self.clock()}
         with self._write() as conn:
-            conn.execute(_SQL["worker_heartbeat"], params)
+            conn.execute(SQL["worker_heartbeat"], params)
 
     def workers(self) -> list[WorkerInfo]:
         return [WorkerInfo.decode(info, last_seen) for info, last_seen in self._read("worker_list")]
 
     def forget_worker(self, node: str) -> None:
         with self._write() as conn:
-            conn.execute(_SQL["worker_forget"], {"node": node})
+            conn.execute(SQL["worker_forget"], {"node": node})
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         now = self.clock()
@@ -710,9 +488,9 @@ class SQLiteBroker(Broker):
         lost_results: list[ResultRecord] = []
         with self._write() as conn:
             if lost:
-                requeued = conn.execute(_SQL["job_requeue_lost"], lost_params).rowcount
+                requeued = conn.execute(SQL["job_requeue_lost"], lost_params).rowcount
                 for task_id, queue, task, priority, deliveries, payload in conn.execute(
-                    _SQL["job_delete_lost"], lost_params
+                    SQL["job_delete_lost"], lost_params
                 ).fetchall():
                     dead += 1
                     reason = f"WorkerLostError: the worker running it died {deliveries} times"
@@ -731,8 +509,8 @@ class SQLiteBroker(Broker):
                     self._result_in(conn, lost_results[-1], now)
             if housekeeping:
                 for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
-                    conn.execute(_SQL[name], housekeeping_params)
-                conn.execute(_SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
+                    conn.execute(SQL[name], housekeeping_params)
+                conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
         for record in lost_results:
             self._forward_result(Complete(result=record))
         return RecoverReport(requeued=requeued, dead=dead)
@@ -755,13 +533,13 @@ class SQLiteBroker(Broker):
         self, conn: sqlite3.Connection, join: ChordJoin, enqueue_callback: bool, now: float
     ) -> bool:
         conn.execute(
-            _SQL["chord_add_part"], {"group_id": join.group_id, "idx": join.index, "value": join.value}
+            SQL["chord_add_part"], {"group_id": join.group_id, "idx": join.index, "value": join.value}
         )
         conn.execute(
-            _SQL["chord_upsert"],
+            SQL["chord_upsert"],
             {"group_id": join.group_id, "size": join.size, "expires_at": self._expiry(now)},
         )
-        fired = bool(conn.execute(_SQL["chord_fire"], {"group_id": join.group_id}).fetchall())
+        fired = bool(conn.execute(SQL["chord_fire"], {"group_id": join.group_id}).fetchall())
         if fired and enqueue_callback:
             self._insert(conn, (join.callback,), now)
         return fired
@@ -780,10 +558,10 @@ class SQLiteBroker(Broker):
     def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
         now = self.clock()
         with self._write() as conn:
-            won = conn.execute(_SQL["periodic_claim"], {"name": name, "fire_time": fire_time}).rowcount == 1
+            won = conn.execute(SQL["periodic_claim"], {"name": name, "fire_time": fire_time}).rowcount == 1
             if won:
                 conn.execute(
-                    _SQL["periodic_forget_old"],
+                    SQL["periodic_forget_old"],
                     {"name": name, "cutoff": min(now, fire_time) - PERIODIC_RETENTION},
                 )
                 if message is not None:
@@ -835,13 +613,13 @@ class SQLiteBroker(Broker):
             self._result_backend.forget_result(task_id)
             return
         with self._write() as conn:
-            conn.execute(_SQL["result_delete"], {"task_id": task_id})
+            conn.execute(SQL["result_delete"], {"task_id": task_id})
 
     # -- revocation, dead letters, stats ------------------------------------------------------
 
     def revoke(self, task_id: str) -> bool:
         with self._write() as conn:
-            return conn.execute(_SQL["job_revoke"], {"id": task_id}).rowcount > 0
+            return conn.execute(SQL["job_revoke"], {"id": task_id}).rowcount > 0
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
         cutoff = self.clock() - self.config.dead_letter_ttl
@@ -869,17 +647,17 @@ class SQLiteBroker(Broker):
         restored = 0
         with self._write() as conn:
             for seq, task_id, queue, task, priority, payload in conn.execute(
-                _SQL["dead_newest"], params
+                SQL["dead_newest"], params
             ).fetchall():
                 job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
-                if conn.execute(_SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
-                    conn.execute(_SQL["dead_delete"], {"seq": seq})
+                if conn.execute(SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
+                    conn.execute(SQL["dead_delete"], {"seq": seq})
                     restored += 1
         return restored
 
     def purge_dead(self) -> int:
         with self._write() as conn:
-            return conn.execute(_SQL["dead_purge"]).rowcount
+            return conn.execute(SQL["dead_purge"]).rowcount
 
     def queue_stats(self) -> list[QueueStats]:
         now = self.clock()
@@ -897,7 +675,7 @@ class SQLiteBroker(Broker):
     def purge(self, queues: Sequence[str]) -> int:
         names = self._queue_list(queues)
         with self._write() as conn:
-            return conn.execute(_SQL["job_purge"], {"queues": names}).rowcount
+            return conn.execute(SQL["job_purge"], {"queues": names}).rowcount
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from potatoq import states
-from potatoq.brokers import create_broker
-from potatoq.brokers import sqlite as sqlite_broker
+from potatoq.brokers import create_broker, sqlite_setup
 from potatoq.brokers.base import (
     BrokerConfig,
     ChordJoin,
@@ -156,17 +155,17 @@ def test_in_memory_or_pathless_urls_are_refused(url: str) -> None:
 
 def test_url_paths_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert sqlite_broker.database_path("sqlite:///q.sqlite3") == str(tmp_path / "q.sqlite3")
-    assert sqlite_broker.database_path("sqlite:////srv/q.sqlite3") == "/srv/q.sqlite3"
+    assert sqlite_setup.database_path("sqlite:///q.sqlite3") == str(tmp_path / "q.sqlite3")
+    assert sqlite_setup.database_path("sqlite:////srv/q.sqlite3") == "/srv/q.sqlite3"
     with pytest.raises(ImproperlyConfigured, match="query string"):
-        sqlite_broker.database_path("sqlite:///q.sqlite3?timeout=5")
+        sqlite_setup.database_path("sqlite:///q.sqlite3?timeout=5")
 
 
 def test_sqlite_older_than_3_35_is_refused_naming_the_version() -> None:
     with pytest.raises(ImproperlyConfigured, match=r"needs SQLite 3\.35\.0 or newer.*SQLite 3\.34\.1"):
-        sqlite_broker.check_sqlite_version((3, 34, 1))
-    sqlite_broker.check_sqlite_version((3, 35, 0))
-    sqlite_broker.check_sqlite_version(sqlite3.sqlite_version_info)
+        sqlite_setup.check_sqlite_version((3, 34, 1))
+    sqlite_setup.check_sqlite_version((3, 35, 0))
+    sqlite_setup.check_sqlite_version(sqlite3.sqlite_version_info)
 
 
 MOUNTS = """\
@@ -195,13 +194,13 @@ server:/old /mnt/old nfs rw 0 0
     ],
 )
 def test_network_filesystem_detection(directory: str, expected: str | None) -> None:
-    assert sqlite_broker.network_filesystem(directory, MOUNTS) == expected
+    assert sqlite_setup.network_filesystem(directory, MOUNTS) == expected
 
 
 def test_database_on_network_filesystem_is_refused() -> None:
     with pytest.raises(ImproperlyConfigured, match=r"network filesystem \(nfs4\)"):
-        sqlite_broker.check_local_filesystem("/mnt/nfs/project/q.sqlite3", MOUNTS)
-    sqlite_broker.check_local_filesystem("/mnt/nfs/local-disk/q.sqlite3", MOUNTS)
+        sqlite_setup.check_local_filesystem("/mnt/nfs/project/q.sqlite3", MOUNTS)
+    sqlite_setup.check_local_filesystem("/mnt/nfs/local-disk/q.sqlite3", MOUNTS)
 
 
 def test_queue_names_are_validated(broker: SQLiteBroker) -> None:
@@ -326,6 +325,43 @@ def test_empty_claim_never_takes_the_write_lock(make: Any, db_path: Path) -> Non
         assert broker.recover(60.0, 5).requeued == 0
 
 
+def test_new_connection_opens_while_another_holds_the_write_lock(make: Any, db_path: Path) -> None:
+    make().migrate()  # the file exists, in WAL mode
+    broker = make(transport_options={"busy_timeout": 10})
+    with contextlib.closing(sqlite3.connect(db_path, isolation_level=None)) as app_conn:
+        app_conn.execute("BEGIN IMMEDIATE")
+        broker.enqueue([msg(id="uncommitted")], connection=app_conn)  # a write in progress
+        broker.ping()  # opening a WAL file needs no write lock
+        assert broker.claim(["default"], WORKER) is None
+        app_conn.execute("COMMIT")
+    assert broker.claim(["default"], WORKER) is not None
+
+
+def test_first_opens_of_a_new_file_racing_each_other(tmp_path: Path) -> None:
+    """Two connections creating one new file at once: switching it to WAL needs a lock
+    the busy timeout doesn't wait for."""
+    errors: list[BaseException] = []
+    for attempt in range(30):
+        config = BrokerConfig(url=f"sqlite:///{tmp_path / f'new-{attempt}.sqlite3'}")
+        first, second = SQLiteBroker(config), SQLiteBroker(config)
+
+        def open_second(broker: SQLiteBroker = second) -> None:
+            try:
+                broker.queue_stats()
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = _in_thread(open_second)
+        try:
+            first.migrate()
+        except BaseException as exc:
+            errors.append(exc)
+        thread.join(60)
+        first.close()
+        second.close()
+    assert errors == []
+
+
 def test_claim_promotes_due_scheduled_tasks(broker: SQLiteBroker) -> None:
     clock = Clock()
     broker.clock = clock
@@ -345,7 +381,7 @@ def test_hot_queries_use_the_partial_indexes(broker: SQLiteBroker) -> None:
     params = {"queues": '["default"]', "queue": "default", "now": 0.0, "token": 1, "node": "n", "pid": 1}
 
     def plan(name: str) -> str:
-        rows = conn.execute("EXPLAIN QUERY PLAN " + sqlite_broker._SQL[name], params).fetchall()
+        rows = conn.execute("EXPLAIN QUERY PLAN " + sqlite_setup.SQL[name], params).fetchall()
         return " | ".join(str(row[-1]) for row in rows)
 
     assert "USING INDEX potatoq_jobs_ready" in plan("job_claim")
@@ -655,12 +691,12 @@ def _schema(conn: sqlite3.Connection) -> dict[str, Any]:
 def test_migrations_in_order_equal_a_fresh_install(tmp_path: Path) -> None:
     fresh = sqlite3.connect(tmp_path / "fresh.sqlite3", isolation_level=None)
     migrated = sqlite3.connect(tmp_path / "migrated.sqlite3", isolation_level=None)
-    fresh.execute(sqlite_broker._SQL["schema_create_migrations"])
-    sqlite_broker.install_schema(fresh, 0.0)
-    migrated.execute(sqlite_broker._SQL["schema_create_migrations"])
-    for step in range(sqlite_broker.LATEST_VERSION):  # one migration at a time, as upgrades run
-        sqlite_broker.apply_migrations(migrated, step, 0.0)
-        migrated_version = migrated.execute(sqlite_broker._SQL["schema_version"]).fetchone()[0]
+    fresh.execute(sqlite_setup.SQL["schema_create_migrations"])
+    sqlite_setup.install_schema(fresh, 0.0)
+    migrated.execute(sqlite_setup.SQL["schema_create_migrations"])
+    for step in range(sqlite_setup.LATEST_VERSION):  # one migration at a time, as upgrades run
+        sqlite_setup.apply_migrations(migrated, step, 0.0)
+        migrated_version = migrated.execute(sqlite_setup.SQL["schema_version"]).fetchone()[0]
         assert migrated_version == step + 1
     assert _schema(fresh) == _schema(migrated)
     assert (
@@ -676,7 +712,7 @@ def test_schema_is_created_once_and_newer_schemas_are_refused(make: Any, db_path
     make().migrate()  # already current: nothing to do
     with contextlib.closing(sqlite3.connect(db_path, isolation_level=None)) as plain:
         versions = plain.execute("SELECT version FROM potatoq_migrations").fetchall()
-        assert versions == [(v,) for v in range(1, sqlite_broker.LATEST_VERSION + 1)]
+        assert versions == [(v,) for v in range(1, sqlite_setup.LATEST_VERSION + 1)]
         plain.execute("INSERT INTO potatoq_migrations VALUES (999, 'future', 0)")
     with pytest.raises(ImproperlyConfigured, match="newer than this potatoq"):
         make().migrate()

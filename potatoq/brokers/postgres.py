@@ -1,0 +1,839 @@
+"""The PostgreSQL broker: ``postgresql://`` and ``postgres://`` URLs, on psycopg 3.
+
+Storage layout (schema ``broker_transport_options={"schema": ...}``, else the connection's
+current schema; SQL in ``postgres/*.sql``, created by ``postgres/install/current.sql`` or
+the numbered ``postgres/migrations/``):
+
+* ``potatoq_jobs``: the hot table. It only holds scheduled (state 0), ready (1) and running
+  (2) tasks; a settled task's row is deleted, so the table and its indexes stay small.
+  Partial indexes, one per state, with the state literal in the SQL text (so generic plans
+  still match): ``(queue, priority DESC, seq) WHERE state = 1`` for claims, ``(run_at)
+  WHERE state = 0`` for promotion (far-future ETAs never touch the ready scan) and
+  ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` gives FIFO order within a
+  priority; ``token`` (a random uuid per claim) fences settles. Autovacuum on fixed
+  thresholds, no scale factor and no cost delay.
+* ``potatoq_results`` (expiry index), ``potatoq_dead`` (capped by dead_letter_max at each
+  dead letter, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node;
+  fillfactor 50 and no index on its updated columns, so heartbeats are HOT updates),
+  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, and
+  ``potatoq_migrations``.
+
+Why it is built this way:
+
+* Every state change is one statement (hence one transaction and one round trip): the
+  claim is ``WITH picked AS MATERIALIZED (… FOR UPDATE SKIP LOCKED LIMIT 1) UPDATE …
+  RETURNING``; a settle deletes (or updates) the row fenced on its token and, in the same
+  statement, writes the result, the dead letter, the chord join, the follow-up tasks and
+  their NOTIFYs. ``settle_and_claim`` pipelines the settle and the next claim: two
+  statements, one transaction, one round trip.
+* No transaction is open while a task runs: connections are in autocommit mode, and a
+  claim commits at once. Ownership is ``(worker node, pid)`` plus a heartbeat row per node;
+  ``recover()`` requeues the tasks of nodes silent for ``dead_after``.
+* Scheduled tasks are promoted to ready by every worker about once a second (inside
+  ``claim``/``wait``), with SKIP LOCKED, and each affected queue gets one NOTIFY.
+* Wake-ups: ``wait()`` LISTENs on ``potatoq:<queue>`` on one dedicated connection per
+  process, read continuously by its own thread (a backend whose client stops reading holds
+  back the cluster's notification queue), with a 1 s poll as the safety net. Producers send
+  at most one NOTIFY per queue per 50 ms, and the trailing edge of that window still
+  notifies (see :mod:`.pgwake`).
+  ``{"notify": False}`` (PgBouncer in transaction mode) switches to polling with backoff.
+* Transactional enqueue: ``enqueue(messages, connection=conn)`` runs the same one-statement
+  insert through the caller's psycopg 3 or psycopg 2 connection, inside their transaction.
+* Fork safety: connections live in a :class:`~potatoq.brokers.base.ProcessLocal` (one per
+  process and thread), the listener and the debouncer in a per-process holder; a child
+  never uses, closes or garbage-collects its parent's connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+import psycopg
+
+from potatoq.exceptions import ImproperlyConfigured, OperationalError
+from potatoq.message import Message
+from potatoq.states import FAILURE
+from potatoq.utils import mask_url
+
+from . import pgmigrate, pgsql, pgwake
+from .base import (
+    Broker,
+    BrokerConfig,
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    DeadLetterRecord,
+    Delivery,
+    Outcome,
+    ProcessLocal,
+    QueueStats,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    validate_queue_name,
+)
+
+__all__ = ["PostgresBroker", "PostgresOptions"]
+
+log = logging.getLogger("potatoq.brokers.postgres")
+
+PROMOTE_BATCH = 1000  # scheduled tasks made ready per statement
+SWEEP_EVERY = 60.0  # seconds between housekeeping sweeps, per process
+SWEEP_BATCH = 5000
+PERIODIC_RETENTION = 7 * 86400.0  # claimed fire times remembered this long
+NEVER = 100 * 365 * 86400.0  # result_expires <= 0: keep results (a century)
+POLL_MIN = 0.01  # notify=False: first poll after 10 ms, doubling up to poll_interval
+INT32 = 2**31
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PostgresOptions:
+    """``broker_transport_options`` understood by the PostgreSQL broker."""
+
+    #: schema holding potatoq's tables (created if missing); None: the connection's current schema.
+    schema: str | None = None
+    #: LISTEN/NOTIFY wake-ups. False for PgBouncer in transaction mode: workers poll instead.
+    notify: bool = True
+    #: seconds within which a process sends at most one NOTIFY per queue (the trailing edge
+    #: of the window still sends one).
+    notify_debounce: float = 0.05
+    #: seconds between safety-net polls of an idle worker, and between promotions of due
+    #: scheduled tasks by each worker process.
+    poll_interval: float = 1.0
+    #: application_name of potatoq's connections (visible in pg_stat_activity).
+    application_name: str = "potatoq"
+    #: server-side prepared statements for hot statements (psycopg prepares a statement on
+    #: its 5th use). False for PgBouncer older than 1.21 in transaction mode.
+    prepared_statements: bool = True
+
+    @classmethod
+    def from_transport_options(cls, options: Mapping[str, Any]) -> PostgresOptions:
+        """Parse and check ``options``; an unknown name or a wrong type is a clear error."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name, value in options.items():
+            field = fields.get(name)
+            if field is None:
+                known = ", ".join(sorted(fields))
+                raise ImproperlyConfigured(
+                    f"unknown PostgreSQL broker_transport_options key {name!r}; known options: {known}"
+                )
+            if name == "schema":
+                if value is not None:
+                    pgsql.validate_schema_name(value)
+            elif field.type == "bool":
+                if not isinstance(value, bool):
+                    raise ImproperlyConfigured(
+                        f"PostgreSQL broker_transport_options[{name!r}] must be True or False, got {value!r}"
+                    )
+            elif field.type == "float":
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise ImproperlyConfigured(
+                        f"PostgreSQL broker_transport_options[{name!r}] must be a number of seconds >= 0, "
+                        f"got {value!r}"
+                    )
+            elif not isinstance(value, str):
+                raise ImproperlyConfigured(
+                    f"PostgreSQL broker_transport_options[{name!r}] must be a string, got {value!r}"
+                )
+        parsed = cls(**dict(options))
+        if parsed.poll_interval <= 0:
+            raise ImproperlyConfigured("PostgreSQL broker_transport_options['poll_interval'] must be > 0")
+        return parsed
+
+
+def libpq_url(url: str) -> str:
+    """The URL as libpq takes it: ``postgresql+psycopg://`` (SQLAlchemy style) loses its ``+…``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.split("+", 1)[0].lower() not in ("postgresql", "postgres"):
+        raise ImproperlyConfigured(f"not a PostgreSQL URL: {mask_url(url)!r} (use postgresql://host/dbname)")
+    return f"postgresql://{rest}"
+
+
+# ----------------------------------------------------------------------------- per-process state
+
+
+class _PromotionClock:
+    """When this process last promoted due scheduled tasks, and whether it must again."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._next = 0.0  # monotonic time the next timed promotion is due
+        self._idle = True  # the last claim found nothing: promote before the next one
+
+    def due(self) -> bool:
+        with self._lock:
+            return self._idle or time.monotonic() >= self._next
+
+    def timed_due(self) -> bool:
+        with self._lock:
+            return time.monotonic() >= self._next
+
+    def until_due(self) -> float:
+        with self._lock:
+            return max(0.0, self._next - time.monotonic())
+
+    def promoted(self, count: int) -> None:
+        with self._lock:
+            # a full batch means more are due: promote again at the next chance
+            self._next = time.monotonic() + (0.0 if count >= PROMOTE_BATCH else self.interval)
+
+    def claimed(self, found: bool) -> None:
+        with self._lock:
+            self._idle = not found
+
+
+class _SweepClock:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+    def take(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if now < self._next:
+                return False
+            self._next = now + SWEEP_EVERY
+            return True
+
+
+class _Poller:
+    """Sleeps of ``notify=False`` mode, cut short by :meth:`interrupt`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._interrupts = 0
+
+    def sleep(self, seconds: float) -> None:
+        with self._cond:
+            seen = self._interrupts
+            self._cond.wait_for(lambda: self._interrupts != seen, timeout=seconds)
+
+    def interrupt(self) -> None:
+        with self._cond:
+            self._interrupts += 1
+            self._cond.notify_all()
+
+
+# ----------------------------------------------------------------------------- the broker
+
+
+def _close_connection(conn: psycopg.Connection[Any]) -> None:
+    conn.close()
+
+
+def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
+    return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
+
+
+class PostgresBroker(Broker):
+    """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
+    schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
+    connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        *Broker.connection_errors,
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+    )
+
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        self.options = PostgresOptions.from_transport_options(config.transport_options)
+        self._conninfo = libpq_url(config.url)
+        self._channel_prefix = pgwake.channel_prefix(self.options.schema)
+        self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(self._connect, _close_connection)
+        self._stmts: pgsql.Statements | None = None
+        self._setup_lock = threading.Lock()
+        self._listener = pgwake.PerProcess(self._make_listener)
+        self._debouncer = pgwake.PerProcess(self._make_debouncer)
+        self._promotion = pgwake.PerProcess(lambda: _PromotionClock(self.options.poll_interval))
+        self._sweep = pgwake.PerProcess(_SweepClock)
+        self._poller = pgwake.PerProcess(_Poller)
+        self._poll_delay = threading.local()  # per thread: the notify=False backoff
+        backend = config.result_backend
+        self._result_backend = backend if backend is not None and backend is not self else None
+        self._dead_ttl = float(config.dead_letter_ttl) if config.dead_letter_ttl > 0 else NEVER
+        self._expires = (
+            config.result_expires if config.result_expires and config.result_expires > 0 else NEVER
+        )
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection: an idle one never holds a transaction open."""
+        try:
+            return psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=max(1, round(self.config.connection_timeout)),
+                application_name=self.options.application_name,
+                prepare_threshold=5 if self.options.prepared_statements else None,
+            )
+        except psycopg.Error as exc:
+            raise OperationalError(
+                f"can't connect to PostgreSQL at {mask_url(self.config.url)}: {exc}"
+            ) from exc
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """This thread's connection; a connection error discards it and raises OperationalError."""
+        conn = self._conns.get()
+        if conn.closed or conn.broken:
+            self._conns.discard()
+            conn = self._conns.get()
+        try:
+            yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if conn.closed or conn.broken:
+                self._conns.discard()
+            raise OperationalError(f"PostgreSQL broker at {mask_url(self.config.url)}: {exc}") from exc
+
+    def _statements(self) -> pgsql.Statements:
+        """The rendered SQL, installing or upgrading the schema on first use."""
+        stmts = self._stmts
+        if stmts is None:
+            with self._setup_lock:
+                stmts = self._stmts
+                if stmts is None:
+                    with self._connection() as conn:
+                        stmts = pgsql.Statements(self._resolve_schema(conn))
+                        self._upgrade(conn, stmts)
+                    self._stmts = stmts
+        return stmts
+
+    def _upgrade(self, conn: psycopg.Connection[Any], stmts: pgsql.Statements) -> None:
+        try:
+            pgmigrate.upgrade(conn, stmts)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ImproperlyConfigured(
+                f"can't create potatoq's tables in schema {stmts.schema!r} as this database user "
+                f"({exc}); run `potatoq migrate` once as a user who may, or choose a schema with "
+                "broker_transport_options={'schema': ...}"
+            ) from exc
+
+    def _resolve_schema(self, conn: psycopg.Connection[Any]) -> str:
+        if self.options.schema is not None:
+            return self.options.schema
+        row = conn.execute("SELECT current_schema()").fetchone()
+        if row is None or row[0] is None:
+            raise ImproperlyConfigured(
+                "the PostgreSQL connection has no current schema (empty search_path); set "
+                "broker_transport_options={'schema': 'potatoq'}"
+            )
+        return str(row[0])
+
+    @property
+    def schema(self) -> str:
+        """The schema holding potatoq's tables (installed on first use)."""
+        return self._statements().schema
+
+    def _run(self, name: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run one named statement on this thread's connection; its rows (if it returns any)."""
+        stmt = self._statements()[name]
+        with self._connection() as conn:
+            cur = conn.execute(stmt.query, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def _make_listener(self) -> pgwake.Listener:
+        return pgwake.Listener(self._connect, lambda channel: self._statements().listen(channel))
+
+    def _make_debouncer(self) -> pgwake.NotifyDebouncer:
+        return pgwake.NotifyDebouncer(self.options.notify_debounce, self._send_notifies)
+
+    def _send_notifies(self, channels: list[str]) -> None:
+        self._run("notify_channels", {"channels": channels})
+
+    # -- parameters ---------------------------------------------------------------------------
+
+    def _channel(self, queue: str) -> str:
+        return pgwake.channel_name(self._channel_prefix, queue)
+
+    def _queues(self, queues: Sequence[str]) -> list[str]:
+        if isinstance(queues, str):
+            queues = [queues]
+        return [validate_queue_name(q) for q in queues]
+
+    def _message_params(
+        self, messages: Sequence[Message], prefix: str = "m"
+    ) -> tuple[dict[str, Any], set[str]]:
+        """Parallel arrays for the unnest() inserts, and the queues that get a ready task."""
+        now = time.time()
+        ids, queues, priorities, etas, payloads = [], [], [], [], []
+        ready: set[str] = set()
+        for message in messages:
+            validate_queue_name(message.queue)
+            priority = int(message.priority)
+            if not -INT32 <= priority < INT32:
+                raise ValueError(f"priority {priority} of task {message.id} is outside the 32-bit range")
+            ids.append(message.id)
+            queues.append(message.queue)
+            priorities.append(priority)
+            etas.append(None if message.eta is None else float(message.eta))
+            payloads.append(message.encode())
+            if message.eta is None or message.eta <= now:
+                ready.add(message.queue)
+        params = {
+            f"{prefix}_ids": ids,
+            f"{prefix}_queues": queues,
+            f"{prefix}_priorities": priorities,
+            f"{prefix}_etas": etas,
+            f"{prefix}_payloads": payloads,
+        }
+        return params, ready
+
+    def _admit(self, queues: Iterable[str]) -> tuple[list[str], list[str]]:
+        """NOTIFY channels to send inline now, and those held for the debouncer's trailing edge."""
+        if not self.options.notify:
+            return [], []
+        channels = [self._channel(q) for q in queues]
+        if self.options.notify_debounce <= 0:
+            return channels, []
+        return self._debouncer.get().admit(channels)
+
+    def _defer(self, held: list[str]) -> None:
+        """After the statement that held these channels committed: their trailing NOTIFY."""
+        if held:
+            self._debouncer.get().defer(held)
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        if not messages:
+            return
+        params, ready = self._message_params(messages)
+        if connection is not None:
+            self._enqueue_through(connection, params, ready)
+            return
+        inline, held = self._admit(ready)
+        self._run("job_enqueue", {**params, "channels": inline})
+        self._defer(held)
+
+    def _enqueue_through(self, connection: Any, params: dict[str, Any], ready: set[str]) -> None:
+        """The same one-statement insert, inside the caller's open transaction.
+
+        The NOTIFYs aren't debounced here: PostgreSQL sends them at the caller's COMMIT (and
+        drops them on ROLLBACK), which the debouncer can't see; duplicates within one
+        transaction are folded by the server anyway.
+        """
+        stmt = self._statements()["job_enqueue"]
+        channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
+        params = {**params, "channels": channels}
+        # Django's wrapper holds the DB-API connection (None until it connects: then its own
+        # cursor(), which takes the same pyformat parameters, does)
+        raw = getattr(connection, "connection", None) or connection
+        if isinstance(raw, psycopg.Connection):
+            with raw.cursor() as cur:
+                cur.execute(stmt.query, params)
+            return
+        if isinstance(raw, psycopg.AsyncConnection):
+            raise TypeError(
+                "enqueue(connection=...) takes a synchronous connection, not a psycopg AsyncConnection"
+            )
+        cursor_factory = getattr(raw, "cursor", None)
+        if cursor_factory is None:
+            raise TypeError(
+                "enqueue(connection=...) needs a DB-API connection (psycopg 3 or psycopg 2), "
+                f"got {type(connection)!r}"
+            )
+        cur = cursor_factory()  # psycopg 2 and other pyformat DB-API drivers take the text form
+        try:
+            cur.execute(stmt.text, params)
+        finally:
+            cur.close()
+
+    def _promote_params(self) -> dict[str, Any]:
+        return {"limit": PROMOTE_BATCH, "channel_prefix": self._channel_prefix, "notify": self.options.notify}
+
+    def _claim_params(self, queues: list[str], worker: WorkerRef) -> dict[str, Any]:
+        return {"queues": queues, "worker": worker.node, "pid": worker.pid}
+
+    def _delivery(self, row: tuple[Any, ...] | None, worker: WorkerRef) -> Delivery | None:
+        if row is None:
+            return None
+        task_id, queue, deliveries, token, payload, claimed_at = row
+        return decode_delivery(
+            id=task_id,
+            queue=queue,
+            raw=payload,
+            token=token,
+            deliveries=deliveries,
+            worker=worker,
+            claimed_at=claimed_at,
+        )
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        names = self._queues(queues)
+        if not names:
+            return None
+        stmts = self._statements()
+        clock = self._promotion.get()
+        with self._connection() as conn:
+            if clock.due():
+                with conn.pipeline():  # one round trip: promote, then claim
+                    promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
+                    claimed = conn.execute(stmts["job_claim"].query, self._claim_params(names, worker))
+                clock.promoted(_first(promoted.fetchone()))
+            else:
+                claimed = conn.execute(stmts["job_claim"].query, self._claim_params(names, worker))
+            delivery = self._delivery(claimed.fetchone(), worker)
+        self._claimed(clock, delivery)
+        return delivery
+
+    def _claimed(self, clock: _PromotionClock, delivery: Delivery | None) -> None:
+        clock.claimed(delivery is not None)
+        if delivery is not None:
+            self._poll_delay.value = POLL_MIN
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        if not _is_token(delivery.token):
+            return False  # not a token this broker issued: it can't fence anything here
+        name, params, held = self._settle_params(delivery, outcome)
+        rows = self._run(name, params)
+        return self._settled(rows[0] if rows else None, held, outcome)
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        """The settle and the next claim pipelined: one round trip, one transaction."""
+        names = self._queues(queues)
+        if not _is_token(delivery.token):
+            return False, self.claim(names, worker)
+        name, params, held = self._settle_params(delivery, outcome)
+        stmts = self._statements()
+        clock = self._promotion.get()
+        promoted = None
+        with self._connection() as conn, conn.pipeline():
+            settled = conn.execute(stmts[name].query, params)
+            if names and clock.timed_due():
+                promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
+            claimed = (
+                conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
+            )
+        ok = self._settled(settled.fetchone(), held, outcome)
+        if promoted is not None:
+            clock.promoted(_first(promoted.fetchone()))
+        next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
+        self._claimed(clock, next_delivery)
+        return ok, next_delivery
+
+    def _settled(self, row: tuple[Any, ...] | None, held: list[str], outcome: Outcome) -> bool:
+        """After a settle statement committed: trailing NOTIFYs, a separate result backend."""
+        ok = bool(row and row[0])
+        if ok:
+            self._defer(held)  # a held chord callback channel whose chord didn't fire: spurious, harmless
+            record = getattr(outcome, "result", None)
+            if self._result_backend is not None and record is not None:
+                self._result_backend.store_result(record)
+        return ok
+
+    def _settle_params(self, delivery: Delivery, outcome: Outcome) -> tuple[str, dict[str, Any], list[str]]:
+        """The statement settling ``outcome``, its parameters and the NOTIFYs it holds back."""
+        fence = {"id": delivery.id, "token": delivery.token}
+        if isinstance(outcome, Requeue):
+            inline, held = self._admit([delivery.queue])
+            return "job_requeue", {**fence, "uncount": 0 if outcome.crashed else 1, "channels": inline}, held
+        if isinstance(outcome, RetryLater):
+            message = outcome.message
+            validate_queue_name(message.queue)
+            due_now = message.eta is None or message.eta <= time.time()
+            inline, held = self._admit([message.queue] if due_now else [])
+            return (
+                "job_retry",
+                {
+                    **fence,
+                    **self._result_params(outcome.result),
+                    "eta": None if message.eta is None else float(message.eta),
+                    "queue": message.queue,
+                    "priority": int(message.priority),
+                    "payload": message.encode(),
+                    "channels": inline,
+                },
+                held,
+            )
+        if isinstance(outcome, Complete | DeadLetter):
+            followups, ready = self._message_params(outcome.followups)
+            inline, held = self._admit(ready)
+            params: dict[str, Any] = {
+                **fence,
+                **followups,
+                **self._result_params(outcome.result),
+                "channels": inline,
+                "task": delivery.message.task if delivery.message is not None else None,
+                "reason": outcome.reason if isinstance(outcome, DeadLetter) else None,
+                "dead_max": max(1, int(self.config.dead_letter_max)),
+            }
+            chord_params, chord_held = self._chord_params(outcome.chord, enqueue_callback=True)
+            params.update(chord_params)
+            return "job_finish", params, held + chord_held
+        raise TypeError(f"unknown outcome {outcome!r}")
+
+    def _result_params(self, record: ResultRecord | None) -> dict[str, Any]:
+        if record is None or self._result_backend is not None:
+            return {"result": None, "result_state": None, "result_expires": self._expires}
+        return {"result": record.encode(), "result_state": record.state, "result_expires": self._expires}
+
+    def _chord_params(
+        self, join: ChordJoin | None, *, enqueue_callback: bool
+    ) -> tuple[dict[str, Any], list[str]]:
+        if join is None:
+            empty, _ = self._message_params((), "cb")
+            params: dict[str, Any] = {
+                "chord_id": None,
+                "chord_index": None,
+                "chord_value": None,
+                "chord_size": None,
+            }
+            return {**params, **empty, "cb_channels": [], "result_expires": self._expires}, []
+        callbacks = (join.callback,) if enqueue_callback else ()
+        cb_params, ready = self._message_params(callbacks, "cb")
+        inline, held = self._admit(ready)
+        params = {
+            "chord_id": join.group_id,
+            "chord_index": int(join.index),
+            "chord_value": bytes(join.value),
+            "chord_size": int(join.size),
+            "cb_channels": inline,
+            "result_expires": self._expires,
+        }
+        return {**params, **cb_params}, held
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        names = self._queues(queues)
+        clock = self._promotion.get()
+        if clock.timed_due():
+            rows = self._run("job_promote", self._promote_params())
+            count = _first(rows[0] if rows else None)
+            clock.promoted(count)
+            if count:
+                return  # tasks just became ready (in some queue): claim now
+        limit = max(0.0, min(timeout, self.options.poll_interval, max(clock.until_due(), 0.001)))
+        if not self.options.notify:
+            if limit > 0:
+                self._poll(limit)
+            return
+        # even with no time to wait, LISTEN now: a later wait then can't miss a NOTIFY
+        self._listener.get().wait([self._channel(q) for q in names], limit)
+
+    def _poll(self, limit: float) -> None:
+        delay = getattr(self._poll_delay, "value", POLL_MIN)
+        self._poll_delay.value = min(delay * 2, self.options.poll_interval)
+        self._poller.get().sleep(min(limit, delay))
+
+    def interrupt(self) -> None:
+        listener = self._listener.peek()
+        if listener is not None:
+            listener.interrupt()
+        self._poller.get().interrupt()
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def heartbeat(self, info: WorkerInfo) -> None:
+        self._run("worker_heartbeat", {"node": info.node, "info": info.encode()})
+
+    def workers(self) -> list[WorkerInfo]:
+        return [WorkerInfo.decode(bytes(info), last_seen=seen) for info, seen in self._run("workers_list")]
+
+    def forget_worker(self, node: str) -> None:
+        self._run("worker_forget", {"node": node})
+
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        params = {
+            "dead_after": float(dead_after),
+            "max_deliveries": int(max_deliveries),
+            "channel_prefix": self._channel_prefix,
+            "notify": self.options.notify,
+        }
+        rows = self._run("job_recover", params)
+        requeued = _first(rows[0] if rows else None)
+        dead = 0
+        for task_id, queue, token, deliveries, payload, node, pid in self._run("job_lost", params):
+            delivery = decode_delivery(
+                id=task_id,
+                queue=queue,
+                raw=payload,
+                token=token,
+                deliveries=deliveries,
+                worker=WorkerRef(node or "", pid or 0),
+            )
+            reason = (
+                f"WorkerLostError: the worker running the task died {deliveries} times "
+                f"(last: node {node} pid {pid}); task_max_deliveries is {max_deliveries}"
+            )
+            message = delivery.message
+            record = ResultRecord(
+                task_id=task_id,
+                state=FAILURE,
+                result=_failure_payload("WorkerLostError", reason.split(": ", 1)[1]),
+                name=message.task if message else None,
+                retries=message.retries if message else 0,
+                date_done=time.time(),
+            )
+            if self.settle(delivery, DeadLetter(reason=reason, result=record)):
+                dead += 1
+        if self._sweep.get().take():
+            self._housekeeping()
+        return RecoverReport(requeued=requeued, dead=dead)
+
+    def _housekeeping(self) -> None:
+        """Delete expired results, chords and old periodic fire times; trim dead letters."""
+        self._run("maintenance_sweep", {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION})
+        self._run(
+            "dead_trim",
+            {"max": max(0, int(self.config.dead_letter_max)), "ttl": self._dead_ttl},
+        )
+
+    # -- chords and periodic tasks ------------------------------------------------------------
+
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        params, held = self._chord_params(join, enqueue_callback=enqueue_callback)
+        rows = self._run("chord_join", params)
+        complete = bool(rows and rows[0][0])
+        if complete:
+            self._defer(held)
+        return complete
+
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        return [bytes(value) for (value,) in self._run("chord_parts", {"chord_id": group_id})]
+
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
+        params, ready = self._message_params((message,) if message is not None else ())
+        inline, held = self._admit(ready)
+        rows = self._run(
+            "periodic_claim", {**params, "name": name, "fire_time": float(fire_time), "channels": inline}
+        )
+        claimed = bool(rows and rows[0][0])
+        if claimed:
+            self._defer(held)
+        return claimed
+
+    # -- results ------------------------------------------------------------------------------
+
+    def store_result(self, record: ResultRecord) -> None:
+        if self._result_backend is not None:
+            self._result_backend.store_result(record)
+            return
+        self._run(
+            "result_store",
+            {
+                "task_id": record.task_id,
+                "state": record.state,
+                "record": record.encode(),
+                "result_expires": self._expires,
+            },
+        )
+
+    def get_result(self, task_id: str) -> ResultRecord | None:
+        if self._result_backend is not None:
+            return self._result_backend.get_result(task_id)
+        rows = self._run("result_get", {"task_id": task_id})
+        return ResultRecord.decode(bytes(rows[0][0])) if rows else None
+
+    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
+        if self._result_backend is not None:
+            return self._result_backend.wait_for_result(task_id, timeout)
+        return super().wait_for_result(task_id, timeout)
+
+    def forget_result(self, task_id: str) -> None:
+        if self._result_backend is not None:
+            self._result_backend.forget_result(task_id)
+            return
+        self._run("result_forget", {"task_id": task_id})
+
+    # -- revocation, dead letters, stats --------------------------------------------------
+
+    def revoke(self, task_id: str) -> bool:
+        return bool(self._run("job_revoke", {"id": task_id}))
+
+    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
+        params = {"limit": max(0, int(limit)), "offset": max(0, int(offset)), "ttl": self._dead_ttl}
+        rows = self._run("dead_list", params)
+        return [
+            DeadLetterRecord(
+                id=task_id,
+                queue=queue,
+                task=task,
+                reason=reason,
+                raw=bytes(payload),
+                died_at=died_at,
+                deliveries=deliveries,
+            )
+            for task_id, queue, task, reason, payload, died_at, deliveries in rows
+        ]
+
+    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        params = {
+            "all": ids is None,
+            "ids": list(ids or ()),
+            "ttl": self._dead_ttl,
+            "channel_prefix": self._channel_prefix,
+            "notify": self.options.notify,
+        }
+        rows = self._run("dead_retry", params)
+        return _first(rows[0] if rows else None)
+
+    def purge_dead(self) -> int:
+        stmt = self._statements()["dead_purge"]
+        with self._connection() as conn:
+            return conn.execute(stmt.query).rowcount
+
+    def queue_stats(self) -> list[QueueStats]:
+        return [
+            QueueStats(queue=queue, waiting=waiting, delayed=delayed, running=running, oldest_waiting_age=age)
+            for queue, waiting, delayed, running, age in self._run("queue_stats")
+        ]
+
+    def purge(self, queues: Sequence[str]) -> int:
+        names = self._queues(queues)
+        stmt = self._statements()["jobs_purge"]
+        with self._connection() as conn:
+            return conn.execute(stmt.query, {"queues": names}).rowcount
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        stmts = self._statements()  # installs or upgrades on first use
+        with self._connection() as conn:
+            self._upgrade(conn, stmts)
+
+    def ping(self) -> None:
+        with self._connection() as conn:
+            conn.execute("SELECT 1")
+
+    def close(self) -> None:
+        debouncer = self._debouncer.pop()
+        if debouncer is not None:
+            debouncer.close()  # sends pending trailing NOTIFYs first
+        listener = self._listener.pop()
+        if listener is not None:
+            listener.close()
+        self._conns.close_all()
+
+
+def _is_token(token: str) -> bool:
+    try:
+        uuid.UUID(token)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _first(row: tuple[Any, ...] | None) -> int:
+    return int(row[0]) if row and row[0] is not None else 0

@@ -1,0 +1,28 @@
+-- Housekeeping, run by recover() at most once a minute per process: each delete walks an
+-- expiry index and is bounded, so a large backlog is worked off over several sweeps.
+
+-- name: maintenance_sweep
+WITH results AS (
+    DELETE FROM {schema}.potatoq_results
+    WHERE task_id IN (SELECT task_id FROM {schema}.potatoq_results
+                      WHERE expires_at < now() ORDER BY expires_at LIMIT %(batch)s)
+    RETURNING 1
+), chords AS (
+    DELETE FROM {schema}.potatoq_chords
+    WHERE group_id IN (SELECT group_id FROM {schema}.potatoq_chords
+                       WHERE expires_at < now() ORDER BY expires_at LIMIT %(batch)s)
+    RETURNING group_id
+), parts AS (
+    DELETE FROM {schema}.potatoq_chord_parts AS p USING chords AS c
+    WHERE p.group_id = c.group_id
+    RETURNING 1
+), periodic AS (
+    DELETE FROM {schema}.potatoq_periodic
+    WHERE (name, fire_time) IN (
+        SELECT name, fire_time FROM {schema}.potatoq_periodic
+        WHERE claimed_at < now() - make_interval(secs => %(periodic_keep)s::float8)
+        ORDER BY claimed_at LIMIT %(batch)s)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM results) AS results, (SELECT count(*) FROM chords) AS chords,
+       (SELECT count(*) FROM parts) AS parts, (SELECT count(*) FROM periodic) AS periodic;

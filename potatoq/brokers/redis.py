@@ -1,0 +1,762 @@
+"""The Redis / Valkey broker: every state change is one Lua script call.
+
+Storage layout. Every key starts with ``global_keyprefix`` (transport option, default
+``potatoq``) and a colon; :class:`Keys` builds them (and ``redis/_lib.lua`` builds the
+same names inside the scripts)::
+
+    q:<queue>:ready     ZSET  task id -> -priority·2^40 + seq    priorities, FIFO within one
+    q:<queue>:delayed   ZSET  task id -> due time (ms)           ETA, countdown, retry backoff
+    q:<queue>:active    ZSET  task id -> lease deadline (ms)     running tasks
+    q:<queue>:marker    ZSET  one member                         wake-up: idle workers BZPOPMIN it
+    job:<id>            HASH  payload, queue, priority, seq, state, deliveries, token, node,
+                              pid, claimed, ready_at, due
+    result:<id>         STRING  encoded ResultRecord, PX result_expires
+    waiting:<id>        STRING  how many ``.get()`` callers wait (with expiry)
+    notify:<id>         LIST    one element per waiter, pushed when the result is written
+    dead                ZSET  id -> died at (ms) * 1000 + counter (same-ms deaths stay ordered),
+                              capped by dead_letter_max and dead_letter_ttl
+    dead:payload        HASH  id -> the payload as delivered
+    dead:info           HASH  id -> JSON {queue, reason, deliveries, priority, died (ms)}
+    chord:<group>       HASH  p:<index> -> part value, n (parts seen), fired
+    periodic:<name>:<ms>  STRING  SET NX: one sender per fire time
+    workers             HASH  node -> WorkerInfo;  workers:seen  ZSET node -> last heartbeat (ms)
+    queues              SET   every queue name ever used (stats, recovery)
+    seq                 STRING  the ready-order counter
+    wake:<pid>:<id>:<thread>  ZSET  private per waiting thread, for :meth:`interrupt`
+
+Why this shape:
+
+* A task is always in exactly one of ready / delayed / active, and its hash says which;
+  each transition (enqueue, claim, settle, reap, revoke) is one script, so there is no
+  moment where a task is in no set (no pop-then-push gap) and no second round trip.
+* Claims are leases: ``active`` is scored by deadline = now + ``worker_dead_after``; the
+  supervisor extends running leases and reaps expired ones (:meth:`RedisBroker.recover`).
+  Each claim also writes a random fencing token: settle compares it, so a worker whose
+  lease was reaped can never ack the newer delivery.
+* Due delayed tasks are promoted by ``claim`` itself; no poller is needed. ``wait`` bounds
+  its block by the earliest due time so that an idle worker wakes when a task becomes due.
+* Key names can't collide: queue names are validated (letters, digits, ``_ - : .``), every
+  queue key is ``q:`` + name + one of four fixed suffixes none of which ends another, so
+  ``q:X:S`` = ``q:Y:T`` only when X = Y and S = T; every other kind has its own first
+  segment.
+* Time is the server's (``TIME`` inside the scripts), so leases, due times and heartbeats
+  are judged by one clock however the workers' clocks drift. ETAs are absolute wall-clock
+  times chosen by the caller and compared with that same server clock.
+* Priorities are exact for ``-8190 <= priority <= 8190`` (beyond, they are clamped): the
+  score must stay an exact integer in a double, and ``seq`` takes the low 40 bits.
+
+Redis Cluster is refused (scripts touch keys of several queues, so they can't hash to one
+slot); ``maxmemory-policy`` other than ``noeviction`` is warned about, because eviction
+silently deletes tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from importlib import resources
+from typing import Any, ClassVar
+
+import redis
+import redis.exceptions
+
+from potatoq.brokers.base import (
+    Broker,
+    BrokerConfig,
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    DeadLetterRecord,
+    Delivery,
+    Outcome,
+    ProcessLocal,
+    QueueStats,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    validate_queue_name,
+)
+from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
+from potatoq.message import Message
+
+__all__ = ["Keys", "RedisBroker", "RedisOptions", "cluster_enabled", "redis_url"]
+
+log = logging.getLogger("potatoq.brokers.redis")
+
+ENQUEUE_BATCH = 1000  # messages per script call: bounds how long one call blocks the server
+REAP_BATCH = 1000  # expired leases recovered per call
+WORKER_PRUNE_AGE = 86400.0  # heartbeat records silent this long are dropped
+ID_PLACEHOLDER = "@@PQ_ID@@"
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclasses.dataclass(frozen=True)
+class RedisOptions:
+    """``broker_transport_options`` understood by the Redis broker."""
+
+    global_keyprefix: str = "potatoq"
+    #: Socket read timeout for ordinary commands; blocking waits stay below it.
+    socket_timeout: float = 30.0
+    health_check_interval: float = 25.0
+    #: How long a periodic fire time is remembered (dedup window between schedulers).
+    periodic_record_ttl: float = 86400.0
+
+    @classmethod
+    def from_transport_options(cls, options: Mapping[str, Any]) -> RedisOptions:
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for name, value in options.items():
+            if name not in known:
+                # Celery transport options such as visibility_timeout mean nothing here.
+                log.debug("ignoring broker_transport_options[%r]: not a Redis broker option", name)
+                continue
+            if name == "global_keyprefix":
+                if not isinstance(value, str) or not value.strip(":"):
+                    raise ImproperlyConfigured(
+                        f"broker_transport_options['global_keyprefix'] must be a non-empty string, "
+                        f"got {value!r:.60}"
+                    )
+                values[name] = value
+            else:
+                try:
+                    number = float(value)
+                except (TypeError, ValueError):
+                    number = -1.0
+                if number <= 0:
+                    raise ImproperlyConfigured(
+                        f"broker_transport_options[{name!r}] must be a positive number, got {value!r:.60}"
+                    )
+                values[name] = number
+        return cls(**values)
+
+    @property
+    def max_block(self) -> float:
+        """The longest single blocking command, kept safely under the socket timeout."""
+        return max(0.05, min(20.0, self.socket_timeout * 0.66))
+
+
+class Keys:
+    """Key names under one prefix (the layout is documented in the module docstring)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix.rstrip(":") + ":"
+
+    def ready(self, queue: str) -> str:
+        return f"{self.prefix}q:{queue}:ready"
+
+    def delayed(self, queue: str) -> str:
+        return f"{self.prefix}q:{queue}:delayed"
+
+    def active(self, queue: str) -> str:
+        return f"{self.prefix}q:{queue}:active"
+
+    def marker(self, queue: str) -> str:
+        return f"{self.prefix}q:{queue}:marker"
+
+    def job(self, task_id: str) -> str:
+        return f"{self.prefix}job:{task_id}"
+
+    def result(self, task_id: str) -> str:
+        return f"{self.prefix}result:{task_id}"
+
+    def waiting(self, task_id: str) -> str:
+        return f"{self.prefix}waiting:{task_id}"
+
+    def notify(self, task_id: str) -> str:
+        return f"{self.prefix}notify:{task_id}"
+
+    def chord(self, group_id: str) -> str:
+        return f"{self.prefix}chord:{group_id}"
+
+    def wake(self, instance: str) -> str:
+        return f"{self.prefix}wake:{os.getpid()}:{instance}:{threading.get_ident()}"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}dead"
+
+    @property
+    def dead_payload(self) -> str:
+        return f"{self.prefix}dead:payload"
+
+    @property
+    def dead_info(self) -> str:
+        return f"{self.prefix}dead:info"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}workers"
+
+    @property
+    def workers_seen(self) -> str:
+        return f"{self.prefix}workers:seen"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.prefix}queues"
+
+
+# ----------------------------------------------------------------------------- scripts
+
+
+@dataclasses.dataclass(frozen=True)
+class Script:
+    name: str
+    source: str  # _lib.lua + body: what the server runs
+    sha: str
+    body: str  # the transition's own file, starting with its KEYS/ARGV header
+
+
+def _load_scripts() -> dict[str, Script]:
+    """Read every ``redis/*.lua`` once; each script is ``_lib.lua`` followed by its body."""
+    folder = resources.files(__package__ or "potatoq.brokers").joinpath("redis")
+    lib = folder.joinpath("_lib.lua").read_text(encoding="utf-8")
+    scripts = {}
+    for entry in folder.iterdir():
+        if entry.name.endswith(".lua") and not entry.name.startswith("_"):
+            body = entry.read_text(encoding="utf-8")
+            source = lib + "\n" + body
+            name = entry.name[: -len(".lua")]
+            scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), body)
+    return scripts
+
+
+SCRIPTS = _load_scripts()
+
+
+# ----------------------------------------------------------------------------- server checks
+
+
+def redis_url(url: str) -> str:
+    """``url`` as redis-py understands it: ``valkey://`` -> ``redis://``, ``valkeys://`` -> ``rediss://``."""
+    scheme, sep, rest = url.partition("://")
+    translated = {"valkey": "redis", "valkeys": "rediss"}.get(scheme.lower(), scheme)
+    return f"{translated}{sep}{rest}"
+
+
+def cluster_enabled(info: Mapping[str, Any]) -> bool:
+    """True when ``INFO cluster`` output says the server runs in cluster mode."""
+    return str(info.get("cluster_enabled", "0")).strip() in {"1", "True", "true", "yes"}
+
+
+def check_server(client: redis.Redis[bytes]) -> None:
+    """Refuse Redis Cluster; warn unless ``maxmemory-policy`` is ``noeviction``.
+
+    Reads ``INFO`` rather than ``CONFIG GET`` because managed services often disable CONFIG.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.info("cluster")
+    pipe.info("memory")
+    cluster_info, memory_info = pipe.execute()
+    if cluster_enabled(cluster_info):
+        raise ImproperlyConfigured(
+            "the Redis broker doesn't support Redis Cluster yet: its scripts touch keys of "
+            "several queues, which can't live in one hash slot; use a standalone server or "
+            "Sentinel-managed primary"
+        )
+    policy = memory_info.get("maxmemory_policy")
+    if policy is not None and str(policy) != "noeviction":
+        log.warning(
+            "Redis maxmemory-policy is %r: under memory pressure the server will evict keys, "
+            "which deletes queued tasks and results. Set maxmemory-policy noeviction.",
+            str(policy),
+        )
+
+
+# ----------------------------------------------------------------------------- argument packing
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _message_fields(message: Message) -> list[str | bytes]:
+    validate_queue_name(message.queue)
+    due = "" if message.eta is None else str(int(message.eta * 1000))
+    return [message.id, message.queue, str(int(message.priority)), due, message.encode()]
+
+
+def _messages_fields(messages: Sequence[Message]) -> list[str | bytes]:
+    fields: list[str | bytes] = [str(len(messages))]
+    for message in messages:
+        fields.extend(_message_fields(message))
+    return fields
+
+
+class _Packer:
+    """Turns outcomes into the ARGV blocks the settle scripts read (see their headers)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.result_ttl = str(_ms(config.result_expires))
+        self.dead_max = str(max(1, int(config.dead_letter_max)))
+        self.dead_ttl = str(_ms(config.dead_letter_ttl))
+
+    def _result(self, record: ResultRecord | None) -> list[str | bytes]:
+        return [b"" if record is None else record.encode(), self.result_ttl]
+
+    def _tail(self, outcome: Complete | DeadLetter) -> list[str | bytes]:
+        fields = self._result(outcome.result)
+        join = outcome.chord
+        if join is None:
+            fields += ["", "0", "0", b"", "", "", "", "", b""]
+        else:
+            fields += [join.group_id, str(join.index), str(join.size), join.value]
+            fields += _message_fields(join.callback)
+        fields += _messages_fields(outcome.followups)
+        return fields
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> tuple[str, list[str | bytes]]:
+        """(script name, its ARGV after the prefix) for settling ``delivery`` with ``outcome``."""
+        head: list[str | bytes] = [delivery.id, delivery.token]
+        if isinstance(outcome, Complete):
+            return "complete", head + self._tail(outcome)
+        if isinstance(outcome, DeadLetter):
+            return "dead_letter", [*head, outcome.reason, self.dead_max, self.dead_ttl, *self._tail(outcome)]
+        if isinstance(outcome, RetryLater):
+            message = outcome.message
+            fields = _message_fields(message)
+            return "retry", head + self._result(outcome.result) + fields[1:]
+        if isinstance(outcome, Requeue):
+            return "requeue", [*head, "1" if outcome.crashed else "0"]
+        raise TypeError(f"unknown outcome {outcome!r:.80}")
+
+
+_SETTLE_KIND = {"complete": "complete", "dead_letter": "dead", "retry": "retry", "requeue": "requeue"}
+
+
+def _worker_lost_template(max_deliveries: int) -> bytes:
+    """A FAILURE ResultRecord for a task whose workers kept dying; the script fills in the id."""
+    message = f"worker lost while running the task, {max_deliveries} deliveries in a row"
+    record = ResultRecord(
+        task_id=ID_PLACEHOLDER,
+        state="FAILURE",
+        result={
+            "exc_type": "WorkerLostError",
+            "exc_module": "potatoq.exceptions",
+            "exc_message": [message],
+        },
+        date_done=time.time(),
+    )
+    return record.encode()
+
+
+# ----------------------------------------------------------------------------- the broker
+
+
+class RedisBroker(Broker):
+    """Redis 6.2+ / Valkey 7.2+ broker on redis-py (hiredis parser when installed)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        results_by_default=False,
+        leases=True,
+        exact_priorities=True,
+    )
+    schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
+
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        self.options = RedisOptions.from_transport_options(config.transport_options)
+        self.keys = Keys(self.options.global_keyprefix)
+        self._url = redis_url(config.url)
+        self._pack = _Packer(config)
+        self._instance = uuid.uuid4().hex[:12]
+        self._clients: ProcessLocal[redis.Redis[bytes]] = ProcessLocal(self._connect, lambda c: c.close())
+        self._checked = False
+        self._check_lock = threading.Lock()
+        self._waiting_lock = threading.Lock()
+        self._waiting: set[str] = set()  # wake keys of threads blocked in wait()
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _connect(self) -> redis.Redis[bytes]:
+        tcp: dict[str, Any] = {} if self._url.startswith("unix:") else {"socket_keepalive": True}
+        try:
+            return redis.Redis.from_url(
+                self._url,
+                socket_connect_timeout=self.config.connection_timeout,
+                socket_timeout=self.options.socket_timeout,
+                health_check_interval=self.options.health_check_interval,
+                **tcp,
+            )
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"bad Redis broker URL: {exc}") from None
+
+    def _client(self) -> redis.Redis[bytes]:
+        """This thread's client (a fresh one in a forked child: never the parent's pool)."""
+        client = self._clients.get()
+        if not self._checked:
+            with self._check_lock:
+                if not self._checked:
+                    with self._errors():
+                        check_server(client)
+                    self._checked = True
+        return client
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            self._clients.discard()
+            raise OperationalError(f"Redis broker unreachable: {exc}") from exc
+
+    def _run(self, name: str, args: Sequence[str | bytes | int]) -> Any:
+        """One EVALSHA of script ``name``; loads the script on NOSCRIPT (after a restart or
+        SCRIPT FLUSH) and calls it again."""
+        script = SCRIPTS[name]
+        client = self._client()
+        with self._errors():
+            try:
+                return client.execute_command("EVALSHA", script.sha, 0, self.keys.prefix, *args)
+            except redis.exceptions.NoScriptError:
+                client.execute_command("SCRIPT", "LOAD", script.source)
+                return client.execute_command("EVALSHA", script.sha, 0, self.keys.prefix, *args)
+
+    def _run_many(self, name: str, calls: Sequence[Sequence[str | bytes | int]]) -> list[Any]:
+        """Several calls of one script in one pipelined round trip. A call refused with
+        NOSCRIPT did nothing, so only those are sent again after loading the script."""
+        script = SCRIPTS[name]
+        client = self._client()
+        with self._errors():
+            pipe = client.pipeline(transaction=False)
+            for args in calls:
+                pipe.execute_command("EVALSHA", script.sha, 0, self.keys.prefix, *args)  # type: ignore[no-untyped-call]
+            results = pipe.execute(raise_on_error=False)
+            missing = [i for i, r in enumerate(results) if isinstance(r, redis.exceptions.NoScriptError)]
+            if missing:
+                client.execute_command("SCRIPT", "LOAD", script.source)
+                for i in missing:
+                    results[i] = client.execute_command("EVALSHA", script.sha, 0, self.keys.prefix, *calls[i])
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            return list(results)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        if connection is not None:
+            raise ImproperlyConfigured(
+                "the Redis broker can't enqueue through a database connection "
+                "(transactional enqueue needs the PostgreSQL or SQLite broker)"
+            )
+        if not messages:
+            return
+        calls = [
+            _messages_fields(messages[i : i + ENQUEUE_BATCH]) for i in range(0, len(messages), ENQUEUE_BATCH)
+        ]
+        if len(calls) == 1:
+            self._run("enqueue", calls[0])
+        else:
+            self._run_many("enqueue", calls)
+
+    def _claim_args(self, queues: Sequence[str], worker: WorkerRef) -> list[str | bytes]:
+        names = [validate_queue_name(q) for q in queues]
+        token = os.urandom(8).hex()
+        lease = str(_ms(self.config.dead_after))
+        return [token, lease, worker.node, str(worker.pid), str(len(names)), *names]
+
+    @staticmethod
+    def _delivery(reply: Sequence[Any], worker: WorkerRef) -> Delivery:
+        task_id, queue, raw, deliveries, token, claimed_ms = reply
+        return decode_delivery(
+            id=task_id.decode(),
+            queue=queue.decode(),
+            raw=raw,
+            token=token.decode(),
+            deliveries=int(deliveries),
+            worker=worker,
+            claimed_at=int(claimed_ms) / 1000.0,
+        )
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        if not queues:
+            return None
+        reply = self._run("claim", self._claim_args(queues, worker))
+        return None if reply is None else self._delivery(reply, worker)
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        name, args = self._pack.settle(delivery, outcome)
+        return bool(self._run(name, args))
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        if not queues:
+            return self.settle(delivery, outcome), None
+        name, args = self._pack.settle(delivery, outcome)
+        reply = self._run("settle_and_claim", [_SETTLE_KIND[name], *args, *self._claim_args(queues, worker)])
+        settled = bool(reply[0])
+        return settled, (self._delivery(reply[1:], worker) if len(reply) > 1 else None)
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        """Block on the queues' marker keys, at most until the earliest delayed task is due.
+
+        Enqueue arms the marker and claim re-arms it while work remains, and the marker
+        persists, so a wake-up sent between "nothing to claim" and this call is not lost.
+        """
+        names = [validate_queue_name(q) for q in queues]
+        client = self._client()
+        with self._errors():
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.zrange(self.keys.delayed(name), 0, 0, withscores=True)
+            pipe.time()
+            *firsts, (seconds, micros) = pipe.execute()
+            now_ms = seconds * 1000 + micros // 1000
+            block = min(timeout, self.options.max_block)
+            for first in firsts:
+                if first:
+                    block = min(block, (first[0][1] - now_ms) / 1000.0)
+            if block < 0.001:  # something is due already (and 0 would mean "forever")
+                return
+            wake = self.keys.wake(self._instance)
+            with self._waiting_lock:
+                self._waiting.add(wake)
+            try:
+                client.bzpopmin([*(self.keys.marker(n) for n in names), wake], timeout=block)
+            finally:
+                with self._waiting_lock:
+                    self._waiting.discard(wake)
+
+    def interrupt(self) -> None:
+        with self._waiting_lock:
+            wakes = list(self._waiting)
+        if not wakes:
+            return
+        with self._errors():
+            pipe = self._client().pipeline(transaction=False)
+            for wake in wakes:
+                pipe.zadd(wake, {"w": 0})
+                pipe.pexpire(wake, 60000)
+            pipe.execute()
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    def heartbeat(self, info: WorkerInfo) -> None:
+        prune = str(_ms(max(WORKER_PRUNE_AGE, 10 * self.config.dead_after)))
+        self._run("heartbeat", [info.node, info.encode(), prune])
+
+    def workers(self) -> list[WorkerInfo]:
+        with self._errors():
+            pipe = self._client().pipeline(transaction=False)
+            pipe.zrevrange(self.keys.workers_seen, 0, -1, withscores=True)
+            pipe.hgetall(self.keys.workers)
+            seen, infos = pipe.execute()
+        found = []
+        for node, score in seen:
+            data = infos.get(node)
+            if data is not None:
+                found.append(WorkerInfo.decode(data, last_seen=score / 1000.0))
+        return found
+
+    def forget_worker(self, node: str) -> None:
+        with self._errors():
+            pipe = self._client().pipeline(transaction=True)
+            pipe.hdel(self.keys.workers, node)
+            pipe.zrem(self.keys.workers_seen, node)
+            pipe.execute()
+
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        """Reap expired leases in every queue (the lease length is ``worker_dead_after``,
+        set at claim and pushed by :meth:`extend`, so ``dead_after`` isn't needed here)."""
+        reason = f"WorkerLostError: the worker died or stopped renewing its lease {max_deliveries} times"
+        args: list[str | bytes] = [
+            str(max(1, int(max_deliveries))),
+            _worker_lost_template(max_deliveries),
+            self._pack.result_ttl,
+            self._pack.dead_max,
+            self._pack.dead_ttl,
+            reason,
+            str(REAP_BATCH),
+        ]
+        requeued, dead = self._run("reap", args)
+        return RecoverReport(requeued=int(requeued), dead=int(dead))
+
+    def extend(self, deliveries: Sequence[Delivery], ttl: float) -> None:
+        if not deliveries:
+            return
+        args: list[str | bytes] = [str(_ms(ttl)), str(len(deliveries))]
+        for delivery in deliveries:
+            args += [delivery.id, delivery.token]
+        self._run("extend", args)
+
+    # -- chords and periodic tasks ------------------------------------------------------------
+
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        callback: list[str | bytes] = (
+            _message_fields(join.callback) if enqueue_callback else ["", "", "", "", b""]
+        )
+        args = [join.group_id, str(join.index), str(join.size), join.value, self._pack.result_ttl, *callback]
+        return bool(self._run("chord_join", args))
+
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        with self._errors():
+            fields: dict[bytes, bytes] = self._client().hgetall(self.keys.chord(group_id))
+        parts = [(int(k[2:]), v) for k, v in fields.items() if k.startswith(b"p:")]
+        return [value for _, value in sorted(parts)]
+
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
+        fields: list[str | bytes] = (
+            ["0", "", "", "", "", b""] if message is None else ["1", *_message_fields(message)]
+        )
+        ttl = str(_ms(self.options.periodic_record_ttl))
+        return bool(self._run("periodic_claim", [name, str(round(fire_time * 1000)), ttl, *fields]))
+
+    # -- results ------------------------------------------------------------------------------
+
+    def store_result(self, record: ResultRecord) -> None:
+        self._run("result_store", [record.task_id, record.encode(), self._pack.result_ttl])
+
+    def get_result(self, task_id: str) -> ResultRecord | None:
+        with self._errors():
+            data = self._client().get(self.keys.result(task_id))
+        return None if data is None else ResultRecord.decode(data)
+
+    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
+        """Register as a waiter, read the result, then BLPOP the notification list that
+        result writes push to only while someone waits (so unwatched results cost nothing)."""
+        from potatoq.states import READY_STATES
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiting, notify, result = (
+            self.keys.waiting(task_id),
+            self.keys.notify(task_id),
+            self.keys.result(task_id),
+        )
+        client = self._client()
+        expiry = _ms(self.options.max_block + 60.0)
+        with self._errors():
+            pipe = client.pipeline(transaction=False)
+            pipe.incr(waiting)
+            pipe.pexpire(waiting, expiry)
+            pipe.get(result)
+            data = pipe.execute()[2]
+            try:
+                while True:
+                    record = None if data is None else ResultRecord.decode(data)
+                    if record is not None and record.state in READY_STATES:
+                        return record
+                    block = self.options.max_block
+                    if deadline is not None:
+                        block = min(block, deadline - time.monotonic())
+                        if block < 0.001:
+                            return record
+                    client.blpop([notify], timeout=block)
+                    pipe = client.pipeline(transaction=False)
+                    pipe.pexpire(waiting, expiry)
+                    pipe.get(result)
+                    data = pipe.execute()[1]
+            finally:
+                with suppress(redis.exceptions.RedisError):  # the counter expires on its own
+                    client.decr(waiting)
+
+    def forget_result(self, task_id: str) -> None:
+        with self._errors():
+            self._client().delete(self.keys.result(task_id))
+
+    # -- revocation, dead letters, stats --------------------------------------------------
+
+    def revoke(self, task_id: str) -> bool:
+        return bool(self._run("revoke", [task_id]))
+
+    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
+        # Entries older than dead_letter_ttl are trimmed at the next dead-lettering; hide
+        # them meanwhile (judged by this host's clock: listing never writes).
+        oldest = int((time.time() - self.config.dead_letter_ttl) * 1_000_000)
+        client = self._client()
+        with self._errors():
+            entries = client.zrevrangebyscore(
+                self.keys.dead, "+inf", oldest, start=offset, num=limit, withscores=True
+            )
+            if not entries:
+                return []
+            ids = [task_id for task_id, _ in entries]
+            pipe = client.pipeline(transaction=False)
+            pipe.hmget(self.keys.dead_payload, ids)
+            pipe.hmget(self.keys.dead_info, ids)
+            payloads, infos = pipe.execute()
+        records = []
+        for (task_id, score), raw, info in zip(entries, payloads, infos, strict=True):
+            if raw is None or info is None:
+                continue
+            meta = json.loads(info)
+            try:
+                task: str | None = Message.decode(raw).task
+            except MessageDecodeError:
+                task = None
+            records.append(
+                DeadLetterRecord(
+                    id=task_id.decode(),
+                    queue=meta["queue"],
+                    task=task,
+                    reason=meta["reason"],
+                    raw=raw,
+                    died_at=float(meta.get("died") or score / 1000.0) / 1000.0,
+                    deliveries=int(meta.get("deliveries") or 0),
+                )
+            )
+        return records
+
+    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        args = ["1"] if ids is None else ["0", *ids]
+        if ids is not None and not ids:
+            return 0
+        return int(self._run("dead_retry", args))
+
+    def purge_dead(self) -> int:
+        return int(self._run("dead_purge", []))
+
+    def queue_stats(self) -> list[QueueStats]:
+        reply = self._run("queue_stats", [])
+        now_ms = int(reply[0])
+        stats = []
+        for i in range(1, len(reply), 6):
+            name, ready, due, later, active, since = reply[i : i + 6]
+            stats.append(
+                QueueStats(
+                    queue=name.decode(),
+                    waiting=int(ready) + int(due),
+                    delayed=int(later),
+                    running=int(active),
+                    oldest_waiting_age=(max(0.0, (now_ms - int(since)) / 1000.0) if since else None),
+                )
+            )
+        return stats
+
+    def purge(self, queues: Sequence[str]) -> int:
+        names = [validate_queue_name(q) for q in queues]
+        return int(self._run("purge", names)) if names else 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Check the server and load every script now (otherwise done on first use)."""
+        client = self._client()
+        with self._errors():
+            pipe = client.pipeline(transaction=False)
+            for script in SCRIPTS.values():
+                pipe.script_load(script.source)
+            pipe.execute()
+
+    def ping(self) -> None:
+        with self._errors():
+            self._client().ping()
+
+    def close(self) -> None:
+        self._clients.close_all()

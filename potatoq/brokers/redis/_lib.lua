@@ -1,0 +1,304 @@
+-- _lib.lua: helpers shared by every potatoq script. The loader (RedisBroker) prepends
+-- this file to each transition script, so each script stays one EVALSHA call.
+--
+-- Key layout (the Python side documents the same layout in potatoq/brokers/redis.py;
+-- P is ARGV[1], the global_keyprefix followed by ":"):
+--   P..'q:'..queue..':ready'    ZSET  id -> -priority*2^40 + seq (real priorities, FIFO within one)
+--   P..'q:'..queue..':delayed'  ZSET  id -> due time (ms, server clock)
+--   P..'q:'..queue..':active'   ZSET  id -> lease deadline (ms, server clock)
+--   P..'q:'..queue..':marker'   ZSET  one member; idle workers BZPOPMIN it
+--   P..'job:'..id               HASH  payload queue priority seq state deliveries token
+--                                     node pid claimed ready_at due
+--   P..'result:'..id            STRING encoded ResultRecord, PX result_expires
+--   P..'waiting:'..id           STRING number of .get() callers waiting (with expiry)
+--   P..'notify:'..id            LIST  one element per waiter, pushed when a result is written
+--   P..'dead'                   ZSET  id -> died at ms * 1000 + counter; P..'dead:payload', P..'dead:info' HASHes
+--   P..'chord:'..group          HASH  'p:<index>' -> part value, 'n' parts seen, 'fired'
+--   P..'periodic:'..name..':'..ts  STRING, SET NX: one sender per fire time
+--   P..'workers' HASH node -> WorkerInfo; P..'workers:seen' ZSET node -> last heartbeat (ms)
+--   P..'queues'  SET of queue names (stats, recovery); P..'seq' the ready sequence counter
+--
+-- Time: every script reads the server clock (TIME), so leases, due times and heartbeats
+-- are judged by one clock however skewed the workers' clocks are.
+
+local P = ARGV[1]
+local PRIO_SHIFT = 1099511627776  -- 2^40: seq stays below it, priority above it
+local PRIO_MAX = 8190             -- |priority| * 2^40 + seq must stay exact in a double
+local MARK = 'm'
+
+local function k_ready(q) return P .. 'q:' .. q .. ':ready' end
+local function k_delayed(q) return P .. 'q:' .. q .. ':delayed' end
+local function k_active(q) return P .. 'q:' .. q .. ':active' end
+local function k_marker(q) return P .. 'q:' .. q .. ':marker' end
+local function k_job(id) return P .. 'job:' .. id end
+local function k_result(id) return P .. 'result:' .. id end
+local function k_waiting(id) return P .. 'waiting:' .. id end
+local function k_notify(id) return P .. 'notify:' .. id end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function clamp_priority(p)
+  p = math.floor(tonumber(p) or 0)
+  if p > PRIO_MAX then return PRIO_MAX end
+  if p < -PRIO_MAX then return -PRIO_MAX end
+  return p
+end
+
+local function ready_score(priority, seq)
+  return -clamp_priority(priority) * PRIO_SHIFT + seq
+end
+
+-- Wake one idle worker of queue q (a persistent marker: a wake-up can't be lost).
+local function arm(q)
+  redis.call('ZADD', P .. 'q:' .. q .. ':marker', 0, MARK)
+end
+
+-- Put job id (hash already written) into q's ready set, keeping seq when it has one.
+local function make_ready(id, q, priority, seq, now)
+  if not seq then
+    seq = redis.call('INCR', P .. 'seq')
+    redis.call('HSET', k_job(id), 'seq', seq)
+  end
+  redis.call('HSET', k_job(id), 'state', 'ready', 'ready_at', now)
+  redis.call('ZADD', k_ready(q), ready_score(priority, tonumber(seq)), id)
+end
+
+-- Store one message. m = {id, queue, priority, due_ms or '', payload}. Returns 1 if
+-- stored, 0 if a task with this id is already waiting or running (a no-op).
+local function enqueue_one(m, now, armed)
+  local id, q, priority, due, payload = m[1], m[2], m[3], tonumber(m[4]), m[5]
+  local jk = k_job(id)
+  if redis.call('EXISTS', jk) == 1 then return 0 end
+  redis.call('SADD', P .. 'queues', q)
+  if due and due > now then
+    redis.call('HSET', jk, 'payload', payload, 'queue', q, 'priority', priority, 'deliveries', 0,
+      'state', 'delayed', 'due', due)
+    redis.call('ZADD', k_delayed(q), due, id)
+    -- Waiters bound their block by the earliest due time: wake one only when this task
+    -- became the earliest, so that it can shorten its timeout.
+    if not armed[q] and redis.call('ZRANGE', k_delayed(q), 0, 0)[1] == id then
+      arm(q)
+      armed[q] = true
+    end
+  else
+    local seq = redis.call('INCR', P .. 'seq')
+    redis.call('HSET', jk, 'payload', payload, 'queue', q, 'priority', priority, 'deliveries', 0,
+      'state', 'ready', 'seq', seq, 'ready_at', now)
+    redis.call('ZADD', k_ready(q), ready_score(priority, seq), id)
+    if not armed[q] then
+      arm(q)
+      armed[q] = true
+    end
+  end
+  return 1
+end
+
+-- Read `count` messages of 5 fields each from ARGV starting at pos; return list, next pos.
+local function read_messages(pos, count)
+  local list = {}
+  for i = 1, count do
+    list[i] = {ARGV[pos], ARGV[pos + 1], ARGV[pos + 2], ARGV[pos + 3], ARGV[pos + 4]}
+    pos = pos + 5
+  end
+  return list, pos
+end
+
+local function enqueue_many(list, now)
+  local armed, n = {}, 0
+  for i = 1, #list do n = n + enqueue_one(list[i], now, armed) end
+  return n
+end
+
+-- Move due delayed tasks of q to ready (inside claim: no poller, no pop-then-push gap).
+local PROMOTE_BATCH = 1000
+local function promote(q, now)
+  local due = redis.call('ZRANGEBYSCORE', k_delayed(q), '-inf', now, 'LIMIT', 0, PROMOTE_BATCH)
+  for i = 1, #due do
+    local id = due[i]
+    redis.call('ZREM', k_delayed(q), id)
+    local prio = redis.call('HGET', k_job(id), 'priority')
+    if prio then make_ready(id, q, prio, nil, now) end
+  end
+  return #due
+end
+
+-- Claim the best ready task of the first queue in `queues` that has one.
+-- Returns {id, queue, payload, deliveries, token, claimed_ms} or nil.
+local function claim(queues, token, lease_ms, node, pid, now)
+  for qi = 1, #queues do
+    local q = queues[qi]
+    local promoted = promote(q, now)
+    local rk = k_ready(q)
+    while true do
+      local popped = redis.call('ZPOPMIN', rk)
+      if #popped == 0 then break end
+      local id = popped[1]
+      local jk = k_job(id)
+      local job = redis.call('HMGET', jk, 'payload', 'state')
+      -- A missing hash (revoked, or evicted by a misconfigured server) is skipped.
+      if job[1] and job[2] == 'ready' then
+        local deliveries = redis.call('HINCRBY', jk, 'deliveries', 1)
+        redis.call('HSET', jk, 'state', 'active', 'token', token, 'node', node, 'pid', pid,
+          'claimed', now)
+        redis.call('ZADD', k_active(q), now + lease_ms, id)
+        -- Re-arm while work remains, so wake-ups chain from worker to worker.
+        if redis.call('ZCARD', rk) > 0 or promoted >= PROMOTE_BATCH then arm(q) end
+        return {id, q, job[1], deliveries, token, now}
+      end
+    end
+  end
+  return nil
+end
+
+-- The running job `id` if `token` still holds its claim, else nil (a stale delivery).
+local function fenced(id, token)
+  local job = redis.call('HMGET', k_job(id), 'token', 'state', 'queue', 'payload', 'priority',
+    'seq', 'deliveries')
+  if job[1] ~= token or job[2] ~= 'active' then return nil end
+  return {queue = job[3], payload = job[4], priority = job[5], seq = job[6],
+          deliveries = tonumber(job[7]) or 0}
+end
+
+-- Wake every .get() caller waiting on id; costs one EXISTS-like read when nobody waits.
+local function notify(id)
+  local waiters = tonumber(redis.call('GET', k_waiting(id)))
+  if waiters and waiters > 0 then
+    local nk = k_notify(id)
+    for _ = 1, waiters do redis.call('RPUSH', nk, '1') end
+    redis.call('PEXPIRE', nk, 60000)
+  end
+end
+
+local function write_result(id, record, ttl_ms)
+  if record == '' then return end
+  redis.call('SET', k_result(id), record, 'PX', ttl_ms)
+  notify(id)
+end
+
+-- Record chord part; returns 1 when this join completed the chord (exactly once).
+local function chord_join(group, index, size, value, ttl_ms, callback, now)
+  local ck = P .. 'chord:' .. group
+  if redis.call('HSETNX', ck, 'p:' .. index, value) == 1 then
+    redis.call('HINCRBY', ck, 'n', 1)
+  end
+  redis.call('PEXPIRE', ck, ttl_ms)
+  local n = tonumber(redis.call('HGET', ck, 'n'))
+  if n >= tonumber(size) and redis.call('HSETNX', ck, 'fired', '1') == 1 then
+    if callback then enqueue_many({callback}, now) end
+    return 1
+  end
+  return 0
+end
+
+-- Settle tail shared by complete and dead-letter, read from ARGV at pos:
+--   result ('' = none), result_ttl_ms, chord_group ('' = none), chord_index, chord_size,
+--   chord_value, callback (5 fields), n_followups, followups (5 fields each).
+local function settle_tail(id, pos, now)
+  write_result(id, ARGV[pos], ARGV[pos + 1])
+  local group = ARGV[pos + 2]
+  if group ~= '' then
+    local cb = {ARGV[pos + 6], ARGV[pos + 7], ARGV[pos + 8], ARGV[pos + 9], ARGV[pos + 10]}
+    chord_join(group, ARGV[pos + 3], ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 1], cb, now)
+  end
+  local followups, nextpos = read_messages(pos + 12, tonumber(ARGV[pos + 11]))
+  enqueue_many(followups, now)
+  return nextpos
+end
+
+local function settle_tail_skip(pos)
+  return pos + 12 + 5 * tonumber(ARGV[pos + 11])
+end
+
+local function remove_running(id, q)
+  redis.call('ZREM', k_active(q), id)
+  redis.call('DEL', k_job(id))
+end
+
+-- Add a dead letter, then trim the dead set by age and count (with its payloads).
+-- The score is died-at ms * 1000 plus a counter, so letters that die in the same
+-- millisecond still list newest first.
+local function dead_score(ms)
+  return ms * 1000 + redis.call('INCR', P .. 'seq') % 1000
+end
+
+local function add_dead(id, q, payload, reason, deliveries, priority, now, max_count, ttl_ms)
+  local dk = P .. 'dead'
+  redis.call('ZADD', dk, dead_score(now), id)
+  redis.call('HSET', P .. 'dead:payload', id, payload)
+  redis.call('HSET', P .. 'dead:info', id, cjson.encode({queue = q, reason = reason,
+    deliveries = deliveries, priority = tonumber(priority) or 0, died = now}))
+  local drop = redis.call('ZRANGEBYSCORE', dk, '-inf', '(' .. string.format('%.0f', (now - ttl_ms) * 1000))
+  local excess = redis.call('ZCARD', dk) - #drop - max_count
+  if excess > 0 then
+    local oldest = redis.call('ZRANGE', dk, #drop, #drop + excess - 1)
+    for i = 1, #oldest do drop[#drop + 1] = oldest[i] end
+  end
+  for i = 1, #drop do
+    redis.call('ZREM', dk, drop[i])
+    redis.call('HDEL', P .. 'dead:payload', drop[i])
+    redis.call('HDEL', P .. 'dead:info', drop[i])
+  end
+end
+
+-- Settle outcomes. Each reads its arguments from ARGV starting at pos and returns
+-- (settled 0/1, next pos). A stale delivery changes nothing.
+
+-- complete: id, token, <settle tail>
+local function settle_complete(pos, now)
+  local id, token = ARGV[pos], ARGV[pos + 1]
+  local job = fenced(id, token)
+  if not job then return 0, settle_tail_skip(pos + 2) end
+  remove_running(id, job.queue)
+  return 1, settle_tail(id, pos + 2, now)
+end
+
+-- dead: id, token, reason, dead_max, dead_ttl_ms, <settle tail>
+local function settle_dead(pos, now)
+  local id, token = ARGV[pos], ARGV[pos + 1]
+  local job = fenced(id, token)
+  if not job then return 0, settle_tail_skip(pos + 5) end
+  remove_running(id, job.queue)
+  add_dead(id, job.queue, job.payload, ARGV[pos + 2], job.deliveries, job.priority, now,
+    tonumber(ARGV[pos + 3]), tonumber(ARGV[pos + 4]))
+  return 1, settle_tail(id, pos + 5, now)
+end
+
+-- retry: id, token, result ('' = none), result_ttl_ms, queue, priority, due_ms ('' = now), payload
+local function settle_retry(pos, now)
+  local id, token = ARGV[pos], ARGV[pos + 1]
+  local job = fenced(id, token)
+  local nextpos = pos + 8
+  if not job then return 0, nextpos end
+  remove_running(id, job.queue)
+  enqueue_many({{id, ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 6], ARGV[pos + 7]}}, now)
+  write_result(id, ARGV[pos + 2], ARGV[pos + 3])
+  return 1, nextpos
+end
+
+-- requeue: id, token, crashed ('1' counts this delivery, '0' doesn't)
+local function settle_requeue(pos, now)
+  local id, token = ARGV[pos], ARGV[pos + 1]
+  local job = fenced(id, token)
+  if not job then return 0, pos + 3 end
+  local jk = k_job(id)
+  redis.call('ZREM', k_active(job.queue), id)
+  if ARGV[pos + 2] ~= '1' then redis.call('HINCRBY', jk, 'deliveries', -1) end
+  redis.call('HDEL', jk, 'token', 'node', 'pid', 'claimed')
+  make_ready(id, job.queue, job.priority, job.seq, now)
+  arm(job.queue)
+  return 1, pos + 3
+end
+
+local SETTLE = {complete = settle_complete, dead = settle_dead, retry = settle_retry,
+                requeue = settle_requeue}
+
+-- Claim arguments from ARGV at pos: token, lease_ms, node, pid, n_queues, queues...
+local function claim_from_argv(pos, now)
+  local nq = tonumber(ARGV[pos + 4])
+  local queues = {}
+  for i = 1, nq do queues[i] = ARGV[pos + 4 + i] end
+  return claim(queues, ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2], ARGV[pos + 3], now)
+end

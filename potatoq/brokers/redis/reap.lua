@@ -1,0 +1,45 @@
+-- reap: recover expired leases in every queue: back to ready (keeping their place), or,
+-- once they were delivered max_deliveries times, dead-lettered as WorkerLostError with a
+-- FAILURE result. Safe to run from many supervisors at once.
+-- KEYS: none (queues, q:<queue>:active/ready/marker, job:<id>, dead*, result:<id>)
+-- ARGV: [1] prefix, [2] max deliveries, [3] FAILURE result template with the task id
+--       written as "@@PQ_ID@@" ('' = no result), [4] result ttl ms, [5] dead_letter_max,
+--       [6] dead_letter_ttl ms, [7] reason, [8] most leases to reap in this call
+-- Returns: {requeued, dead}
+local now = now_ms()
+local max_deliveries, template, ttl = tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local budget = tonumber(ARGV[8])
+local requeued, dead = 0, 0
+local function fill(id)
+  local a, b = string.find(template, '"@@PQ_ID@@"', 1, true)
+  if not a then return template end
+  return string.sub(template, 1, a - 1) .. cjson.encode(id) .. string.sub(template, b + 1)
+end
+local queues = redis.call('SMEMBERS', P .. 'queues')
+for qi = 1, #queues do
+  local q = queues[qi]
+  local expired = redis.call('ZRANGEBYSCORE', k_active(q), '-inf', now, 'LIMIT', 0, budget)
+  for i = 1, #expired do
+    local id = expired[i]
+    local jk = k_job(id)
+    local job = redis.call('HMGET', jk, 'payload', 'deliveries', 'priority', 'seq', 'state')
+    if not job[1] or job[5] ~= 'active' then
+      redis.call('ZREM', k_active(q), id)
+    elseif tonumber(job[2]) >= max_deliveries then
+      remove_running(id, q)
+      add_dead(id, q, job[1], ARGV[7], tonumber(job[2]), job[3], now, tonumber(ARGV[5]),
+        tonumber(ARGV[6]))
+      write_result(id, template ~= '' and fill(id) or '', ttl)
+      dead = dead + 1
+    else
+      redis.call('ZREM', k_active(q), id)
+      redis.call('HDEL', jk, 'token', 'node', 'pid', 'claimed')
+      make_ready(id, q, job[3], job[4], now)
+      arm(q)
+      requeued = requeued + 1
+    end
+  end
+  budget = budget - #expired
+  if budget <= 0 then break end
+end
+return {requeued, dead}

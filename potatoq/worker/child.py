@@ -1,0 +1,286 @@
+"""A worker child: claim → execute → settle, one task per thread, no prefetch.
+
+Each thread of a child ("slot") holds at most one delivery. An idle slot blocks in
+``broker.wait`` and claims when woken; a busy slot that just finished settles and claims
+its next task in one call (``settle_and_claim``), so a busy worker pays one broker round trip
+per task. Nothing is ever claimed on behalf of a slot that isn't free: a task that waits
+in the broker can still be taken by any other idle worker.
+
+Claims rotate over the ``-Q`` queues (each claim starts one queue further along), so a
+queue that always has work can't starve the others.
+
+The child reports every delivery it holds to its supervisor (``ipc.EventWriter``) before it
+runs it, so a child that dies mid-task has its task settled by the supervisor at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, Protocol
+
+from potatoq import signals
+from potatoq.brokers.base import Delivery, Outcome, WorkerRef
+from potatoq.exceptions import SoftTimeLimitExceeded
+
+from .limits import SOFT_LIMIT_CANCEL, SoftLimits
+from .options import WorkerOptions
+from .procinfo import rss_kib
+from .settling import Backoff, connection_errors, describe, log_stale, settle_reliably
+
+__all__ = ["ChildRunner", "QueueRotation", "Reporter", "child_main"]
+
+logger = logging.getLogger("potatoq.worker.child")
+
+
+class Reporter(Protocol):
+    """Where a child announces the deliveries it holds (a pipe, or a table in solo mode)."""
+
+    def start(self, delivery: Delivery, soft: float | None, hard: float | None, thread: int = 0) -> None: ...
+    def settling(self, delivery: Delivery) -> None: ...
+    def end(self, delivery: Delivery) -> None: ...
+    def end_and_start(
+        self, done: Delivery, nxt: Delivery, soft: float | None, hard: float | None, thread: int = 0
+    ) -> None: ...
+    def retire(self, why: str) -> None: ...
+
+
+class QueueRotation:
+    """The queue order for each claim: starts one queue further along every time."""
+
+    def __init__(self, queues: Sequence[str]) -> None:
+        self.queues = tuple(queues)
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> tuple[str, ...]:
+        if len(self.queues) < 2:
+            return self.queues
+        with self._lock:
+            start, self._next = self._next, (self._next + 1) % len(self.queues)
+        return self.queues[start:] + self.queues[:start]
+
+
+class ChildRunner:
+    """Runs the slots of one child process until asked to stop or retired."""
+
+    def __init__(self, app: Any, options: WorkerOptions, reporter: Reporter, executor: Any) -> None:
+        self.app = app
+        self.options = options
+        self.reporter = reporter
+        self.executor = executor
+        self.stopping = threading.Event()
+        self.limits = SoftLimits()
+        self.rotation = QueueRotation(options.queues)
+        self.worker = WorkerRef(options.node, os.getpid())
+        self._count_lock = threading.Lock()
+        self.tasks_run = 0
+        self.retired: str | None = None
+
+    @property
+    def broker(self) -> Any:
+        return self.app.broker
+
+    # -- control ---------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming; running tasks finish and are settled. Safe from a signal handler."""
+        self.stopping.set()
+        with contextlib.suppress(Exception):  # best effort: slots re-check within idle_wait anyway
+            self.broker.interrupt()
+
+    def _retire(self, why: str) -> None:
+        if self.retired is None:
+            self.retired = why
+            logger.info("child %d retiring: %s", os.getpid(), why)
+            with contextlib.suppress(OSError):
+                self.reporter.retire(why)
+        self.request_stop()
+
+    def run(self) -> None:
+        """Run every slot; return when all are stopped."""
+        if self.options.threads == 1:
+            self._slot(0)
+            return
+        threads = [
+            threading.Thread(target=self._slot, args=(i,), name=f"potatoq-slot-{i}", daemon=True)
+            for i in range(self.options.threads)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():  # join in steps so that signal handlers run
+                thread.join(0.5)
+        self.limits.close()
+
+    # -- one slot ----------------------------------------------------------------------------
+
+    def _slot(self, index: int) -> None:
+        delivery: Delivery | None = None
+        limits: tuple[float | None, float | None] = (None, None)
+        backoff = Backoff(cap=5.0)
+        while True:
+            if delivery is None:
+                if self.stopping.is_set():
+                    return
+                try:
+                    delivery = self.broker.claim(self.rotation(), self.worker)
+                    if delivery is None:
+                        self.broker.wait(self.options.queues, self.options.idle_wait)
+                        continue
+                    backoff.reset()
+                except connection_errors(self.broker) as exc:
+                    delay = backoff()
+                    logger.warning(
+                        "claim failed: the broker is unreachable (%r); retrying in %.1fs", exc, delay
+                    )
+                    self.stopping.wait(delay)
+                    continue
+                limits = self._limits(delivery)
+                self.reporter.start(delivery, *limits, thread=index)
+            outcome = self._execute(delivery, limits[0])
+            self._count_task()
+            delivery, limits = self._settle(delivery, outcome, index)
+
+    def _limits(self, delivery: Delivery) -> tuple[float | None, float | None]:
+        try:
+            soft, hard = self.executor.time_limits(delivery)
+        except Exception:
+            logger.exception("can't read the time limits of %s; using none", describe(delivery))
+            return None, None
+        return soft, hard
+
+    def _execute(self, delivery: Delivery, soft: float | None) -> Outcome:
+        started = time.perf_counter()
+        logger.debug("%s starting (delivery %d)", describe(delivery), delivery.deliveries)
+        outcome: Outcome | None = None
+        try:
+            with self.limits.guard(soft):
+                outcome = self.executor.execute(delivery)
+        except SoftTimeLimitExceeded as exc:
+            # Raised between the task's end and the guard's exit; if the executor had no
+            # outcome yet, the task hit its soft limit outside its own code.
+            if outcome is None:
+                outcome = self.executor.lost_outcome(delivery, exc)
+        except asyncio.CancelledError as exc:  # an async task cancelled at its soft limit
+            if outcome is None:
+                reason = str(exc) or "cancelled"
+                failure = SoftTimeLimitExceeded(
+                    f"soft time limit ({soft:g}s) exceeded" if reason == SOFT_LIMIT_CANCEL else reason
+                )
+                outcome = self.executor.lost_outcome(delivery, failure)
+        except Exception as exc:  # the executor promises not to raise; keep the slot alive anyway
+            logger.exception("executor failed on %s", describe(delivery))
+            outcome = self.executor.lost_outcome(delivery, exc)
+        assert outcome is not None
+        _log_outcome(delivery, outcome, time.perf_counter() - started)
+        return outcome
+
+    def _count_task(self) -> None:
+        with self._count_lock:
+            self.tasks_run += 1
+            count = self.tasks_run
+        limit = self.options.max_tasks_per_child
+        if limit and count >= limit:
+            self._retire(f"ran {count} tasks (worker_max_tasks_per_child={limit})")
+            return
+        max_memory = self.options.max_memory_per_child
+        if max_memory:
+            used = rss_kib()
+            if used > max_memory:
+                self._retire(f"uses {used} KiB (worker_max_memory_per_child={max_memory} KiB)")
+
+    def _settle(
+        self, delivery: Delivery, outcome: Outcome, index: int
+    ) -> tuple[Delivery | None, tuple[float | None, float | None]]:
+        """Settle ``delivery``; return the next delivery when the same call claimed one."""
+        if not self.stopping.is_set():
+            try:
+                applied, nxt = self.broker.settle_and_claim(delivery, outcome, self.rotation(), self.worker)
+            except Exception:
+                logger.debug(
+                    "settle_and_claim of %s failed; settling alone", describe(delivery), exc_info=True
+                )
+            else:
+                if not applied:
+                    log_stale(delivery, outcome)
+                if nxt is None:
+                    self.reporter.end(delivery)
+                    return None, (None, None)
+                limits = self._limits(nxt)
+                self.reporter.end_and_start(delivery, nxt, *limits, thread=index)
+                return nxt, limits
+        settle_reliably(self.broker, delivery, outcome, on_retry=lambda: self.reporter.settling(delivery))
+        self.reporter.end(delivery)
+        return None, (None, None)
+
+
+def _log_outcome(delivery: Delivery, outcome: Outcome, seconds: float) -> None:
+    result = getattr(outcome, "result", None)
+    state = result.state if result is not None else type(outcome).__name__
+    if type(outcome).__name__ == "DeadLetter":
+        logger.error(
+            "%s dead-lettered in %.3fs: %s", describe(delivery), seconds, getattr(outcome, "reason", "")
+        )
+    elif result is not None and state == "FAILURE":
+        logger.error("%s FAILURE in %.3fs: %s", describe(delivery), seconds, _short(result.result))
+    else:  # the executor logs each run at INFO with its return value
+        logger.debug("%s %s in %.3fs", describe(delivery), state, seconds)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+# ----------------------------------------------------------------------------- the process
+
+
+def child_main(
+    app: Any, options: WorkerOptions, write_fd: int, inherited_fds: Sequence[int], index: int = 1
+) -> None:
+    """The body of a forked child; never returns (``os._exit``)."""
+    code = 0
+    try:
+        import multiprocessing
+
+        # %(processName)s in log lines: "Worker-2" instead of the inherited "MainProcess"
+        multiprocessing.current_process().name = f"Worker-{index}"
+        signal.set_wakeup_fd(-1)  # the supervisor's wake-up pipe is not ours
+        for fd in inherited_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor decides
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+        from .executor import Executor
+        from .ipc import EventWriter
+
+        signals.worker_process_init.send(sender=app)
+        runner = ChildRunner(app, options, EventWriter(write_fd), Executor(app))
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            runner.request_stop()
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the supervisor's fork
+        runner.run()
+    except BaseException:
+        logger.exception("worker child %d crashed", os.getpid())
+        code = 1
+    finally:
+        try:
+            signals.worker_process_shutdown.send(sender=app, pid=os.getpid(), exitcode=code)
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)

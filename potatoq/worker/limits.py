@@ -1,0 +1,161 @@
+"""Soft time limits: raise ``SoftTimeLimitExceeded`` inside a running task.
+
+The hard limit is the supervisor's job (it kills the child, see ``supervisor.py``); the soft
+one has to happen inside the task so that it can clean up. Two mechanisms, one interface:
+
+* a task running in the process's main thread gets a ``SIGALRM`` from ``setitimer``; the
+  handler raises in the main thread, which also interrupts blocking calls such as
+  ``time.sleep`` or a socket read;
+* a task running in another thread (``-t``/``-P threads``) gets an asynchronous exception
+  from a watchdog thread via ``PyThreadState_SetAsyncExc``. It is raised at the next Python
+  bytecode, so a thread blocked inside C code sees it only when that call returns; the hard
+  limit covers the rest.
+
+An ``async def`` task running on an event loop in the main thread is cancelled instead
+(``CancelledError("SoftTimeLimitExceeded")`` at its current ``await``): an exception raised
+from the signal handler would surface in the loop's ``select()`` and leave the coroutine
+suspended inside the loop. A task that lets the cancellation propagate fails with
+``SoftTimeLimitExceeded``. (In worker threads an async task gets the plain asynchronous
+exception, which fails it without running its cleanup.)
+
+Either way an exception can't be aimed precisely at "still inside the task": it may land
+just after the task returned. :meth:`SoftLimits.guard` disarms under a lock, so nothing new
+fires after it exits, and callers treat a ``SoftTimeLimitExceeded`` that escapes the guard
+as "the task hit its soft limit" only if no outcome was produced yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import heapq
+import itertools
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+from potatoq.exceptions import SoftTimeLimitExceeded
+
+__all__ = ["SOFT_LIMIT_CANCEL", "SoftLimits"]
+
+#: The ``CancelledError`` message an async task gets at its soft limit.
+SOFT_LIMIT_CANCEL = "SoftTimeLimitExceeded"
+
+
+def _raise_in_thread(thread_id: int, exc: type[BaseException] | None) -> None:
+    """Schedule ``exc`` in the thread (``None`` clears a pending one)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc is not None else None
+    )
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel(SOFT_LIMIT_CANCEL)
+
+
+class SoftLimits:
+    """Arms a soft limit around each task run, in the main thread or in worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counter = itertools.count(1)
+        # main-thread (signal) state
+        self._armed_token: int | None = None
+        self._armed_seconds = 0.0
+        self._signal_installed = False
+        # thread (watchdog) state: token -> (thread id, seconds); heap of (deadline, token)
+        self._armed: dict[int, tuple[int, float]] = {}
+        self._fired: set[int] = set()
+        self._heap: list[tuple[float, int]] = []
+        self._wakeup = threading.Condition(self._lock)
+        self._watchdog: threading.Thread | None = None
+        self._stopped = False
+
+    @contextlib.contextmanager
+    def guard(self, seconds: float | None) -> Iterator[None]:
+        """Raise ``SoftTimeLimitExceeded`` in the current thread after ``seconds`` (None: never)."""
+        if seconds is None or seconds <= 0:
+            yield
+            return
+        if threading.current_thread() is threading.main_thread():
+            with self._signal_guard(seconds):
+                yield
+        else:
+            with self._thread_guard(seconds):
+                yield
+
+    # -- main thread: SIGALRM ----------------------------------------------------------------
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if self._armed_token is None:
+            return
+        self._armed_token = None
+        message = f"soft time limit ({self._armed_seconds:g}s) exceeded"
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            # An async task: raising here would land in the event loop's select() and
+            # leave the coroutine suspended in the loop. Cancel it instead, so it sees
+            # CancelledError at its current await, can clean up, and the loop is left clean.
+            # call_soon_threadsafe wakes the loop: select() is retried after this handler.
+            loop.call_soon_threadsafe(_cancel_all, loop)
+            return
+        raise SoftTimeLimitExceeded(message)
+
+    @contextlib.contextmanager
+    def _signal_guard(self, seconds: float) -> Iterator[None]:
+        if not self._signal_installed:
+            signal.signal(signal.SIGALRM, self._on_alarm)
+            self._signal_installed = True
+        self._armed_seconds = seconds
+        self._armed_token = next(self._counter)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            self._armed_token = None  # a SIGALRM already in flight now does nothing
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    # -- other threads: watchdog + async exception ---------------------------------------------
+
+    @contextlib.contextmanager
+    def _thread_guard(self, seconds: float) -> Iterator[None]:
+        thread_id = threading.get_ident()
+        with self._lock:
+            token = next(self._counter)
+            self._armed[token] = (thread_id, seconds)
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token))
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watch, name="potatoq-soft-limits", daemon=True)
+                self._watchdog.start()
+            self._wakeup.notify()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._armed.pop(token, None)
+                fired = token in self._fired
+                self._fired.discard(token)
+            if fired:  # fired but perhaps not raised yet: the task is over, drop it
+                _raise_in_thread(thread_id, None)
+
+    def _watch(self) -> None:
+        with self._lock:
+            while not self._stopped:
+                now = time.monotonic()
+                while self._heap and (self._heap[0][0] <= now or self._heap[0][1] not in self._armed):
+                    _, token = heapq.heappop(self._heap)
+                    armed = self._armed.pop(token, None)
+                    if armed is not None:
+                        self._fired.add(token)
+                        _raise_in_thread(armed[0], SoftTimeLimitExceeded)
+                timeout = self._heap[0][0] - now if self._heap else None
+                self._wakeup.wait(timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._wakeup.notify()

@@ -1,0 +1,449 @@
+"""The prefork supervisor: children, crash recovery, hard time limits, shutdown, recycling.
+
+One single-threaded loop (so ``fork()`` never copies a lock held by another thread) waits
+on the children's event pipes and a signal wake-up pipe, and in each turn:
+
+1. reads the children's events (``ipc``): which deliveries each one holds;
+2. reaps children that exited. Whatever a dead child still held is settled at once:
+   ``Requeue(crashed=True)``, or, once the delivery count reached ``task_max_deliveries``,
+   the executor's lost outcome (dead letter, FAILURE result with ``WorkerLostError``,
+   errbacks, chord join). A child killed at the hard time limit has its task failed with
+   ``TimeLimitExceeded`` (not redelivered); its other threads' tasks and the tasks of
+   children killed at shutdown go back with ``Requeue(crashed=False)``;
+3. kills children whose task passed its hard time limit (SIGKILL: a task stuck in C code
+   can't be interrupted any other way);
+4. runs the broker chores (``chores``): heartbeat, recovery of dead workers' tasks, lease
+   extension, the periodic scheduler, settles kept because the broker was unreachable;
+5. replaces exited children (recycled ones, crashed ones) unless shutting down.
+
+Shutdown (SIGTERM or SIGINT): children are told to stop claiming (SIGTERM) and get
+``worker_shutdown_timeout`` to finish; then they are killed and their tasks requeued
+without counting a crash. A second SIGINT skips the rest of the grace period. Either way
+the worker exits 0 and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import logging
+import os
+import selectors
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+from potatoq import signals
+from potatoq.brokers.base import Delivery, Outcome, Requeue
+from potatoq.exceptions import TimeLimitExceeded, WorkerLostError
+
+from .child import child_main
+from .chores import Chores
+from .ipc import ChildEvent, EventReader
+from .options import WorkerOptions
+from .running import Running, RunningTable
+from .settling import describe
+
+__all__ = ["Supervisor"]
+
+logger = logging.getLogger("potatoq.worker.supervisor")
+
+# Why the supervisor killed a child; decides what its deliveries become.
+KILLED_AT_SHUTDOWN = "shutdown"
+KILLED_AT_HARD_LIMIT = "hard time limit"
+
+
+@dataclasses.dataclass(eq=False)
+class Child:
+    pid: int
+    reader: EventReader
+    index: int
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    running: RunningTable = dataclasses.field(default_factory=RunningTable)
+    killed: str | None = None  # why we SIGKILLed it
+    victims: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # hard-limit victims
+    retired: str | None = None
+    ever_ran: bool = False
+
+
+class Supervisor:
+    """Runs a prefork (or threads) worker until shutdown; :meth:`run` returns the exit code."""
+
+    def __init__(self, app: Any, options: WorkerOptions) -> None:
+        self.app = app
+        self.options = options
+        self.children: dict[int, Child] = {}
+        self.selector = selectors.DefaultSelector()
+        self.stopping = False
+        self.stop_deadline: float | None = None
+        self.interrupts = 0
+        self.finished = 0  # tasks the children reported done
+        self.chores = Chores(app, options, self._running, processed=lambda: self.finished)
+        self._executor: Any = None
+        self._signals: list[int] = []
+        self._wakeup_r, self._wakeup_w = os.pipe()
+        self._quick_failures = 0
+        self._respawn_at = 0.0
+
+    # -- public ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        finalize = getattr(self.app, "finalize", None)
+        if finalize is not None:
+            finalize()  # on_after_configure hooks (add_periodic_task …) before the children fork
+        self._install_signals()
+        self.selector.register(self._wakeup_r, selectors.EVENT_READ, None)
+        signals.worker_init.send(sender=self.app, options=self.options)
+        logger.info(
+            "worker %s starting: %d process%s x %d thread%s, queues %s, broker %r",
+            self.options.node,
+            self.options.processes,
+            "" if self.options.processes == 1 else "es",
+            self.options.threads,
+            "" if self.options.threads == 1 else "s",
+            ",".join(self.options.queues),
+            self.app.broker,
+        )
+        for index in range(1, self.options.processes + 1):
+            self._spawn(index)
+        signals.worker_ready.send(sender=self.app, node=self.options.node)
+        logger.info("worker %s ready", self.options.node)
+        try:
+            self._loop()
+        finally:
+            self._finish()
+        return 0
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_chores = time.monotonic()
+        while True:
+            now = time.monotonic()
+            timeout = max(0.0, min(self._next_deadline(now, next_chores), now + 1.0) - now)
+            for key, _ in self.selector.select(timeout):
+                if key.data is None:
+                    self._drain_wakeup()
+                else:
+                    self._read_events(key.data)
+            self._handle_signals()
+            self._reap()
+            self._enforce_hard_limits()
+            next_chores = min(next_chores, self.chores.next_due())  # a settle may have been deferred
+            if time.monotonic() >= next_chores:
+                next_chores = self.chores.run_due()
+            if self.stopping:
+                if not self.children:
+                    return
+                if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
+                    self._kill_all(KILLED_AT_SHUTDOWN)
+            else:
+                self._replace_children()
+
+    def _next_deadline(self, now: float, next_chores: float) -> float:
+        deadline = next_chores
+        for child in self.children.values():
+            for item in child.running.items():
+                hard = item.hard_deadline()
+                if hard is not None and child.killed is None:
+                    deadline = min(deadline, hard)
+        if self.stopping and self.stop_deadline is not None:
+            deadline = min(deadline, self.stop_deadline)
+        if not self.stopping and len(self.children) < self.options.processes:
+            deadline = min(deadline, self._respawn_at)
+        return deadline
+
+    # -- children ----------------------------------------------------------------------------
+
+    def _spawn(self, index: int) -> None:
+        read_fd, write_fd = os.pipe()
+        inherited = [self._wakeup_r, self._wakeup_w, read_fd]
+        inherited += [child.reader.fd for child in self.children.values()]
+        selector_fd = getattr(self.selector, "fileno", None)  # epoll/kqueue selectors own an fd
+        if callable(selector_fd):
+            inherited.append(selector_fd())
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        # SIGTERM stays blocked in the child until it has its own handler (child_main
+        # unblocks it): a shutdown that starts right now must not hit the inherited one.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child
+                child_main(self.app, self.options, write_fd, inherited, index)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.close(write_fd)
+        child = Child(pid=pid, reader=EventReader(read_fd), index=index)
+        self.children[pid] = child
+        self.selector.register(read_fd, selectors.EVENT_READ, child)
+        logger.debug("started child %d", pid)
+
+    def _replace_children(self) -> None:
+        missing = self.options.processes - len(self.children)
+        if missing <= 0 or time.monotonic() < self._respawn_at:
+            return
+        used = {child.index for child in self.children.values()}
+        free = [i for i in range(1, self.options.processes + 1) if i not in used]
+        for index in free[:missing]:
+            self._spawn(index)
+
+    def _read_events(self, child: Child) -> None:
+        events, _eof = child.reader.read()
+        for event in events:
+            self._apply(child, event)
+
+    def _apply(self, child: Child, event: ChildEvent) -> None:
+        if event.kind == "start":
+            assert event.delivery is not None
+            child.ever_ran = True
+            child.running.add(Running(event.delivery, child.pid, event.soft, event.hard))
+        elif event.kind == "end":
+            if child.running.remove((event.task_id, event.token)) is not None:
+                self.finished += 1
+        elif event.kind == "settling":
+            child.running.mark_settling((event.task_id, event.token))
+        elif event.kind == "retire":
+            child.retired = event.why
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                raise
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self._on_exit(child, status)
+
+    def _on_exit(self, child: Child, status: int) -> None:
+        self._read_events(child)  # whatever it wrote before dying is still in the pipe
+        self.selector.unregister(child.reader.fd)
+        os.close(child.reader.fd)
+        held = child.running.pop_all()
+        how = _describe_status(status)
+        if child.killed is None and (held or os.waitstatus_to_exitcode(status) != 0):
+            logger.error("child %d %s while running %d task(s)", child.pid, how, len(held))
+        else:
+            logger.debug("child %d %s", child.pid, how)
+        for item in held:
+            outcome = self._outcome_for_lost(child, item, how)
+            if outcome is not None:
+                self.chores.settle_later(item.delivery, outcome)
+        # Don't fork-bomb when children die at start (a failing worker_process_init, say).
+        lived = time.monotonic() - child.started
+        if os.waitstatus_to_exitcode(status) != 0 and not child.ever_ran and lived < 2.0 and not child.killed:
+            self._quick_failures += 1
+            delay = min(10.0, 0.25 * 2**self._quick_failures)
+            self._respawn_at = time.monotonic() + delay
+            logger.error("child %d failed at start; starting a new one in %.1fs", child.pid, delay)
+        else:
+            self._quick_failures = 0
+
+    def _outcome_for_lost(self, child: Child, item: Running, how: str) -> Outcome | None:
+        delivery = item.delivery
+        if not self.app.broker.capabilities.supervisor_settles:
+            logger.warning(
+                "%s lost with child %d; the broker will redeliver it", describe(delivery), child.pid
+            )
+            if item.key in child.victims:
+                self._record_failure(item, TimeLimitExceeded(f"hard time limit ({item.hard:g}s) exceeded"))
+            elif child.killed is None and delivery.deliveries >= self.options.max_deliveries:
+                # the broker's delivery limit dead-letters it now; the result says why
+                self._record_failure(
+                    item, WorkerLostError(f"worker process {how} on each of {delivery.deliveries} deliveries")
+                )
+            return None
+        if item.key in child.victims:
+            logger.error("%s failed: hard time limit (%gs) exceeded", describe(delivery), item.hard or 0)
+            return self._lost(delivery, TimeLimitExceeded(f"hard time limit ({item.hard:g}s) exceeded"))
+        if child.killed is not None:  # killed at shutdown, or a bystander of a hard limit
+            logger.info("%s requeued (%s)", describe(delivery), child.killed)
+            return Requeue(crashed=False)
+        if delivery.deliveries >= self.options.max_deliveries:
+            logger.error(
+                "%s dead-lettered: its process died on each of %d deliveries (%s)",
+                describe(delivery),
+                delivery.deliveries,
+                how,
+            )
+            return self._lost(
+                delivery,
+                WorkerLostError(
+                    f"worker process {how} while running the task, {delivery.deliveries} deliveries in a row"
+                ),
+            )
+        logger.warning(
+            "%s requeued: its process %s (delivery %d of %d)",
+            describe(delivery),
+            how,
+            delivery.deliveries,
+            self.options.max_deliveries,
+        )
+        return Requeue(crashed=True)
+
+    def _lost(self, delivery: Delivery, exc: BaseException) -> Outcome:
+        try:
+            outcome: Outcome = self.executor.lost_outcome(delivery, exc)
+        except Exception:
+            logger.exception("building the failure outcome of %s failed", describe(delivery))
+            from potatoq.brokers.base import DeadLetter
+
+            outcome = DeadLetter(reason=f"{type(exc).__name__}: {exc}")
+        return outcome
+
+    def _record_failure(self, item: Running, exc: BaseException) -> None:
+        """On a broker the supervisor can't settle on (RabbitMQ), still store the FAILURE
+        result in the result backend (a redelivered copy of a finished task is skipped)."""
+        outcome = self._lost(item.delivery, exc)
+        record = getattr(outcome, "result", None)
+        backend = self.app.backend
+        if record is not None and backend is not None:
+            try:
+                backend.store_result(record)
+            except Exception as error:  # noqa: BLE001
+                logger.warning("could not record the failure of %s: %r", describe(item.delivery), error)
+
+    @property
+    def executor(self) -> Any:
+        if self._executor is None:
+            from .executor import Executor
+
+            self._executor = Executor(self.app)
+        return self._executor
+
+    def _running(self) -> list[Running]:
+        return [item for child in self.children.values() for item in child.running.items()]
+
+    # -- time limits and kills -----------------------------------------------------------------
+
+    def _enforce_hard_limits(self) -> None:
+        now = time.monotonic()
+        for child in list(self.children.values()):
+            if child.killed is not None:
+                continue
+            overdue = [i for i in child.running.items() if (d := i.hard_deadline()) is not None and d <= now]
+            if not overdue:
+                continue
+            self._read_events(child)  # it may have finished just now
+            overdue = [i for i in child.running.items() if (d := i.hard_deadline()) is not None and d <= now]
+            if not overdue:
+                continue
+            for item in overdue:
+                logger.error(
+                    "%s passed its hard time limit (%gs): killing child %d",
+                    describe(item.delivery),
+                    item.hard or 0,
+                    child.pid,
+                )
+                child.victims.add(item.key)
+            self._kill(child, KILLED_AT_HARD_LIMIT)
+
+    def _kill(self, child: Child, why: str) -> None:
+        if child.killed is None:
+            child.killed = why
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+
+    def _kill_all(self, why: str) -> None:
+        for child in self.children.values():
+            if child.killed is None:
+                if len(child.running):
+                    logger.warning(
+                        "child %d still running %d task(s) at the end of the grace period: killing it, "
+                        "its tasks are requeued",
+                        child.pid,
+                        len(child.running),
+                    )
+                self._kill(child, why)
+
+    # -- signals and shutdown -------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        os.set_blocking(self._wakeup_w, False)
+        os.set_blocking(self._wakeup_r, False)
+        signal.set_wakeup_fd(self._wakeup_w, warn_on_full_buffer=False)
+
+        def record(signum: int, frame: FrameType | None) -> None:
+            self._signals.append(signum)
+
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD):
+            signal.signal(signum, record)
+
+    def _drain_wakeup(self) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while os.read(self._wakeup_r, 4096):
+                pass
+
+    def _handle_signals(self) -> None:
+        while self._signals:
+            signum = self._signals.pop(0)
+            if signum == signal.SIGCHLD:
+                continue  # reaped right after
+            if signum == signal.SIGINT:
+                self.interrupts += 1
+            fast = signum == signal.SIGQUIT or self.interrupts >= 2
+            self.begin_shutdown(fast=fast, reason=signal.Signals(signum).name)
+
+    def begin_shutdown(self, *, fast: bool = False, reason: str = "") -> None:
+        now = time.monotonic()
+        if not self.stopping:
+            self.stopping = True
+            self.chores.scheduler = None  # send no new periodic runs while draining
+            grace = 0.0 if fast else self.options.shutdown_timeout
+            self.stop_deadline = now + grace
+            running = len(self._running())
+            logger.warning(
+                "worker %s shutting down (%s): %d task(s) running, %s",
+                self.options.node,
+                reason or "requested",
+                running,
+                "requeueing them now" if fast else f"waiting up to {grace:g}s for them",
+            )
+            for child in self.children.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGTERM)
+        elif fast and (self.stop_deadline is None or self.stop_deadline > now):
+            logger.warning("worker %s: stopping now, requeueing unfinished tasks", self.options.node)
+            self.stop_deadline = now
+
+    def _finish(self) -> None:
+        # Children still alive only if the loop raised: don't leave orphans holding tasks.
+        if self.children:
+            self._kill_all(KILLED_AT_SHUTDOWN)
+            deadline = time.monotonic() + 5.0
+            while self.children and time.monotonic() < deadline:
+                self._reap()
+                time.sleep(0.01)
+        self.chores.flush(timeout=min(10.0, max(2.0, self.options.shutdown_timeout)))
+        self.chores.forget()
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        self.selector.close()
+        for fd in (self._wakeup_r, self._wakeup_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        signals.worker_shutdown.send(sender=self.app, node=self.options.node)
+        logger.info("worker %s stopped after %d task(s)", self.options.node, self.finished)
+
+
+def _describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"was killed by {name}"
+    return f"exited with code {os.WEXITSTATUS(status)}"

@@ -1,0 +1,106 @@
+"""Settles survive a broker outage; stale ones are refused and logged, never applied."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from potatoq.brokers import create_broker
+from potatoq.brokers.base import BrokerConfig, Complete, ResultRecord, WorkerRef
+from potatoq.exceptions import OperationalError
+from potatoq.message import Message, new_id
+from potatoq.worker.ipc import EventReader, EventWriter
+from potatoq.worker.settling import settle_reliably
+
+
+@pytest.fixture
+def broker(tmp_path):
+    broker = create_broker(BrokerConfig(url=f"sqlite:///{tmp_path / 'b.sqlite3'}"))
+    yield broker
+    broker.close()
+
+
+class Outage:
+    """The real broker, but the first ``failures`` settles fail with ``error``."""
+
+    def __init__(self, broker, failures: int, error: Exception) -> None:
+        self.broker = broker
+        self.failures = failures
+        self.error = error
+        self.calls = 0
+        self.connection_errors = broker.connection_errors
+
+    def settle(self, delivery, outcome):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return self.broker.settle(delivery, outcome)
+
+
+def _claimed(broker):
+    message = Message(id=new_id(), task="t.add", args=(1, 2))
+    broker.enqueue([message])
+    delivery = broker.claim(["default"], WorkerRef("node", os.getpid()))
+    assert delivery is not None
+    return delivery
+
+
+def _done(delivery):
+    return Complete(result=ResultRecord(task_id=delivery.id, state="SUCCESS", result=3))
+
+
+def test_settle_is_retried_until_the_broker_answers(broker):
+    delivery = _claimed(broker)
+    flaky = Outage(broker, failures=3, error=OperationalError("broker restarting"))
+    retries, sleeps = [], []
+    assert settle_reliably(
+        flaky, delivery, _done(delivery), on_retry=lambda: retries.append(1), sleep=sleeps.append
+    )
+    assert flaky.calls == 4
+    assert retries == [1]
+    assert sleeps == [0.1, 0.2, 0.4]
+    assert broker.get_result(delivery.id).result == 3
+    assert sum(s.running for s in broker.queue_stats()) == 0
+
+
+def test_stale_settle_is_refused_and_logged(broker, caplog):
+    stale = _claimed(broker)
+    # the holder is declared dead and the task delivered again: the first claim is stale
+    assert broker.recover(0.0, 5).requeued == 1
+    current = broker.claim(["default"], WorkerRef("other", os.getpid()))
+    assert current is not None and current.id == stale.id
+    with caplog.at_level(logging.WARNING, logger="potatoq.worker.settle"):
+        assert settle_reliably(broker, stale, _done(stale)) is False
+    assert "refused" in caplog.text and stale.id in caplog.text
+    assert broker.get_result(stale.id) is None
+    assert settle_reliably(broker, current, _done(current)) is True
+
+
+def test_an_outcome_the_broker_cannot_store_is_dead_lettered_instead(broker, caplog):
+    delivery = _claimed(broker)
+    broken = Outage(broker, failures=1, error=ValueError("can't encode"))
+    with caplog.at_level(logging.ERROR, logger="potatoq.worker.settle"):
+        assert settle_reliably(broken, delivery, _done(delivery)) is True
+    dead = broker.list_dead()
+    assert [d.id for d in dead] == [delivery.id]
+    assert "settle failed: ValueError: can't encode" in dead[0].reason
+
+
+def test_child_events_cross_the_pipe_in_whole_lines(broker):
+    delivery = _claimed(broker)
+    read_fd, write_fd = os.pipe()
+    writer, reader = EventWriter(write_fd), EventReader(read_fd)
+    writer.start(delivery, 1.5, 2.0, thread=3)
+    writer.settling(delivery)
+    os.write(write_fd, b'{"e":"end","id":"x"')  # half a line: kept for the next read
+    events, eof = reader.read()
+    assert [e.kind for e in events] == ["start", "settling"] and not eof
+    assert events[0].delivery == delivery
+    assert (events[0].soft, events[0].hard, events[0].thread) == (1.5, 2.0, 3)
+    os.write(write_fd, b',"tok":"y"}\n')
+    os.close(write_fd)
+    events, eof = reader.read()
+    assert [(e.kind, e.task_id, e.token) for e in events] == [("end", "x", "y")] and eof
+    os.close(read_fd)
