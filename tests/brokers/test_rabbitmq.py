@@ -567,6 +567,27 @@ def test_a_killed_childs_message_is_dead_lettered_not_run_again(rabbit: Rabbit) 
     assert nothing_claimable(worker, ["default"])
 
 
+def test_a_child_killed_at_shutdown_has_its_task_requeued_without_counting(rabbit: Rabbit) -> None:
+    supervisor = rabbit()
+    sent = msg()
+    supervisor.enqueue([sent])
+    process = child("claim-and-hold", rabbit.child_config())
+    try:
+        assert process.stdout is not None
+        delivery = Delivery.from_json(serialization.loads(process.stdout.readline()))
+        supervisor.prepare_kill(delivery)  # no reason: the grace period ran out
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    worker = rabbit()
+    again = claim_soon(worker, ["default"])
+    assert (again.id, again.deliveries, again.raw) == (sent.id, 1, sent.encode())
+    assert worker.settle(again, Complete())
+    assert worker.list_dead() == []
+
+
 # ----------------------------------------------------------------------------- without a backend
 
 
