@@ -167,6 +167,12 @@ class Intake:
         for queue in queues:
             yield from self.session.ensure(queue)
         self._wanted = self._order(queues)
+        wanted = {amqp for _q, _b, amqp in self._wanted}
+        work = self.link.work
+        for amqp in [a for a in self._consumers if a not in wanted]:  # queues no longer asked for
+            tag = self._consumers.pop(amqp)
+            if work is not None:
+                cancel_keeping(work, tag, lambda _frame, t=tag: self._by_tag.pop(t, None))
         self._start_consumers()
 
     def _start_consumers(self) -> None:

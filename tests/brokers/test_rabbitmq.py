@@ -414,6 +414,21 @@ def test_a_settle_after_the_channel_was_replaced_is_refused(rabbit: Rabbit) -> N
     assert nothing_claimable(broker, ["default"])
 
 
+def test_a_settle_after_the_connection_was_lost_is_refused(rabbit: Rabbit) -> None:
+    broker = rabbit()
+    sent = msg()
+    broker.enqueue([sent])
+    stale = claim_soon(broker, ["default"])
+    link = broker._process().link
+    generation = link.generation
+    link.call_soon(lambda: link.connection.close() if link.connection else None)  # as if the network broke
+    poll(lambda: link.generation != generation and link.is_ready, "the link to reconnect")
+    assert broker.settle(stale, Complete()) is False
+    fresh = claim_soon(broker, ["default"])
+    assert (fresh.id, fresh.deliveries) == (sent.id, 2)
+    assert broker.settle(fresh, Complete())
+
+
 def test_heartbeats_keep_flowing_while_a_task_holds_the_gil(rabbit: Rabbit) -> None:
     broker = rabbit(heartbeat=1)  # RabbitMQ drops the connection after ~2 missed beats
     broker.enqueue([msg()])
