@@ -344,6 +344,8 @@ class _chain(Signature):
         return copy
 
     def freeze(self, _id: str | None = None, group_id: str | None = None, **_: Any) -> Any:
+        # A chain's id is its last task's id (Celery 5.4+: apply_async(task_id=…) names it).
+        _id = _id or self.options.pop("task_id", None)
         tasks = self.tasks
         previous = None
         result = None

@@ -437,7 +437,7 @@ class Executor:
             part = loads(raw)
             if not part.get("ok"):
                 cause = decode_exception(part.get("exc"))
-                return [], ChordError(f"Dependency {part.get('id')} raised {type(cause).__name__}({cause})")
+                return [], ChordError(f"Dependency {part.get('id')} raised {cause!r}")
             values.append(part.get("v"))
         return values, None
 
