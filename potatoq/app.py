@@ -537,8 +537,8 @@ def _publish_attempts(
         return
     deadline = time.monotonic() + timeout
     pause = 0.05
-    while time.monotonic() + pause <= deadline:
-        yield pause
+    while (left := deadline - time.monotonic()) > 0:
+        yield min(pause, left)  # the last attempt is made at the deadline
         pause = min(pause * 2, 1.0)
     yield None
 
