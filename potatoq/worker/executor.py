@@ -14,6 +14,7 @@ import concurrent.futures
 import inspect
 import logging
 import os
+import socket
 import threading
 import time
 import traceback as tb_module
@@ -142,7 +143,7 @@ class Executor:
                 args = (parts, *args)
         request.update(args=args)
         if self._track_started(task):
-            meta = {"pid": os.getpid(), "hostname": self.hostname}
+            meta = {"pid": os.getpid(), "hostname": self.hostname or socket.gethostname()}
             self._store(ResultRecord(task_id=message.id, state=states.STARTED, result=meta, name=task.name))
         return self._run(task, message, request, args, dict(message.kwargs))
 

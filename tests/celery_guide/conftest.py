@@ -64,6 +64,14 @@ class Worker:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def lines_after(self, marker: str) -> list[str]:
+        """The log lines from the one containing ``marker`` on."""
+        lines = self.output().splitlines()
+        for i, line in enumerate(lines):
+            if marker in line:
+                return lines[i:]
+        return []
+
     def wait_output(self, text: str, timeout: float = DEADLINE) -> str:
         return wait_for(lambda: text in self.output() and self.output(), timeout, f"{text!r} in the worker log")
 
@@ -101,14 +109,21 @@ class World:
             return {}
         return {"broker_transport_options": self.transport, "result_backend_transport_options": self.transport}
 
-    def worker(self, app: str, *args: str, path: Path | None = None, env: dict[str, str] | None = None) -> Worker:
+    def worker(
+        self,
+        app: str,
+        *args: str,
+        path: Path | None = None,
+        env: dict[str, str] | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> Worker:
         pythonpath = [str(ROOT)] + ([str(path)] if path else [])
         variables = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(pythonpath),
             "PYTHONUNBUFFERED": "1",
             "POTATOQ_BROKER_URL": self.url,
-            "POTATOQ_GUIDE_SETTINGS": json.dumps(self.settings),
+            "POTATOQ_GUIDE_SETTINGS": json.dumps({**self.settings, **(settings or {})}),
             "POTATOQ_GUIDE_DIR": str(self.tmp),
             **(env or {}),
         }

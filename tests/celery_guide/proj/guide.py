@@ -413,3 +413,9 @@ def slow_started(seconds):
 def add_debug(x, y, debug=False):
     """The guide's ``add.s(2, 2, debug=True)``: an ``add`` that takes ``debug``."""
     return [x + y, debug]
+
+
+@app.task
+def annotated_limited(label):
+    """Rate-limited only through ``task_annotations`` (set in the worker's settings)."""
+    return [os.getpid(), time.time()]
