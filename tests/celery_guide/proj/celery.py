@@ -7,7 +7,8 @@ from tests.celery_guide import guide_env
 app = Celery('proj',
              broker=guide_env.BROKER_URL,
              backend='rpc://',
-             include=['tests.celery_guide.proj.tasks', 'tests.celery_guide.proj.guide'])
+             include=['tests.celery_guide.proj.tasks', 'tests.celery_guide.proj.guide',
+                      'tests.celery_guide.proj.routes'])
 
 # Optional configuration, see the application user guide.
 app.conf.update(
