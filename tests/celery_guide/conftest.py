@@ -73,7 +73,9 @@ class Worker:
         return []
 
     def wait_output(self, text: str, timeout: float = DEADLINE) -> str:
-        return wait_for(lambda: text in self.output() and self.output(), timeout, f"{text!r} in the worker log")
+        return wait_for(
+            lambda: text in self.output() and self.output(), timeout, f"{text!r} in the worker log"
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -107,7 +109,10 @@ class World:
         """What the app needs beyond the broker URL (Redis: the key prefix)."""
         if not self.transport:
             return {}
-        return {"broker_transport_options": self.transport, "result_backend_transport_options": self.transport}
+        return {
+            "broker_transport_options": self.transport,
+            "result_backend_transport_options": self.transport,
+        }
 
     def worker(
         self,
@@ -134,7 +139,10 @@ class World:
 
     def point(self, app: Any) -> Iterator[Any]:
         """Point ``app`` (imported in this process) at this broker for the duration."""
-        saved = {k: app.conf[k] for k in ("broker_url", "broker_transport_options", "result_backend_transport_options")}
+        saved = {
+            k: app.conf[k]
+            for k in ("broker_url", "broker_transport_options", "result_backend_transport_options")
+        }
         app.close()
         app.conf.broker_url = self.url
         app.conf.broker_transport_options = dict(self.transport)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -39,13 +39,13 @@ def test_basics_and_cheat_sheet(proj):
     from tests.celery_guide.proj.guide import add_debug as task
 
     arg1, arg2 = 1, 2
-    assert task.delay(arg1, arg2, debug='x').get(timeout=TIMEOUT) == [3, 'x']
-    assert task.apply_async(args=[arg1, arg2], kwargs={'debug': 'y'}).get(timeout=TIMEOUT) == [3, 'y']
-    assert task.s(arg1, arg2, debug='z').apply_async().get(timeout=TIMEOUT) == [3, 'z']
-    res = task.apply_async((1, 1), task_id='my_own_task_id')
-    assert res.id == 'my_own_task_id'
+    assert task.delay(arg1, arg2, debug="x").get(timeout=TIMEOUT) == [3, "x"]
+    assert task.apply_async(args=[arg1, arg2], kwargs={"debug": "y"}).get(timeout=TIMEOUT) == [3, "y"]
+    assert task.s(arg1, arg2, debug="z").apply_async().get(timeout=TIMEOUT) == [3, "z"]
+    res = task.apply_async((1, 1), task_id="my_own_task_id")
+    assert res.id == "my_own_task_id"
     assert res.get(timeout=TIMEOUT) == [2, False]
-    assert proj.send_task('tests.celery_guide.proj.tasks.add', args=(2, 3)).get(timeout=TIMEOUT) == 5
+    assert proj.send_task("tests.celery_guide.proj.tasks.add", args=(2, 3)).get(timeout=TIMEOUT) == 5
 
 
 def test_link_callback_and_list_of_links(proj):
@@ -57,7 +57,7 @@ def test_link_callback_and_list_of_links(proj):
     assert wait_for(lambda: res.children)[0].get(timeout=TIMEOUT) == 20  # (2 + 2) + 16
     res = add.apply_async((2, 2), link=[add.s(16), other_task.s()])
     assert res.get(timeout=TIMEOUT) == 4
-    wait_for(lambda: '4' in _lines('other_task'), what="other_task(4)")
+    wait_for(lambda: "4" in _lines("other_task"), what="other_task(4)")
     assert sorted(c.get(timeout=TIMEOUT) for c in res.children) == [4, 20]
 
 
@@ -65,8 +65,8 @@ def test_errback_called_with_request_exc_traceback(proj):
     from tests.celery_guide.proj.guide import error_handler
     from tests.celery_guide.proj.tasks import add
 
-    res = add.apply_async((2, '2'), link_error=error_handler.s())
-    line = wait_for(lambda: _lines('errors-' + res.id), what="error_handler(request, exc, traceback)")[0]
+    res = add.apply_async((2, "2"), link_error=error_handler.s())
+    line = wait_for(lambda: _lines("errors-" + res.id), what="error_handler(request, exc, traceback)")[0]
     assert line == "TypeError(\"unsupported operand type(s) for +: 'int' and 'str'\")|True"
     log = proj_worker_output()
     assert f"Task {res.id} raised exception: TypeError(" in log
@@ -75,9 +75,9 @@ def test_errback_called_with_request_exc_traceback(proj):
 def test_old_style_errback_gets_the_task_id(proj):
     from tests.celery_guide.proj.guide import on_error
 
-    res = proj.send_task('tests.celery_guide.proj.tasks.add', (2, '2'), link_error=on_error.s())
-    line = wait_for(lambda: _lines('on_error-' + res.id), what="on_error(task_id)")[0]
-    assert line.startswith('TypeError(')
+    res = proj.send_task("tests.celery_guide.proj.tasks.add", (2, "2"), link_error=on_error.s())
+    line = wait_for(lambda: _lines("on_error-" + res.id), what="on_error(task_id)")[0]
+    assert line.startswith("TypeError(")
 
 
 def test_on_message_sees_progress_states(proj):
@@ -91,13 +91,18 @@ def test_on_message_sees_progress_states(proj):
 
     a, b = 1, 1
     r = hello.apply_async(args=(a, b))
-    assert r.get(on_message=on_raw_message, propagate=False, timeout=TIMEOUT) == 'hello world: 2'
-    seen = [(m['status'], m['result']) for m in bodies]
-    assert ('PROGRESS', {'progress': 50}) in seen
-    assert ('PROGRESS', {'progress': 90}) in seen
-    assert seen[-1] == ('SUCCESS', 'hello world: 2')
-    assert bodies[-1] == {'task_id': r.id, 'result': 'hello world: 2', 'children': [],
-                          'status': 'SUCCESS', 'traceback': None}
+    assert r.get(on_message=on_raw_message, propagate=False, timeout=TIMEOUT) == "hello world: 2"
+    seen = [(m["status"], m["result"]) for m in bodies]
+    assert ("PROGRESS", {"progress": 50}) in seen
+    assert ("PROGRESS", {"progress": 90}) in seen
+    assert seen[-1] == ("SUCCESS", "hello world: 2")
+    assert bodies[-1] == {
+        "task_id": r.id,
+        "result": "hello world: 2",
+        "children": [],
+        "status": "SUCCESS",
+        "traceback": None,
+    }
 
 
 def test_eta_and_countdown(proj):
@@ -105,11 +110,11 @@ def test_eta_and_countdown(proj):
 
     sent = time.time()
     result = add.apply_async((2, 2), countdown=3)
-    tomorrow = datetime.now(timezone.utc) + timedelta(days=1)
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
     later = add.apply_async((2, 2), eta=tomorrow)
-    assert result.get(timeout=TIMEOUT) == 4    # this takes at least 3 seconds to return
+    assert result.get(timeout=TIMEOUT) == 4  # this takes at least 3 seconds to return
     assert result.date_done >= sent + 3
-    assert later.state == 'PENDING'
+    assert later.state == "PENDING"
     later.revoke()
 
 
@@ -118,12 +123,11 @@ def test_expiration(proj):
 
     kwargs = {}
     ok = add.apply_async((10, 10), expires=60)
-    ok2 = add.apply_async((10, 10), kwargs,
-                          expires=datetime.now(timezone.utc) + timedelta(days=1))
+    ok2 = add.apply_async((10, 10), kwargs, expires=datetime.now(UTC) + timedelta(days=1))
     assert ok.get(timeout=TIMEOUT) == 20 and ok2.get(timeout=TIMEOUT) == 20
     # a task the worker receives after its expiry time is marked REVOKED
     late = add.apply_async((10, 10), countdown=1, expires=0.5)
-    wait_for(lambda: late.state == 'REVOKED', what="the expired task REVOKED")
+    wait_for(lambda: late.state == "REVOKED", what="the expired task REVOKED")
     from potatoq.exceptions import TaskRevokedError
 
     with pytest.raises(TaskRevokedError):
@@ -134,31 +138,39 @@ def test_message_sending_retry_options(proj):
     from tests.celery_guide.proj.tasks import add
 
     assert add.apply_async((2, 2), retry=False).get(timeout=TIMEOUT) == 4
-    assert add.apply_async((2, 2), retry=True, retry_policy={
-        'max_retries': 3,
-        'interval_start': 0,
-        'interval_step': 0.2,
-        'interval_max': 1,
-        'retry_errors': None,
-    }).get(timeout=TIMEOUT) == 4
+    assert (
+        add.apply_async(
+            (2, 2),
+            retry=True,
+            retry_policy={
+                "max_retries": 3,
+                "interval_start": 0,
+                "interval_step": 0.2,
+                "interval_max": 1,
+                "retry_errors": None,
+            },
+        ).get(timeout=TIMEOUT)
+        == 4
+    )
 
 
 def test_connection_error_raises_operational_error(proj):
     # the broker is down: an address where nothing listens
-    down = Celery('down', broker='redis://127.0.0.1:1/0', broker_connection_timeout=0.5)
+    down = Celery("down", broker="redis://127.0.0.1:1/0", broker_connection_timeout=0.5)
 
     @down.task
     def add(x, y):
         return x + y
 
     from potatoq.utils.log import get_logger
+
     logger = get_logger(__name__)
 
     started = time.monotonic()
     try:
         add.delay(2, 2)
     except add.OperationalError as exc:
-        logger.exception('Sending task raised: %r', exc)
+        logger.exception("Sending task raised: %r", exc)
         raised = exc
     else:
         raised = None
@@ -167,16 +179,16 @@ def test_connection_error_raises_operational_error(proj):
     with pytest.raises(add.OperationalError):
         add.apply_async((2, 2), retry=False)
     with pytest.raises(add.OperationalError):
-        add.apply_async((2, 2), retry=True, retry_policy={'max_retries': 1, 'interval_start': 0})
+        add.apply_async((2, 2), retry=True, retry_policy={"max_retries": 1, "interval_start": 0})
     down.close()
 
 
 def test_serializer_compression_and_repr_options(proj):
     from tests.celery_guide.proj.tasks import add
 
-    assert add.apply_async((10, 10), serializer='json').get(timeout=TIMEOUT) == 20
-    assert add.apply_async((2, 2), compression='zlib').get(timeout=TIMEOUT) == 4
-    assert add.apply_async((2, 3), argsrepr='(<secret-x>, <secret-y>)').get(timeout=TIMEOUT) == 5
+    assert add.apply_async((10, 10), serializer="json").get(timeout=TIMEOUT) == 20
+    assert add.apply_async((2, 2), compression="zlib").get(timeout=TIMEOUT) == 4
+    assert add.apply_async((2, 3), argsrepr="(<secret-x>, <secret-y>)").get(timeout=TIMEOUT) == 5
 
 
 def test_group_instead_of_a_publisher(proj):
@@ -190,7 +202,7 @@ def test_group_instead_of_a_publisher(proj):
 def test_routing_option_queue(proj):
     from tests.celery_guide.proj.guide import dump_context
 
-    res = dump_context.apply_async((1, 2), queue='priority.high')
+    res = dump_context.apply_async((1, 2), queue="priority.high")
     assert res.get(timeout=TIMEOUT)[1] == [1, 2]
 
 

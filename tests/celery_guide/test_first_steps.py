@@ -30,34 +30,38 @@ def tasks(world: World):
 
 
 def test_calling_the_task_and_keeping_results(tasks):
-    from tasks import add    # close and reopen to get updated 'app'
+    from tasks import add  # close and reopen to get updated 'app'
 
     result = add.delay(4, 4)
     assert result.get(timeout=TIMEOUT) == 8
     assert result.ready() is True
-    result = add.delay(4, '4')
+    result = add.delay(4, "4")
     exc = result.get(propagate=False, timeout=TIMEOUT)
     assert isinstance(exc, TypeError)
-    assert 'Traceback (most recent call last)' in result.traceback
+    assert "Traceback (most recent call last)" in result.traceback
     assert result.backend is tasks.broker  # rpc://: results travel through the broker
 
 
 def test_configuration(tasks):
-    assert tasks.conf.task_serializer == 'json'
+    assert tasks.conf.task_serializer == "json"
     tasks.conf.update(
-        task_serializer='json',
-        accept_content=['json'],  # Ignore other content
-        result_serializer='json',
-        timezone='Europe/Oslo',
+        task_serializer="json",
+        accept_content=["json"],  # Ignore other content
+        result_serializer="json",
+        timezone="Europe/Oslo",
         enable_utc=True,
     )
-    assert tasks.conf.timezone == 'Europe/Oslo'
+    assert tasks.conf.timezone == "Europe/Oslo"
     # the routing and the rate limit of celeryconfig.py
-    assert tasks.make_message('tasks.add', (1, 2)).queue == 'low-priority'
-    assert tasks.tasks['tasks.add'].rate_limit == '10/m'
+    assert tasks.make_message("tasks.add", (1, 2)).queue == "low-priority"
+    assert tasks.tasks["tasks.add"].rate_limit == "10/m"
 
 
 def test_config_module_imports():
-    done = subprocess.run([sys.executable, "-m", "celeryconfig"], cwd=DIR, capture_output=True,
-                          env={"PYTHONPATH": f"{DIR.parents[2]}"})
+    done = subprocess.run(
+        [sys.executable, "-m", "celeryconfig"],
+        cwd=DIR,
+        capture_output=True,
+        env={"PYTHONPATH": f"{DIR.parents[2]}"},
+    )
     assert done.returncode == 0, done.stderr

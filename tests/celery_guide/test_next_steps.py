@@ -32,7 +32,7 @@ def test_calling_tasks(proj):
 
     assert add.delay(2, 2).get(timeout=TIMEOUT) == 4
     assert add.apply_async((2, 2)).get(timeout=TIMEOUT) == 4
-    res = add.apply_async((2, 2), queue='lopri', countdown=1)
+    res = add.apply_async((2, 2), queue="lopri", countdown=1)
     assert add(2, 2) == 4  # applying the task directly runs it here, no message sent
     assert res.get(timeout=TIMEOUT) == 4
 
@@ -43,24 +43,24 @@ def test_results_id_errors_and_states(proj):
     res = add.delay(2, 2)
     assert res.get(timeout=TIMEOUT) == 4
     assert isinstance(res.id, str) and len(res.id) == 36
-    res = add.delay(2, '2')
+    res = add.delay(2, "2")
     with pytest.raises(TypeError, match="unsupported operand"):
         res.get(timeout=TIMEOUT)
     exc = res.get(propagate=False)
     assert isinstance(exc, TypeError)
     assert res.failed() is True
     assert res.successful() is False
-    assert res.state == 'FAILURE'
-    assert proj.AsyncResult('this-id-does-not-exist').state == 'PENDING'
+    assert res.state == "FAILURE"
+    assert proj.AsyncResult("this-id-does-not-exist").state == "PENDING"
 
 
 def test_signatures_and_partials(proj):
     from tests.celery_guide.proj.tasks import add
 
     sig = add.signature((2, 2), countdown=10)
-    assert repr(sig) == 'tests.celery_guide.proj.tasks.add(2, 2)'
-    assert sig.options == {'countdown': 10}
-    assert add.s(2, 2).set(countdown=10).options == {'countdown': 10}
+    assert repr(sig) == "tests.celery_guide.proj.tasks.add(2, 2)"
+    assert sig.options == {"countdown": 10}
+    assert add.s(2, 2).set(countdown=10).options == {"countdown": 10}
     s1 = add.s(2, 2)
     res = s1.delay()
     assert res.get(timeout=TIMEOUT) == 4
@@ -105,9 +105,9 @@ def test_chords(proj):
 def test_chain_into_group(proj):
     from tests.celery_guide.proj.guide import apply_filter, upload_document
 
-    filters = ['blur', 'sharpen']
-    workflow = upload_document.s('file.txt') | group(apply_filter.s(filter) for filter in filters)
-    assert workflow().get(timeout=TIMEOUT) == ['blur(document:file.txt)', 'sharpen(document:file.txt)']
+    filters = ["blur", "sharpen"]
+    workflow = upload_document.s("file.txt") | group(apply_filter.s(filter) for filter in filters)
+    assert workflow().get(timeout=TIMEOUT) == ["blur(document:file.txt)", "sharpen(document:file.txt)"]
 
 
 def test_routing_with_task_routes_and_queue_option(proj):
@@ -115,25 +115,25 @@ def test_routing_with_task_routes_and_queue_option(proj):
     from tests.celery_guide.proj.tasks import add
 
     proj.conf.update(
-        task_routes = {
-            'tests.celery_guide.proj.tasks.add': {'queue': 'hipri'},
+        task_routes={
+            "tests.celery_guide.proj.tasks.add": {"queue": "hipri"},
         },
     )
     try:
         message = proj.make_message(add.name, (2, 2))
-        assert message.queue == 'hipri'
+        assert message.queue == "hipri"
         assert add.apply_async((2, 2)).get(timeout=TIMEOUT) == 4
-        assert add.apply_async((2, 2), queue='hipri').get(timeout=TIMEOUT) == 4
-        assert proj.make_message(dump_context.name, (1, 2)).queue == 'default'
+        assert add.apply_async((2, 2), queue="hipri").get(timeout=TIMEOUT) == 4
+        assert proj.make_message(dump_context.name, (1, 2)).queue == "default"
     finally:
         proj.conf.task_routes = None
 
 
 def test_timezone_setting(proj):
-    proj.conf.timezone = 'Europe/London'
+    proj.conf.timezone = "Europe/London"
     try:
         from potatoq.schedules import resolve_timezone
 
-        assert str(resolve_timezone(proj.conf.timezone)) == 'Europe/London'
+        assert str(resolve_timezone(proj.conf.timezone)) == "Europe/London"
     finally:
         proj.conf.timezone = None

@@ -12,7 +12,6 @@ from potatoq import Task
 from potatoq.exceptions import Ignore, Reject
 from potatoq.result import allow_join_result
 from potatoq.utils.log import get_task_logger
-
 from tests.celery_guide import guide_env
 
 from .celery import app
@@ -22,17 +21,17 @@ logger = get_task_logger(__name__)
 
 def _evidence(name, text):
     """Append a line to a file in the test's directory (the guide prints or writes files)."""
-    with open(os.path.join(guide_env.out_dir(), name), 'a') as fh:
+    with open(os.path.join(guide_env.out_dir(), name), "a") as fh:
         print(text, file=fh)
 
 
 # --------------------------------------------------------------------------- calling.rst
 
+
 @app.task
 def error_handler(request, exc, traceback):
-    print('Task {0} raised exception: {1!r}\n{2!r}'.format(
-          request.id, exc, traceback))
-    _evidence('errors-' + request.id, '{0!r}|{1}'.format(exc, 'Traceback' in traceback))
+    print(f"Task {request.id} raised exception: {exc!r}\n{traceback!r}")
+    _evidence("errors-" + request.id, "{0!r}|{1}".format(exc, "Traceback" in traceback))
 
 
 @app.task
@@ -40,27 +39,28 @@ def on_error(task_id):
     with allow_join_result():
         result = app.AsyncResult(task_id)
         exc = result.get(propagate=False)
-        print('Task {0} raised exception: {1!r}'.format(task_id, exc))
-        _evidence('on_error-' + task_id, repr(exc))
+        print(f"Task {task_id} raised exception: {exc!r}")
+        _evidence("on_error-" + task_id, repr(exc))
 
 
 @app.task
 def other_task(value):
-    _evidence('other_task', repr(value))
+    _evidence("other_task", repr(value))
     return value
 
 
 @app.task(bind=True)
 def hello(self, a, b):
     time.sleep(0.3)
-    self.update_state(state="PROGRESS", meta={'progress': 50})
+    self.update_state(state="PROGRESS", meta={"progress": 50})
     time.sleep(0.3)
-    self.update_state(state="PROGRESS", meta={'progress': 90})
+    self.update_state(state="PROGRESS", meta={"progress": 90})
     time.sleep(0.3)
-    return 'hello world: %i' % (a+b)
+    return "hello world: %i" % (a + b)
 
 
 # --------------------------------------------------------------------------- canvas.rst
+
 
 @app.task
 def tsum(numbers):
@@ -74,62 +74,61 @@ def subtract(x, y):
 
 @app.task
 def log_result(value):
-    _evidence('log_result', repr(value))
+    _evidence("log_result", repr(value))
     return value
 
 
 @app.task
 def log_error(request, exc, traceback):
-    with open(os.path.join(guide_env.out_dir(), request.id), 'a') as fh:
-        print('--\n\n{0} {1} {2}'.format(
-            request.id, exc, traceback), file=fh)
+    with open(os.path.join(guide_env.out_dir(), request.id), "a") as fh:
+        print(f"--\n\n{request.id} {exc} {traceback}", file=fh)
 
 
 @app.task
 def reset_buffers(*args):
-    _evidence('reset_buffers', repr(args))
-    return 'reset'
+    _evidence("reset_buffers", repr(args))
+    return "reset"
 
 
 @app.task
 def raising_task(*args):
-    raise ValueError('something something')
+    raise ValueError("something something")
 
 
 @app.task
 def fail():
-    raise KeyError('fail')
+    raise KeyError("fail")
 
 
 @app.task
 def on_chord_error(request, exc, traceback):
-    print('Task {0!r} raised error: {1!r}'.format(request.id, exc))
-    _evidence('chord_error', '{0}|{1!r}'.format(request.id, exc))
+    print(f"Task {request.id!r} raised error: {exc!r}")
+    _evidence("chord_error", f"{request.id}|{exc!r}")
 
 
 @app.task
 def create_user(username, first, last, email):
-    return {'username': username, 'name': first + ' ' + last, 'email': email}
+    return {"username": username, "name": first + " " + last, "email": email}
 
 
 @app.task
 def import_contacts(user):
-    return 'imported contacts of ' + user['username']
+    return "imported contacts of " + user["username"]
 
 
 @app.task
 def send_welcome_email(user):
-    return 'welcome sent to ' + user['email']
+    return "welcome sent to " + user["email"]
 
 
 @app.task
 def upload_document(file):
-    return 'document:' + file
+    return "document:" + file
 
 
 @app.task
 def apply_filter(document, filter):
-    return filter + '(' + document + ')'
+    return filter + "(" + document + ")"
 
 
 @app.task
@@ -139,11 +138,12 @@ def import_contact(contact):
 
 @app.task
 def notify_complete(import_id):
-    _evidence('notify_complete', import_id)
-    return 'import {0} complete'.format(import_id)
+    _evidence("notify_complete", import_id)
+    return f"import {import_id} complete"
 
 
 # --------------------------------------------------------------------------- tasks.rst
+
 
 class FailWhaleError(Exception):
     pass
@@ -161,11 +161,11 @@ class Twitter:
         self.oauth = oauth
 
     def update_status(self, tweet):
-        path = os.path.join(guide_env.out_dir(), 'tweets-' + tweet)
+        path = os.path.join(guide_env.out_dir(), "tweets-" + tweet)
         tries = len(open(path).read().split()) if os.path.exists(path) else 0
-        _evidence('tweets-' + tweet, str(tries))
+        _evidence("tweets-" + tweet, str(tries))
         if tries < int(self.oauth):
-            raise self.FailWhaleError('fail whale #%d' % tries)
+            raise self.FailWhaleError("fail whale #%d" % tries)
         return tries
 
 
@@ -180,7 +180,7 @@ def send_twitter_status(self, oauth, tweet):
 
 
 def something_raising():
-    raise OSError('something')
+    raise OSError("something")
 
 
 @app.task(bind=True, default_retry_delay=30 * 60)  # retry in 30 minutes.
@@ -200,10 +200,11 @@ def retry_in_30_minutes(self):
         raise self.retry(exc=exc)
 
 
-@app.task(bind=True, autoretry_for=(FailWhaleError,),
-          retry_kwargs={'max_retries': 5}, default_retry_delay=0.05)
+@app.task(
+    bind=True, autoretry_for=(FailWhaleError,), retry_kwargs={"max_retries": 5}, default_retry_delay=0.05
+)
 def refresh_timeline(self, user):
-    _evidence('timeline-' + user, str(self.request.retries))
+    _evidence("timeline-" + user, str(self.request.retries))
     raise FailWhaleError(user)
 
 
@@ -217,16 +218,16 @@ class BaseTaskWithRetry(Task):
 
 @app.task(bind=True, base=BaseTaskWithRetry)
 def flaky(self, key, failures):
-    _evidence('flaky-' + key, '{0} {1} {2}'.format(self.request.retries, time.time(), self.request.eta))
+    _evidence("flaky-" + key, f"{self.request.retries} {time.time()} {self.request.eta}")
     if self.request.retries < failures:
-        raise TypeError('flaky #%d' % self.request.retries)
+        raise TypeError("flaky #%d" % self.request.retries)
     return self.request.retries
 
 
 @app.task(bind=True)
 def no_retry_limit_given(self):
     # max_retries isn't set: Celery's default is 3
-    raise self.retry(exc=OSError('down'), countdown=0.05)
+    raise self.retry(exc=OSError("down"), countdown=0.05)
 
 
 class HttpNotFound(Exception):
@@ -235,34 +236,34 @@ class HttpNotFound(Exception):
 
 @app.task(throws=(KeyError, HttpNotFound))
 def get_foo():
-    raise HttpNotFound('/foo')
+    raise HttpNotFound("/foo")
 
 
 @app.task(bind=True)
 def upload_files(self, filenames):
     for i, file in enumerate(filenames):
         if not self.request.called_directly:
-            self.update_state(state='PROGRESS',
-                meta={'current': i, 'total': len(filenames)})
+            self.update_state(state="PROGRESS", meta={"current": i, "total": len(filenames)})
             time.sleep(0.2)
     return len(filenames)
 
 
-REVOKED = {'revoked-by-hand'}
+REVOKED = {"revoked-by-hand"}
 
 
 @app.task(bind=True)
 def some_task(self):
     if self.request.id in REVOKED:
         raise Ignore()
-    return 'ran'
+    return "ran"
 
 
 @app.task(bind=True)
 def get_tweets(self, user):
-    timeline = ['tweet of ' + user]
+    timeline = ["tweet of " + user]
     if not self.request.called_directly:
         from potatoq import states
+
         self.update_state(state=states.SUCCESS, meta=timeline)
     raise Ignore()
 
@@ -277,28 +278,26 @@ def render_scene(self, path):
 
 @app.task(bind=True, acks_late=True)
 def requeues(self):
-    if not self.request.delivery_info['redelivered']:
-        raise Reject('no reason', requeue=True)
-    print('received two times')
-    return 'received two times'
+    if not self.request.delivery_info["redelivered"]:
+        raise Reject("no reason", requeue=True)
+    print("received two times")
+    return "received two times"
 
 
 @app.task(bind=True)
 def dump_context(self, x, y):
-    print('Executing task id {0.id}, args: {0.args!r} kwargs: {0.kwargs!r}'.format(
-            self.request))
+    print(f"Executing task id {self.request.id}, args: {self.request.args!r} kwargs: {self.request.kwargs!r}")
     return [self.request.id, list(self.request.args), self.request.kwargs]
 
 
 @app.task(bind=True)
 def logged_add(self, x, y):
     logger.info(self.request.id)
-    logger.info('Adding {0} + {1}'.format(x, y))
+    logger.info(f"Adding {x} + {y}")
     return x + y
 
 
 class MyTask(Task):
-
     def before_start(self, task_id, args, kwargs):
         print(f"Task {task_id} starting with args {args}")
 
@@ -328,20 +327,20 @@ class DatabaseTask(Task):
     @property
     def db(self):
         if self._db is None:
-            self._db = {'connection': os.getpid(), 'opened_at': time.time()}
+            self._db = {"connection": os.getpid(), "opened_at": time.time()}
         return self._db
 
 
 @app.task(base=DatabaseTask, bind=True)
 def process_rows(self):
-    return [self.db['connection'], self.db['opened_at']]
+    return [self.db["connection"], self.db["opened_at"]]
 
 
 class NaiveAuthenticateServer(Task):
-    name = 'proj.naive_authenticate_server'
+    name = "proj.naive_authenticate_server"
 
     def __init__(self):
-        self.users = {'george': 'password'}
+        self.users = {"george": "password"}
 
     def run(self, username, password):
         try:
@@ -360,17 +359,17 @@ def mytask(x, y):
 
 @app.task
 def fetch_page(url):
-    return '<html>' + url + '</html>'
+    return "<html>" + url + "</html>"
 
 
 @app.task
 def parse_page(page):
-    return {'length': len(page)}
+    return {"length": len(page)}
 
 
 @app.task(ignore_result=True)
 def store_page_info(info, url):
-    _evidence('page_info', '{0} {1}'.format(url, info['length']))
+    _evidence("page_info", "{0} {1}".format(url, info["length"]))
 
 
 @app.task
@@ -393,7 +392,7 @@ def update_page_info_sync(url):
     return info
 
 
-@app.task(rate_limit='2/s')
+@app.task(rate_limit="2/s")
 def limited(label):
     return [os.getpid(), time.time()]
 
