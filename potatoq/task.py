@@ -258,6 +258,12 @@ class Task:
             ResultRecord(task_id=task_id, state=state or states.PENDING, result=meta, name=self.name)
         )
 
+    def get_logger(self, **_: Any) -> Any:
+        """This task's logger (Celery's old ``task.get_logger()``)."""
+        from .utils.log import get_task_logger
+
+        return get_task_logger(self.name)
+
     def send_event(self, *args: Any, **kwargs: Any) -> None:
         """Celery's task events aren't used by potatoq; kept so code calling it runs."""
 
