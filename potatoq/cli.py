@@ -276,7 +276,9 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--without-beat", action="store_true", help="don't run the periodic scheduler here")
     # Celery's -B embeds beat in one worker; every potatoq worker schedules (deduplicated by
     # the broker), so the flag is accepted for compatibility and changes nothing.
-    parser.add_argument("-B", "--beat", action="store_true", help="accepted for Celery compatibility (always on)")
+    parser.add_argument(
+        "-B", "--beat", action="store_true", help="accepted for Celery compatibility (always on)"
+    )
     parser.add_argument("--time-limit", type=float, help="hard time limit in seconds (task_time_limit)")
     parser.add_argument(
         "--soft-time-limit", type=float, help="soft time limit in seconds (task_soft_time_limit)"
