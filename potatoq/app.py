@@ -283,8 +283,11 @@ class Potatoq:
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> _AsyncResult:
-        """Send a task by name (it needn't be registered in this process)."""
-        result: _AsyncResult = self.signature(name, args, kwargs, **options).apply_async()
+        """Send a task by name (it needn't be registered in this process). As in Celery, the
+        arguments aren't checked against the task's signature here: the worker's run is."""
+        result: _AsyncResult = self.signature(
+            name, args, kwargs, _check_arguments=False, **options
+        ).apply_async()
         return result
 
     def AsyncResult(self, task_id: str, **kwargs: Any) -> _AsyncResult:

@@ -206,7 +206,7 @@ class Signature(dict[str, Any]):
         connection = sig.options.pop("connection", None)
         retry = sig.options.pop("retry", None)
         retry_policy = sig.options.pop("retry_policy", None)
-        if sig.subtask_type is None:
+        if sig.options.pop("_check_arguments", True) and sig.subtask_type is None:
             check_arguments(app, sig)
         result = sig.freeze()
         app.send_messages(

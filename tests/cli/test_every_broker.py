@@ -47,7 +47,7 @@ def test_every_command_on_this_broker(broker_env, broker_client, any_cli):
     assert (purged.returncode, purged.stdout.strip()) == (0, "1 task deleted from other"), purged.stderr
 
     # shell: a task that fails (missing argument), so that it is dead-lettered
-    shell = any_cli("shell", "-c", "print(add.delay(7).id)")
+    shell = any_cli("shell", "-c", "print(app.send_task('proj.add', args=(7,)).id)")
     assert shell.returncode == 0, shell.stderr
     failing_id = shell.stdout.strip()
     drain(app, queues=["default"])
