@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from potatoq.exceptions import ImproperlyConfigured
+from potatoq.exceptions import ImproperlyConfigured, OperationalError
 
 __all__ = ["COMMANDS", "CommandContext", "UsageError", "command", "find_app", "main", "split_queues"]
 
@@ -381,6 +381,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ImproperlyConfigured) as exc:
         print(f"potatoq: error: {exc}", file=sys.stderr)
         return 2
+    except OperationalError as exc:  # the broker can't be reached: one line, not a traceback
+        print(f"potatoq: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
