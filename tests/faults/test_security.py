@@ -141,3 +141,35 @@ def test_credentials_never_reach_logs_or_cli_output(secret_url, tmp_path: Path) 
         lines_with_the_password=len(leaks),
     )
     assert not leaks, leaks[:5]
+
+
+class _TouchOnUnpickle:
+    """Unpickling this creates a file: the proof a worker unpickled a payload."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (Path.touch, (self.path,))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault_env", ["sqlite"], indirect=True)
+def test_a_pickle_payload_is_never_unpickled(fault_env: FaultEnv) -> None:
+    """Write access to the broker is not code execution: a pickle is dead-lettered unread."""
+    import pickle
+
+    env = fault_env
+    proof = env.tmp / "unpickled"
+    with client(env, task_serializer="pickle", accept_content=["pickle", "json"]) as proj:
+        app = proj.app
+        with pytest.raises(TypeError, match="JSON"):  # asking for pickle still sends JSON only
+            proj.add.delay(object(), 1)
+        bad = env.factory.inject_raw(app.broker, "default", pickle.dumps(_TouchOnUnpickle(proof)))  # type: ignore[attr-defined]
+        worker = env.worker("-c", "1")
+        assert proj.add.delay(1, 2).get(timeout=30) == 3
+        [dead] = app.broker.list_dead()
+        assert dead.id == bad and "not valid potatoq JSON" in dead.reason
+        assert worker.stop() == 0
+    assert not proof.exists(), "a worker unpickled a payload"
+    report("pickle payload", env.name, unpickled=False, dead_letter_reason=dead.reason[:90])
