@@ -25,6 +25,9 @@ from .utils import mask_url
 
 logger = logging.getLogger("potatoq")
 
+#: See :attr:`Potatoq.publish_hooks`.
+PublishHook = Callable[[Sequence[Message]], Sequence[Message]]
+
 _current: Potatoq | None = None
 _shared: list[tuple[Callable[..., Any], dict[str, Any]]] = []
 _all_apps: list[Potatoq] = []
@@ -106,6 +109,10 @@ class Potatoq:
         self.on_after_configure = signals.Signal("on_after_configure")
         self.on_after_finalize = signals.Signal("on_after_finalize")
         self._configured = False
+        #: Transaction glue (``potatoq.contrib``): called with the messages of each send that has
+        #: no explicit ``connection=``; a hook takes those it writes through the caller's open
+        #: transaction (or holds until it commits) and returns the rest, which are sent now.
+        self.publish_hooks: list[PublishHook] = []
         if task_cls is not None:
             self.Task = load_object(task_cls) if isinstance(task_cls, str) else task_cls
         if config_source is not None:
@@ -141,6 +148,7 @@ class Potatoq:
                 raise
         self.conf.update_from(obj, namespace=namespace)
         self._reset_connections()
+        self._annotate_all()
 
     def config_from_envvar(self, variable_name: str, silent: bool = False, force: bool = False) -> None:
         import os
@@ -165,6 +173,9 @@ class Potatoq:
         self.on_after_configure.send(sender=self)
         for module in (*tuple(self.conf.imports or ()), *tuple(self.conf.include or ())):
             importlib.import_module(module)
+        # task_annotations may have been set after the tasks were defined (a config module
+        # read late, app.conf.task_annotations = …): apply them to every task now.
+        self._annotate_all()
         self.on_after_finalize.send(sender=self)
 
     def autodiscover_tasks(
@@ -230,6 +241,10 @@ class Potatoq:
         self.tasks[instance.name] = instance
         self._annotate(instance)
         return instance
+
+    def _annotate_all(self) -> None:
+        for task in list(self.tasks.values()):
+            self._annotate(task)
 
     def _annotate(self, task: BaseTask) -> None:
         annotations = self.conf.task_annotations
@@ -359,32 +374,59 @@ class Potatoq:
             headers=dict(headers or {}),
         )
 
-    def send_messages(self, messages: Sequence[Message], *, connection: Any = None) -> None:
-        """Enqueue messages, retrying connection errors up to ``broker_connection_timeout``."""
+    def send_messages(
+        self,
+        messages: Sequence[Message],
+        *,
+        connection: Any = None,
+        use_hooks: bool = True,
+        retry: bool | None = None,
+        retry_policy: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Enqueue messages, retrying connection errors.
+
+        Without ``connection``, :attr:`publish_hooks` may take some messages first (to write
+        them in the caller's transaction or send them when it commits); ``use_hooks=False``
+        is how a hook finally sends what it held.
+
+        By default connection errors are retried with backoff until
+        ``broker_connection_timeout``; then :class:`OperationalError` is raised (Celery's
+        ``add.OperationalError``). ``retry=False`` (or ``task_publish_retry=False``) tries
+        once; a ``retry_policy`` (Celery's keys: ``max_retries``, ``interval_start``,
+        ``interval_step``, ``interval_max``) counts retries instead of watching the clock.
+        """
         if not messages:
             return
         limit = self.conf.task_max_message_size
         for message in messages:
-            signals.before_task_publish.send(sender=message.task, body=message, headers=message.headers)
             if limit and len(message.encode()) > limit:
                 raise MessageTooLarge(
                     f"message for task {message.task!r} is {len(message.encode())} bytes; "
                     f"task_max_message_size is {limit}"
                 )
-        broker = self.broker
-        deadline = time.monotonic() + float(self.conf.broker_connection_timeout)
-        delay = 0.05
-        while True:
+        if connection is None and use_hooks:
+            for hook in list(self.publish_hooks):
+                messages = hook(messages)
+                if not messages:
+                    return
+        for message in messages:
+            signals.before_task_publish.send(sender=message.task, body=message, headers=message.headers)
+        if retry is None:
+            retry = bool(self.conf.task_publish_retry)
+        policy = retry_policy if retry_policy is not None else self.conf.get("task_publish_retry_policy")
+        attempts = _publish_attempts(
+            retry and connection is None, policy, float(self.conf.broker_connection_timeout)
+        )
+        for delay in attempts:
             try:
-                broker.enqueue(messages, connection=connection)
+                self.broker.enqueue(messages, connection=connection)
                 break
-            except broker.connection_errors as exc:
-                if connection is not None or time.monotonic() + delay > deadline:
+            except self.broker.connection_errors as exc:
+                if delay is None:
                     raise OperationalError(
                         f"can't reach the broker at {mask_url(self.conf.broker_url_or_default())}: {exc}"
                     ) from exc
                 time.sleep(delay)
-                delay = min(delay * 2, 1.0)
         for message in messages:
             signals.after_task_publish.send(sender=message.task, body=message, headers=message.headers)
 
@@ -428,17 +470,25 @@ class Potatoq:
         return create_broker(self.broker_config(url, result_backend=backend))
 
     def _separate_backend_url(self) -> str | None:
-        value = self.conf.result_backend
+        value = self._result_backend_setting()
         if not value or value in ("broker", "disabled", "none"):
             return None
         url = str(value)
         if url == self.conf.broker_url_or_default():
             return None
-        if scheme_of(url) in ("rpc",):
-            raise ImproperlyConfigured(
-                "result_backend='rpc://' isn't supported; use 'broker' or a database URL"
-            )
         return url
+
+    def _result_backend_setting(self) -> Any:
+        """``result_backend`` with Celery's ``rpc://`` read as ``"broker"``.
+
+        Celery's RPC backend sends results back through the broker; potatoq stores them in
+        the broker (as a record, readable by any process, not only the caller), which is
+        what a guide example written for ``backend='rpc://'`` needs.
+        """
+        value = self.conf.result_backend
+        if isinstance(value, str) and scheme_of(value) == "rpc":
+            return "broker"
+        return value
 
     @property
     def backend(self) -> Broker | None:
@@ -448,7 +498,7 @@ class Potatoq:
             with self._lock:
                 broker = self.broker
                 if self._backend is False:
-                    value = self.conf.result_backend
+                    value = self._result_backend_setting()
                     if value in ("disabled", "none"):
                         self._backend = None
                     elif value == "broker" or value == self.conf.broker_url_or_default():
@@ -482,6 +532,33 @@ class Potatoq:
 
 
 Celery = Potatoq
+
+
+def _publish_attempts(
+    retry: bool, policy: Mapping[str, Any] | None, timeout: float
+) -> Iterable[float | None]:
+    """The pause after each failed publish attempt; None after the last one (give up)."""
+    if not retry:
+        yield None
+        return
+    if policy:
+        tries = policy.get("max_retries", 3)
+        step = float(policy.get("interval_step", 0.2))
+        cap = float(policy.get("interval_max", 1.0))
+        pause = float(policy.get("interval_start", 0.0))
+        count = 0
+        while tries is None or count < int(tries):
+            yield min(pause, cap)
+            pause += step
+            count += 1
+        yield None
+        return
+    deadline = time.monotonic() + timeout
+    pause = 0.05
+    while (left := deadline - time.monotonic()) > 0:
+        yield min(pause, left)  # the last attempt is made at the deadline
+        pause = min(pause * 2, 1.0)
+    yield None
 
 
 def _seconds(value: Any) -> float:

@@ -204,8 +204,14 @@ class Signature(dict[str, Any]):
 
             return apply_eagerly(app, sig)
         connection = sig.options.pop("connection", None)
+        retry = sig.options.pop("retry", None)
+        retry_policy = sig.options.pop("retry_policy", None)
+        if sig.subtask_type is None:
+            check_arguments(app, sig)
         result = sig.freeze()
-        app.send_messages(build_messages(app, sig), connection=connection)
+        app.send_messages(
+            build_messages(app, sig), connection=connection, retry=retry, retry_policy=retry_policy
+        )
         return result
 
     def delay(self, *args: Any, **kwargs: Any) -> Any:
@@ -263,6 +269,28 @@ class Signature(dict[str, Any]):
 subtask = signature_class = Signature
 
 
+def check_arguments(app: Potatoq, sig: Signature) -> None:
+    """Raise ``TypeError`` when a registered task can't take these arguments (Celery's
+    argument check at call time, skipped for tasks declared with ``typing=False``)."""
+    import inspect
+
+    task = app.tasks.get(sig.task)
+    if task is None or not getattr(task, "typing", True):
+        return
+    fun = getattr(task, "__header__", None) or task.run
+    try:
+        params = inspect.signature(fun)
+    except (TypeError, ValueError):
+        return
+    args = sig.args
+    if task.bound:
+        args = (task, *args)
+    try:
+        params.bind(*args, **sig.kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{sig.task}(): {exc}") from None
+
+
 def _callbacks(value: Any) -> list[dict[str, Any]]:
     """``link=`` / ``link_error=`` accept one signature or a list of them."""
     if value is None:
@@ -291,6 +319,8 @@ class _chain(Signature):
         flat: list[Signature] = []
         for t in tasks:
             sig = maybe_signature(t, app=app)
+            if isinstance(sig, group) and len(sig) == 1 and not sig.options:
+                sig = sig.tasks[0]  # a one-task group is unrolled (Celery 5)
             if isinstance(sig, _chain) and not sig.options:
                 flat.extend(sig.tasks)
             else:
@@ -306,14 +336,16 @@ class _chain(Signature):
         self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **opts: Any
     ) -> Any:
         copy = from_dict(_deepcopy(dict(self)), app=getattr(self, "_app", None))
-        if args and copy.tasks:
+        if (args or kwargs) and copy.tasks:
             tasks = copy.tasks
-            tasks[0] = tasks[0].clone(args)
+            tasks[0] = tasks[0].clone(args, kwargs)
             copy["kwargs"]["tasks"] = tasks
         copy.options.update(opts)
         return copy
 
     def freeze(self, _id: str | None = None, group_id: str | None = None, **_: Any) -> Any:
+        # A chain's id is its last task's id (Celery 5.4+: apply_async(task_id=…) names it).
+        _id = _id or self.options.pop("task_id", None)
         tasks = self.tasks
         previous = None
         result = None

@@ -28,6 +28,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from potatoq import cli_ops
+from potatoq.dashboard.cli import register as register_dashboard
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
 
 __all__ = ["COMMANDS", "CommandContext", "UsageError", "command", "find_app", "main", "split_queues"]
@@ -272,6 +274,11 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-n", "--hostname", dest="nodename", help="node name (default potatoq@HOSTNAME)")
     parser.add_argument("--without-beat", action="store_true", help="don't run the periodic scheduler here")
+    # Celery's -B embeds beat in one worker; every potatoq worker schedules (deduplicated by
+    # the broker), so the flag is accepted for compatibility and changes nothing.
+    parser.add_argument(
+        "-B", "--beat", action="store_true", help="accepted for Celery compatibility (always on)"
+    )
     parser.add_argument("--time-limit", type=float, help="hard time limit in seconds (task_time_limit)")
     parser.add_argument(
         "--soft-time-limit", type=float, help="soft time limit in seconds (task_soft_time_limit)"
@@ -341,6 +348,10 @@ def cmd_demo(ctx: CommandContext) -> int:
     from potatoq.demo import run_demo
 
     return run_demo(out=ctx.out)
+
+
+cli_ops.register(command)  # status, queues, dead, inspect, call, result, revoke, purge, schedule, shell
+register_dashboard(COMMANDS, Command)  # potatoq dashboard; worker --metrics-port/--health-port
 
 
 # ----------------------------------------------------------------------------- main

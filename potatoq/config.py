@@ -58,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "task_always_eager": False,
     "task_eager_propagates": False,
     "task_publish_retry": True,
+    "task_publish_retry_policy": None,
     "worker_concurrency": None,  # None: CPUs actually available
     "worker_threads": 1,
     "worker_pool": "prefork",

@@ -73,6 +73,25 @@ class MaxRetriesExceededError(PotatoqError):
     """``retry()`` was called after ``max_retries`` retries."""
 
 
+class Ignore(PotatoqError):
+    """Raised by a task: the worker records no state for this run (Celery's ``Ignore``)."""
+
+
+class Reject(PotatoqError):
+    """Raised by a task to reject its message (Celery's ``Reject(reason, requeue=False)``).
+
+    ``requeue=False``: the task fails for good (FAILURE result, dead letter).
+    ``requeue=True``: the message goes back on its queue and is delivered again; the
+    delivery counts towards ``task_max_deliveries``, so a task that always rejects ends up
+    dead-lettered instead of looping forever.
+    """
+
+    def __init__(self, reason: Any = None, requeue: bool = False) -> None:
+        self.reason = reason
+        self.requeue = requeue
+        super().__init__(reason, requeue)
+
+
 class TaskError(PotatoqError):
     """Base for errors about a task run."""
 

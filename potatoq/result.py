@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
+import contextlib
+import contextvars
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -73,6 +76,39 @@ def decode_exception(data: Any) -> BaseException:
     except Exception:  # noqa: BLE001 - a class whose __init__ wants other arguments
         exc = Exception(f"{name}: {args}")
     return exc
+
+
+# ------------------------------------------------------------------------- joining in a task
+
+_join_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar("potatoq_join_allowed", default=False)
+
+
+@contextlib.contextmanager
+def allow_join_result() -> Iterator[None]:
+    """Let ``get()`` wait inside a task (Celery's ``allow_join_result``): for errbacks that
+    look a failure up by id. Waiting on another task from a task can exhaust the pool."""
+    token = _join_allowed.set(True)
+    try:
+        yield
+    finally:
+        _join_allowed.reset(token)
+
+
+@contextlib.contextmanager
+def denied_join_result() -> Iterator[None]:
+    token = _join_allowed.set(False)
+    try:
+        yield
+    finally:
+        _join_allowed.reset(token)
+
+
+def _refuse_sync_subtask() -> None:
+    if context.in_task() and not _join_allowed.get():
+        raise RuntimeError(
+            "Never call result.get() within a task! It can deadlock the worker; "
+            "use a chain or chord, or pass disable_sync_subtasks=False"
+        )
 
 
 # ------------------------------------------------------------------------- AsyncResult
@@ -196,11 +232,8 @@ class AsyncResult:
         """Wait for the task and return its value (raise its exception with ``propagate``)."""
         if self.ignored:
             return None
-        if disable_sync_subtasks and context.in_task():
-            raise RuntimeError(
-                "Never call result.get() within a task! It can deadlock the worker; "
-                "use a chain or chord, or pass disable_sync_subtasks=False"
-            )
+        if disable_sync_subtasks:
+            _refuse_sync_subtask()
         backend = self.backend
         if backend is None:
             raise ResultNotStored(
@@ -268,11 +301,16 @@ class AsyncResult:
         return await asyncio.to_thread(self.get, timeout, propagate, **kwargs)
 
     def collect(self, intermediate: bool = False, **kwargs: Any) -> Iterator[tuple[AsyncResult, Any]]:
-        """Yield ``(result, value)`` for this task and, depth first, its children."""
-        value = self.get(**kwargs)
-        yield self, value
-        for child in self.children:
-            yield from child.collect(intermediate=intermediate, **kwargs)
+        """Yield ``(result, value)`` for this task and its children, breadth first (Celery's
+        order). Each value is waited for with ``get(**kwargs)``; with ``intermediate=True`` a
+        node that isn't ready yet is skipped instead of waited for."""
+        stack: collections.deque[AsyncResult] = collections.deque([self])
+        while stack:
+            node = stack.popleft()
+            if intermediate and not node.ready():
+                continue
+            yield node, node.get(**kwargs)
+            stack.extend(node.children)
 
     def then(self, callback: Callable[[AsyncResult], Any], **_: Any) -> None:
         callback(self)

@@ -97,6 +97,8 @@ class crontab_parser:
     def _number(self, text: str, spec: str, *, allow_names: bool = True) -> int:
         if allow_names and text in self.names:
             return self.names[text]
+        if allow_names and text.isalpha() and text[:3] in self.names:  # 'sunday', 'march' (Celery)
+            return self.names[text[:3]]
         try:
             return int(text)
         except ValueError:

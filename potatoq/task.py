@@ -95,6 +95,25 @@ class Task:
 
         return await asyncio.to_thread(self.apply_async, args, kwargs)
 
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """``delay`` that waits for the caller's database transaction (Django, SQLAlchemy).
+
+        Inside a transaction the task is written in it (broker in the same database) or sent
+        when it commits, and dropped if it rolls back, even for ``enqueue_on_commit = False``
+        tasks; outside one it is sent now. ``delay`` does the same unless the task opted out.
+        """
+        return self.apply_async_on_commit(args, kwargs)
+
+    def apply_async_on_commit(
+        self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> AsyncResult:
+        """``apply_async`` with :meth:`delay_on_commit`'s transaction handling."""
+        token = context.follow_transaction.set(True)
+        try:
+            return self.apply_async(args, kwargs, **options)
+        finally:
+            context.follow_transaction.reset(token)
+
     def apply_async(
         self,
         args: Sequence[Any] | None = None,
@@ -238,6 +257,12 @@ class Task:
         backend.store_result(
             ResultRecord(task_id=task_id, state=state or states.PENDING, result=meta, name=self.name)
         )
+
+    def get_logger(self, **_: Any) -> Any:
+        """This task's logger (Celery's old ``task.get_logger()``)."""
+        from .utils.log import get_task_logger
+
+        return get_task_logger(self.name)
 
     def send_event(self, *args: Any, **kwargs: Any) -> None:
         """Celery's task events aren't used by potatoq; kept so code calling it runs."""

@@ -346,6 +346,12 @@ class Capabilities:
     revoke_deletes: bool = True  # revoke() removes a waiting task from storage
     crash_safe_storage: bool = True  # survives the broker process being killed (memory:// doesn't)
     multiprocess: bool = True  # several processes share one broker (memory:// is per process)
+    # The four below are False only on RabbitMQ, whose queues can't be searched, updated or
+    # written together with a result store (added with the RabbitMQ broker):
+    unique_ids: bool = True  # enqueue of an id already waiting or running is a no-op
+    atomic_settle: bool = True  # result, follow-ups and removal in one step (AMQP: publish, then ack)
+    recovers_dead_holders: bool = True  # recover() finds dead holders (AMQP: the server requeues them)
+    full_stats: bool = True  # queue_stats/purge see scheduled and running tasks (AMQP: ready ones only)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,8 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
+import os
+import socket
 import threading
 import time
 import traceback as tb_module
@@ -27,12 +29,13 @@ from ..brokers.base import (
     DeadLetter,
     Delivery,
     Outcome,
+    Requeue,
     ResultRecord,
     RetryLater,
 )
 from ..canvas import build_messages, maybe_signature
 from ..context import Context
-from ..exceptions import ChordError, Retry, TaskRevokedError
+from ..exceptions import ChordError, Ignore, Reject, Retry, TaskRevokedError
 from ..message import Message
 from ..result import decode_exception, encode_exception
 from ..serialization import dumps, loads
@@ -140,7 +143,8 @@ class Executor:
                 args = (parts, *args)
         request.update(args=args)
         if self._track_started(task):
-            self._store(ResultRecord(task_id=message.id, state=states.STARTED, name=task.name))
+            meta = {"pid": os.getpid(), "hostname": self.hostname or socket.gethostname()}
+            self._store(ResultRecord(task_id=message.id, state=states.STARTED, result=meta, name=task.name))
         return self._run(task, message, request, args, dict(message.kwargs))
 
     def _run(
@@ -156,7 +160,7 @@ class Executor:
             try:
                 task.before_start(message.id, args, kwargs)
                 retval = self._call(task, args, kwargs)
-            except Retry:
+            except (Retry, Ignore, Reject):
                 raise
             except Exception as exc:
                 if (
@@ -168,6 +172,19 @@ class Executor:
                 raise
         except Retry as retry:
             return self._retry(task, message, request, retry)
+        except Ignore:
+            # Celery's semantics: no state is recorded (what update_state wrote stays), no
+            # follow-ups run, and the message is acknowledged.
+            logger.info("task %s[%s] ignored", task.name, message.id)
+            return Complete()
+        except Reject as reject:
+            signals.task_rejected.send(sender=task, message=message, exc=reject)
+            if reject.requeue:
+                logger.info("task %s[%s] rejected and requeued: %r", task.name, message.id, reject.reason)
+                return Requeue(crashed=True)
+            logger.info("task %s[%s] rejected: %r", task.name, message.id, reject.reason)
+            cause = reject.reason if isinstance(reject.reason, BaseException) else reject
+            return self._failure(message, task, request, cause, tb_module.format_exc(), dead=True)
         except Exception as exc:  # noqa: BLE001 - the task's failure is its outcome
             trace = tb_module.format_exc()
             expected = bool(task.throws) and isinstance(exc, task.throws)
@@ -421,7 +438,7 @@ class Executor:
             part = loads(raw)
             if not part.get("ok"):
                 cause = decode_exception(part.get("exc"))
-                return [], ChordError(f"Dependency {part.get('id')} raised {type(cause).__name__}({cause})")
+                return [], ChordError(f"Dependency {part.get('id')} raised {cause!r}")
             values.append(part.get("v"))
         return values, None
 
@@ -529,13 +546,15 @@ def _first(*values: Any) -> float | None:
 
 
 def _accepts_request(task: Task) -> bool:
-    """True when an errback's function takes (request, exc, traceback): Celery's new style."""
+    """True when an errback is called here with (request, exc, traceback), as Celery does:
+    an unbound task whose function takes more than one argument. A bound task, or one
+    taking a single argument, is sent as a task with the failed task's id instead."""
+    if task.bound:
+        return False
     fun: Callable[..., Any] = getattr(task, "__header__", None) or task.run
     try:
         params = list(inspect.signature(fun).parameters.values())
     except (TypeError, ValueError):
         return False
-    if task.bound and params:
-        params = params[1:]
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) > 1 or any(p.kind == p.VAR_POSITIONAL for p in params)

@@ -1,0 +1,701 @@
+"""The RabbitMQ broker (``amqp://``, ``amqps://``), on pika, for RabbitMQ 4.0 and newer.
+
+Storage layout (names in :mod:`.rabbitmq_topology`, the cascade in :mod:`.rabbitmq_delay`):
+
+* every potatoq queue is one quorum queue per priority band (``q``, ``q.p3``, ``q.p6``,
+  ``q.p9`` by default), with ``x-delivery-limit = max_deliveries - 1`` and at-least-once
+  dead-lettering into ``q.dlq``; a crash, SIGKILL or lost connection returns the unacked
+  delivery and counts towards the limit, so a poison task runs ``max_deliveries`` times
+  and is then dead-lettered by RabbitMQ itself;
+* future tasks (ETA, countdown, retry backoff) wait in the 28-level TTL cascade
+  ``potatoq.delay.L27 … L00``: replicated, no plugin, whole seconds;
+* results, revocations, worker heartbeats, chord counters and periodic fire times can't
+  live in AMQP queues: they go to ``config.result_backend`` (a Redis, PostgreSQL or SQLite
+  broker). Without one, results and revocation raise a clear error and chords are refused;
+* the periodic scheduler's leader holds a token in a single-active-consumer queue
+  (:mod:`.rabbitmq_lease`);
+* a registry queue lists the potatoq queues that exist, for ``dead list`` and stats.
+
+Why this shape: RabbitMQ can't delete or update a queued message, so every state change is
+"publish the next state (confirmed), then ack the delivery". The publish is confirmed
+before the ack, so a crash in between duplicates (at-least-once) and never loses.
+
+Process model (:mod:`.rabbitmq_io`, :mod:`.rabbitmq_consume`): one connection per process,
+owned by an I/O thread; ``claim``/``wait``/``settle`` marshal their work onto it. Each
+delivery's token names the process and the work channel's generation; a settle after the
+channel or connection was replaced is refused (returns False).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+import ssl
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pika
+
+from potatoq import serialization
+from potatoq.brokers import rabbitmq_declare as declare
+from potatoq.brokers.base import (
+    Broker,
+    BrokerConfig,
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    DeadLetterRecord,
+    Delivery,
+    Outcome,
+    QueueStats,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    validate_queue_name,
+)
+from potatoq.brokers.rabbitmq_consume import Intake, Pending
+from potatoq.brokers.rabbitmq_io import AmqpLink, Await, Op, Publish
+from potatoq.brokers.rabbitmq_lease import SchedulerLease
+from potatoq.brokers.rabbitmq_options import RabbitMQOptions
+from potatoq.brokers.rabbitmq_session import Outgoing, Session, properties_for
+from potatoq.brokers.rabbitmq_topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
+from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError
+from potatoq.message import Message
+from potatoq.states import FAILURE, READY_STATES, REVOKED
+from potatoq.utils import mask_url
+
+__all__ = ["RabbitMQBroker"]
+
+log = logging.getLogger("potatoq.brokers.rabbitmq")
+
+# State made in a parent process, parked here in a forked child so that it is never used,
+# closed or garbage collected there (the socket is shared with the parent).
+_INHERITED: list[object] = []
+
+#: Messages per confirmed publish batch (one wait for the confirms of each batch).
+BATCH = 2000
+_FIRED_KEEP = 1000
+
+
+class _ProcessState:
+    """This process's link and what runs on it."""
+
+    def __init__(self, broker: RabbitMQBroker) -> None:
+        self.pid = os.getpid()
+        self.link = AmqpLink(
+            broker._parameters(),
+            describe=mask_url(broker.config.url),
+            connect_timeout=broker.config.connection_timeout,
+            on_connected=self._on_connected,
+            on_work_channel_lost=self._on_work_channel_lost,
+        )
+        self.session = Session(self.link, broker.topology, cascade_key=broker.config.url)
+        self.intake = Intake(self.session)
+        self.lease = SchedulerLease(self.session)
+
+    def _on_connected(self, _link: AmqpLink) -> None:
+        self.intake.on_connected()
+        self.lease.on_connected()
+
+    def _on_work_channel_lost(self, _link: AmqpLink) -> None:
+        self.intake.on_work_channel_lost()
+
+
+class RabbitMQBroker(Broker):
+    """Quorum queues, a TTL delay cascade and a result backend for everything else."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        transactional_enqueue=False,
+        stores_results=False,  # results need config.result_backend
+        results_by_default=False,
+        supervisor_settles=False,  # only the channel a delivery came on can ack it
+        exact_priorities=False,  # priority bands, FIFO inside a band
+        leases=False,
+        revoke_deletes=False,  # revoked ids are recorded and skipped at claim
+        unique_ids=False,  # a queue can't be searched for an id
+        atomic_settle=False,  # publish (confirmed), then ack; results in another store
+        recovers_dead_holders=False,  # RabbitMQ requeues when the holder's connection closes
+        full_stats=False,  # passive declares count ready messages only
+    )
+    schemes: ClassVar[tuple[str, ...]] = ("amqp", "amqps")
+
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        self.options = RabbitMQOptions.from_mapping(config.transport_options)
+        timeout = self.options.consumer_timeout
+        if timeout is None:
+            timeout = config.task_time_limit + 300.0
+        self.topology = Topology(
+            prefix=self.options.queue_prefix,
+            bands=self.options.priority_bands,
+            max_deliveries=max(1, config.max_deliveries),
+            consumer_timeout_ms=int(timeout * 1000),
+            dead_letter_max=max(1, config.dead_letter_max),
+            dead_letter_ttl_ms=int(config.dead_letter_ttl * 1000),
+        )
+        self.backend: Broker | None = config.result_backend
+        self._own_backend = False
+        if self.backend is not None and self.backend.config.result_expires != config.result_expires:
+            # Results (and chord parts) expire after *this* config's result_expires.
+            backend_config = dataclasses.replace(self.backend.config, result_expires=config.result_expires)
+            self.backend = type(self.backend)(backend_config)
+            self._own_backend = True
+        self._lock = threading.Lock()
+        self._state: _ProcessState | None = None
+        self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _parameters(self) -> pika.URLParameters:
+        params = pika.URLParameters(self.config.url)
+        params.connection_attempts = 1
+        params.socket_timeout = self.config.connection_timeout
+        params.stack_timeout = self.config.connection_timeout
+        params.blocked_connection_timeout = None
+        if self.options.heartbeat is not None:
+            params.heartbeat = self.options.heartbeat
+        params.client_properties = {
+            "connection_name": f"potatoq {socket.gethostname()} pid {os.getpid()}",
+            "product": "potatoq",
+        }
+        if params.ssl_options is not None and self.options.ssl:
+            context = ssl.create_default_context(cafile=self.options.ssl.get("cafile"))
+            if self.options.ssl.get("certfile"):
+                context.load_cert_chain(self.options.ssl["certfile"], self.options.ssl.get("keyfile"))
+            params.ssl_options = pika.SSLOptions(context, params.host)
+        return params
+
+    def _process(self) -> _ProcessState:
+        state = self._state
+        if state is not None and state.pid == os.getpid():
+            return state
+        with self._lock:
+            state = self._state
+            if state is not None and state.pid != os.getpid():
+                _INHERITED.append(state)  # made by the parent: never touched here
+                state = None
+            if state is None:
+                state = _ProcessState(self)
+                self._state = state
+        state.link.wait_ready()  # fails here, at start-up, on a server older than 4.0
+        return state
+
+    def _run(self, op: Any, *args: Any) -> Any:
+        return self._process().link.run(op, *args)
+
+    def _backend(self, what: str) -> Broker:
+        if self.backend is None:
+            raise ImproperlyConfigured(
+                f"{what} on RabbitMQ needs a result backend: set result_backend to a Redis, "
+                "PostgreSQL or SQLite URL (RabbitMQ queues can't store results)"
+            )
+        return self.backend
+
+    # ------------------------------------------------------------------ messages
+
+    def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        if connection is not None:
+            raise ImproperlyConfigured(
+                "enqueue(connection=...) writes through a database transaction; RabbitMQ has none"
+            )
+        if not messages:
+            return
+        state = self._process()
+        now = time.time()
+        items = [state.session.outgoing(self._checked(m), now) for m in messages]
+        for start in range(0, len(items), BATCH):
+            state.link.run(state.session.publish_all, items[start : start + BATCH])
+
+    def _checked(self, message: Message) -> Message:
+        validate_queue_name(message.queue, allow_dots=False)
+        return message
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        for queue in queues:
+            validate_queue_name(queue, allow_dots=False)
+        state = self._process()
+        while True:
+            pending: Pending | None = state.link.run(state.intake.claim_op, list(queues))
+            if pending is None:
+                return None
+            delivery = self._delivery(state, pending, worker)
+            if not self._skipped(state, delivery):
+                return delivery
+
+    def _delivery(self, state: _ProcessState, pending: Pending, worker: WorkerRef) -> Delivery:
+        task_id = getattr(pending.properties, "message_id", None)
+        if not task_id:
+            try:
+                task_id = Message.decode(pending.body).id
+            except MessageDecodeError:
+                task_id = f"undecodable-{pending.generation}-{pending.tag}"
+        return decode_delivery(
+            id=task_id,
+            queue=pending.queue,
+            raw=pending.body,
+            token=state.link.token(pending.tag),
+            deliveries=pending.delivery_count + 1,
+            worker=worker,
+            handle=pending.tag,
+        )
+
+    def _skipped(self, state: _ProcessState, delivery: Delivery) -> bool:
+        """Deliveries that must not run: one past the delivery limit (possible only after a
+        graceful requeue re-published it, see ``Intake.settle_op``), a copy of one whose
+        process the supervisor killed, or a revoked task. Each is settled here and the
+        claim goes on."""
+        limit = self.topology.max_deliveries
+        if delivery.deliveries > limit:
+            reason = f"WorkerLostError: delivered {delivery.deliveries - 1} times without finishing"
+            self._write_result(_worker_lost(delivery, reason))
+            self.settle(delivery, DeadLetter(reason))
+            return True
+        if delivery.deliveries > 1:
+            action: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
+            if action == "requeue":  # killed at shutdown: back in the queue, uncounted
+                state.link.run(state.intake.settle_op, delivery.token, [], "republish", 1)
+                return True
+            if action == "drop":  # killed at its hard time limit, dead-lettered already
+                state.link.run(state.intake.settle_op, delivery.token, [], "ack")
+                return True
+        if self.backend is not None and self.is_revoked(delivery.id):
+            self.settle(delivery, Complete())
+            return True
+        return False
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        state = self._process()
+        token = delivery.token
+        if not state.link.run(state.intake.is_current_op, token):
+            return False
+        session = state.session
+        now = time.time()
+        publishes: list[Outgoing] = []
+        action = "ack"
+        if isinstance(outcome, Requeue):
+            action = "requeue" if outcome.crashed else "republish"
+        elif isinstance(outcome, RetryLater):
+            self._write_result(outcome.result)
+            publishes.append(session.outgoing(self._checked(outcome.message), now))
+        elif isinstance(outcome, Complete | DeadLetter):
+            self._write_result(outcome.result)
+            if outcome.chord is not None:
+                self._join_chord(outcome.chord)
+            publishes.extend(session.outgoing(self._checked(m), now) for m in outcome.followups)
+            if isinstance(outcome, DeadLetter):
+                publishes.append(self._dead_letter_publish(delivery, outcome.reason, now))
+        else:  # pragma: no cover - the Outcome union is closed
+            raise TypeError(f"unknown outcome {outcome!r}")
+        ok: bool = state.link.run(state.intake.settle_op, token, publishes, action)
+        return ok
+
+    def _dead_letter_publish(self, delivery: Delivery, reason: str, now: float) -> Outgoing:
+        headers: dict[str, object] = {
+            H_REASON: reason[:4000],
+            H_DIED_AT: f"{now:.6f}",  # AMQP tables have no portable float
+            H_QUEUE: delivery.queue,
+            H_DELIVERIES: delivery.deliveries,
+        }
+        publish = Publish(
+            "",
+            self.topology.dead_queue(delivery.queue),
+            delivery.raw,
+            properties_for(delivery.id, headers),
+        )
+        return Outgoing(publish, delivery.queue, delayed=False)
+
+    def _write_result(self, record: ResultRecord | None) -> None:
+        if record is not None and self.backend is not None:
+            self.backend.store_result(record)
+
+    def _join_chord(self, join: ChordJoin) -> None:
+        # The completing join publishes the callback at once, stale delivery or not: the
+        # join is recorded, and a redelivered copy joining again won't complete it twice.
+        if self.chord_join(join, enqueue_callback=False):
+            self.enqueue([join.callback])
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        for queue in queues:
+            validate_queue_name(queue, allow_dots=False)
+        self._process().intake.wait(queues, timeout)
+
+    def interrupt(self) -> None:
+        state = self._state
+        if state is not None and state.pid == os.getpid():
+            state.intake.interrupt()
+
+    # ------------------------------------------------------------------ hard time limits
+
+    def prepare_kill(self, delivery: Delivery, reason: str | None = None) -> None:
+        """Called by a worker supervisor just *before* it SIGKILLs the child holding
+        ``delivery``, on the supervisor's own connection (the supervisor can't settle a
+        child's delivery: ``capabilities.supervisor_settles`` is False).
+
+        Once the child is dead RabbitMQ returns the message to its queue, counting a
+        delivery. This leaves a tombstone for exactly this delivery (task id + delivery
+        count), which the next claim of the returned copy finds:
+
+        * ``reason`` given (hard time limit): the message is dead-lettered now, on this
+          connection, with ``reason``; the returned copy is dropped when claimed instead of
+          running again until the delivery limit;
+        * ``reason=None`` (killed at the end of the shutdown grace, or a bystander in the
+          same child): the copy goes back to its queue without the kill counting as a
+          delivery, like ``Requeue(crashed=False)``.
+
+        If the child finishes before the kill, the tombstone is never used and expires
+        after a day (with ``reason``, the dead letter stays: call this only once the kill
+        is decided).
+        """
+        decl = self.topology.killed_queue(delivery.id, delivery.deliveries)
+        action = "requeue" if reason is None else "drop"
+        body = serialization.dumps({"action": action}, where="kill tombstone").encode()
+        letters = [] if reason is None else [self._dead_letter_publish(delivery, reason, time.time())]
+        self._run(self._prepare_kill_op, decl, body, letters)
+
+    def _prepare_kill_op(self, decl: Any, body: bytes, letters: list[Outgoing]) -> Op[None]:
+        state = self._process_state_unchecked()
+        channel = yield state.link.open_channel()
+        try:
+            channel = yield from declare.declare_queue(state.link, channel, decl)
+        finally:
+            declare.close_quietly(channel)
+        tombstone = Publish("", decl.name, body, pika.BasicProperties(delivery_mode=2))
+        yield from state.session.publish_all([*letters, Outgoing(tombstone, "", delayed=False)])
+
+    def _killed_op(self, task_id: str, deliveries: int) -> Op[str | None]:
+        """The action ("drop", "requeue") of the tombstone :meth:`prepare_kill` left for
+        this delivery (None: there is none), consumed.
+
+        The tombstone is declared (not passively probed: a missing queue would close the
+        channel and log an error each time), so a probe that finds none deletes the empty
+        queue it just made.
+        """
+        state = self._process_state_unchecked()
+        link = state.link
+        decl = self.topology.killed_queue(task_id, deliveries)
+        channel = yield link.open_channel()
+        try:
+            frame = yield link.rpc(channel.queue_declare, decl.name, durable=True, arguments=decl.arguments)
+            action: str | None = None
+            if frame.method.message_count:
+                got = yield Await(
+                    channel,
+                    lambda resume: channel.basic_get(
+                        decl.name, lambda _c, _m, _p, body: resume(body), auto_ack=True
+                    ),
+                )
+                try:
+                    action = str(serialization.loads(bytes(got)).get("action") or "drop")
+                except (ValueError, AttributeError):
+                    action = "drop"
+            yield link.rpc(channel.queue_delete, decl.name)
+        finally:
+            declare.close_quietly(channel)
+        return action
+
+    def _process_state_unchecked(self) -> _ProcessState:
+        state = self._state
+        assert state is not None
+        return state
+
+    # ------------------------------------------------------------------ liveness
+
+    def heartbeat(self, info: WorkerInfo) -> None:
+        if self.backend is not None:
+            self.backend.heartbeat(info)
+
+    def workers(self) -> list[WorkerInfo]:
+        return self.backend.workers() if self.backend is not None else []
+
+    def forget_worker(self, node: str) -> None:
+        if self.backend is not None:
+            self.backend.forget_worker(node)
+
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        # RabbitMQ returns a dead holder's deliveries itself, as soon as its connection
+        # closes, and dead-letters them at the delivery limit: nothing to do here.
+        return RecoverReport()
+
+    # ------------------------------------------------------------------ chords, periodic
+
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        backend = self._backend("a chord")
+        if enqueue_callback:
+            validate_queue_name(join.callback.queue, allow_dots=False)
+        done = backend.chord_join(join, enqueue_callback=False)
+        if done and enqueue_callback:
+            self.enqueue([join.callback])
+        return done
+
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        return self._backend("a chord").chord_parts(group_id)
+
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
+        if message is not None:
+            self._checked(message)
+        if self.backend is not None:
+            first = self.backend.claim_fire_time(name, fire_time, None)
+        else:
+            # No shared store: the scheduler leader remembers what it sent (a failover
+            # may then skip or repeat a run; a result backend avoids both).
+            with self._lock:
+                first = (name, fire_time) not in self._fired
+                self._fired[(name, fire_time)] = None
+                while len(self._fired) > _FIRED_KEEP:
+                    self._fired.popitem(last=False)
+        if first and message is not None:
+            self.enqueue([message])
+        return first
+
+    def scheduler_lease(self) -> bool:
+        """True while this process holds the periodic-scheduler token.
+
+        The first call starts competing for it (a consumer on the single-active-consumer
+        queue); call it before each scheduler tick. It turns True within milliseconds of
+        the previous holder's connection closing.
+        """
+        lease = self._process().lease
+        lease.request()
+        return lease.holding
+
+    def release_scheduler_lease(self) -> None:
+        """Stop competing for the token, handing it on if held (clean shutdown)."""
+        state = self._state
+        if state is not None and state.pid == os.getpid():
+            state.lease.release()
+
+    # ------------------------------------------------------------------ results
+
+    def store_result(self, record: ResultRecord) -> None:
+        self._backend("storing a result").store_result(record)
+
+    def get_result(self, task_id: str) -> ResultRecord | None:
+        return self._backend("reading a result").get_result(task_id)
+
+    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
+        return self._backend("waiting for a result").wait_for_result(task_id, timeout)
+
+    def forget_result(self, task_id: str) -> None:
+        self._backend("forgetting a result").forget_result(task_id)
+
+    # ------------------------------------------------------------------ revocation
+
+    def revoke(self, task_id: str) -> bool:
+        """Record ``task_id`` as REVOKED in the result backend; claims skip it.
+
+        Returns False (recording nothing) when the task already finished.
+        """
+        backend = self._backend("revoking a task")
+        current = backend.get_result(task_id)
+        if current is not None and current.state in READY_STATES:
+            return False
+        backend.store_result(ResultRecord(task_id=task_id, state=REVOKED, date_done=time.time()))
+        return True
+
+    def is_revoked(self, task_id: str) -> bool:
+        if self.backend is None:
+            return False
+        record = self.backend.get_result(task_id)
+        return record is not None and record.state == REVOKED
+
+    # ------------------------------------------------------------------ dead letters
+
+    def _registered(self) -> list[str]:
+        state = self._process()
+        names: list[str] = state.link.run(declare.registered_queues, state.link, self.topology)
+        return names
+
+    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
+        """Dead letters, newest first. Reads each ``q.dlq`` without removing or reordering
+        (see :func:`.rabbitmq_declare.read_queue`)."""
+        state = self._process()
+        records: list[tuple[float, int, DeadLetterRecord]] = []
+        for queue in self._registered():
+            messages = state.link.run(declare.read_queue, state.link, self.topology.dead_queue(queue))
+            for position, message in enumerate(messages):
+                record = self._dead_record(queue, message.properties, message.body)
+                records.append((record.died_at, position, record))
+        records.sort(key=lambda r: (r[0], r[1]), reverse=True)
+        return [r[2] for r in records[offset : offset + max(0, limit)]]
+
+    def _dead_record(self, queue: str, properties: Any, body: bytes) -> DeadLetterRecord:
+        headers = dict(getattr(properties, "headers", None) or {})
+        task: str | None = None
+        task_id = getattr(properties, "message_id", None)
+        try:
+            message = Message.decode(body)
+            task = message.task
+            task_id = task_id or message.id
+        except MessageDecodeError:
+            pass
+        reason = _text(headers.get(H_REASON))
+        deliveries = _int(headers.get(H_DELIVERIES))
+        died_at = _float(headers.get(H_DIED_AT))
+        if not reason:
+            cause = _text(headers.get("x-first-death-reason")) or "dead-lettered"
+            if cause == "delivery_limit":
+                deliveries = self.topology.max_deliveries
+                reason = (
+                    f"WorkerLostError: delivered {deliveries} times without finishing "
+                    "(the queue's x-delivery-limit was reached)"
+                )
+            else:
+                reason = f"dead-lettered by RabbitMQ ({cause})"
+        if died_at is None:
+            deaths = headers.get("x-death") or []
+            when = deaths[0].get("time") if deaths and isinstance(deaths[0], dict) else None
+            died_at = when.timestamp() if isinstance(when, dt.datetime) else time.time()
+        return DeadLetterRecord(
+            id=task_id or "?",
+            queue=_text(headers.get(H_QUEUE)) or queue,
+            task=task,
+            reason=reason,
+            raw=bytes(body),
+            died_at=died_at,
+            deliveries=deliveries or 0,
+        )
+
+    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        state = self._process()
+        wanted = None if ids is None else set(ids)
+        total = 0
+        for queue in self._registered():
+
+            def decide(messages: list[declare.ReadMessage], queue: str = queue) -> Op[None]:
+                nonlocal total
+                chosen = []
+                for message in messages:
+                    record = self._dead_record(queue, message.properties, message.body)
+                    if wanted is None or record.id in wanted:
+                        chosen.append((message, record))
+                items = [self._back_to_queue(record) for _m, record in chosen]
+                if items:
+                    yield from state.session.publish_all(items)
+                for message, _record in chosen:
+                    message.ack = True
+                total += len(chosen)
+
+            state.link.run(declare.read_queue, state.link, self.topology.dead_queue(queue), decide)
+        return total
+
+    def _back_to_queue(self, record: DeadLetterRecord) -> Outgoing:
+        priority = 0
+        with contextlib.suppress(MessageDecodeError):
+            priority = Message.decode(record.raw).priority
+        amqp_queue = self.topology.queue_for(record.queue, priority)
+        return Outgoing(Publish("", amqp_queue, record.raw, properties_for(record.id)), record.queue, False)
+
+    def purge_dead(self) -> int:
+        names = [self.topology.dead_queue(q) for q in self._registered()]
+        state = self._process()
+        removed: int = state.link.run(declare.purge_queues, state.link, names)
+        return removed
+
+    # ------------------------------------------------------------------ stats, purge
+
+    def queue_stats(self) -> list[QueueStats]:
+        """Ready messages per queue, from passive declares. RabbitMQ doesn't say which
+        cascade messages are for which queue, nor how many are unacked, so ``delayed`` and
+        ``running`` are 0 and ``oldest_waiting_age`` is None."""
+        state = self._process()
+        stats = []
+        for queue in self._registered():
+            waiting = 0
+            for _band, amqp in self.topology.bands_high_first(queue):
+                found = state.link.run(declare.queue_exists, state.link, amqp)
+                if found is not None:
+                    waiting += found[0]
+            stats.append(
+                QueueStats(queue=queue, waiting=waiting, delayed=0, running=0, oldest_waiting_age=None)
+            )
+        return stats
+
+    def purge(self, queues: Sequence[str]) -> int:
+        """Remove ready tasks of ``queues``; tasks still in the delay cascade stay."""
+        names = [amqp for q in queues for _band, amqp in self.topology.bands_high_first(q)]
+        state = self._process()
+        removed: int = state.link.run(declare.purge_queues, state.link, names)
+        return removed
+
+    def drop_all(self) -> int:
+        """Delete every queue of this broker's ``queue_prefix`` (for tests and teardown;
+        the shared delay cascade stays). Returns how many queues existed."""
+        state = self._process()
+        names: list[str] = []
+        for queue in self._registered():
+            names.extend(amqp for _band, amqp in self.topology.bands_high_first(queue))
+            names.append(self.topology.dead_queue(queue))
+        names += [self.topology.registry, self.topology.scheduler]
+        deleted: int = state.link.run(declare.delete_queues, state.link, names)
+        state.session.declared.clear()
+        return deleted
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def migrate(self) -> None:
+        state = self._process()
+        state.link.run(declare.ensure_cascade, state.link, self.config.url)
+
+    def ping(self) -> None:
+        self._process()
+
+    def close(self) -> None:
+        with self._lock:
+            state, self._state = self._state, None
+        if state is None:
+            return
+        if state.pid != os.getpid():
+            _INHERITED.append(state)
+            return
+        state.link.close()
+        if self._own_backend and self.backend is not None:
+            self.backend.close()
+
+
+def _worker_lost(delivery: Delivery, reason: str) -> ResultRecord:
+    """The FAILURE result of a task dead-lettered for too many deliveries."""
+    return ResultRecord(
+        task_id=delivery.id,
+        state=FAILURE,
+        result={
+            "exc_type": "WorkerLostError",
+            "exc_module": "potatoq.exceptions",
+            "exc_message": [reason],
+        },
+        name=delivery.message.task if delivery.message else None,
+        date_done=time.time(),
+    )
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else float(_text(value) or "")
+    except ValueError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(float(_text(value) or ""))
+    except ValueError:
+        return None

@@ -1,0 +1,64 @@
+"""``potatoq purge [-Q QUEUES] [-X QUEUES] [-f]``: delete waiting tasks; running ones stay.
+
+Without ``-Q`` every queue the broker knows of is purged (the ones ``potatoq queues``
+lists). It asks first, unless ``-f``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from .confirm import confirm
+from .session import Exit, Registrar, Session, guarded
+
+__all__ = ["register", "split_names"]
+
+
+def split_names(values: Sequence[str] | None) -> list[str]:
+    """``-Q a,b -Q c`` → ``["a", "b", "c"]``."""
+    names: list[str] = []
+    for value in values or ():
+        names += [name.strip() for name in value.split(",") if name.strip()]
+    return list(dict.fromkeys(names))
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-Q",
+        "--queues",
+        action="append",
+        metavar="QUEUES",
+        help="only these queues (comma-separated, repeatable; default: all)",
+    )
+    parser.add_argument("-X", "--exclude-queues", action="append", metavar="QUEUES", help="not these queues")
+    parser.add_argument("-f", "--force", action="store_true", help="don't ask for confirmation")
+
+
+def cmd_purge(session: Session) -> int:
+    """Delete waiting (ready and scheduled) tasks."""
+    args = session.args
+    broker = session.broker
+    stats = {s.queue: s for s in broker.queue_stats()}
+    queues = split_names(args.queues) or sorted(stats)
+    excluded = set(split_names(args.exclude_queues))
+    queues = [q for q in queues if q not in excluded]
+    if not queues:
+        session.print("no queues to purge")
+        return Exit.OK
+    waiting = sum(stats[q].waiting + stats[q].delayed for q in queues if q in stats)
+    # Nothing counted: purge without asking anyway (cheap, and a broker whose stats can't
+    # see every delayed task still gets them deleted).
+    if not args.force and waiting:
+        plural = "s" if waiting != 1 else ""
+        question = f"Delete {waiting} waiting task{plural} from {', '.join(queues)}? There is no undo."
+        if not confirm(session, question):
+            session.note("aborted: nothing deleted")
+            return Exit.ABORTED
+    deleted = broker.purge(queues)
+    session.print(f"{deleted} task{'s' if deleted != 1 else ''} deleted from {', '.join(queues)}")
+    return Exit.OK
+
+
+def register(command: Registrar) -> None:
+    command("purge", "delete waiting tasks (running ones stay)", arguments=_arguments)(guarded(cmd_purge))

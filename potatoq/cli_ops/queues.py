@@ -1,0 +1,85 @@
+"""``potatoq queues``: waiting, delayed and running tasks per queue, and who consumes them."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from potatoq.brokers.base import QueueStats
+
+from .nodes import Node, read_nodes
+from .output import Cell, Style, duration, table
+from .session import Exit, Registrar, Session, guarded
+
+__all__ = ["queue_rows", "queues_json", "queues_table", "register"]
+
+
+def queue_rows(stats: Sequence[QueueStats], nodes: Sequence[Node]) -> list[tuple[QueueStats, int]]:
+    """Each queue with its number of online consumers; queues with consumers but no tasks
+    are listed too (with zeros), so an idle queue and a forgotten one look different."""
+    consumers: dict[str, int] = {}
+    for node in nodes:
+        if node.online:
+            for queue in node.info.queues:
+                consumers[queue] = consumers.get(queue, 0) + 1
+    by_name = {s.queue: s for s in stats}
+    for queue in consumers:
+        by_name.setdefault(queue, QueueStats(queue, 0, 0, 0, None))
+    return [(by_name[name], consumers.get(name, 0)) for name in sorted(by_name)]
+
+
+def queues_json(rows: Sequence[tuple[QueueStats, int]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "queue": s.queue,
+            "waiting": s.waiting,
+            "delayed": s.delayed,
+            "running": s.running,
+            "oldest_waiting_age": None if s.oldest_waiting_age is None else round(s.oldest_waiting_age, 3),
+            "consumers": consumers,
+        }
+        for s, consumers in rows
+    ]
+
+
+def queues_table(rows: Sequence[tuple[QueueStats, int]], style: Style) -> str:
+    body: list[list[Cell]] = []
+    for s, consumers in rows:
+        body.append(
+            [
+                s.queue,
+                str(s.waiting),
+                str(s.delayed),
+                str(s.running),
+                duration(s.oldest_waiting_age) if s.oldest_waiting_age is not None else "-",
+                (str(consumers), None) if consumers or not s.waiting else (str(consumers), "red"),
+            ]
+        )
+    headers = ["QUEUE", "WAITING", "DELAYED", "RUNNING", "OLDEST WAITING", "CONSUMERS"]
+    return table(headers, body, style, right=(1, 2, 3, 4, 5))
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-j", "--json", action="store_true", help="print JSON for scripts")
+
+
+def cmd_queues(session: Session) -> int:
+    """Waiting, delayed and running tasks per queue, the oldest wait, online consumers."""
+    broker = session.broker
+    rows = queue_rows(broker.queue_stats(), read_nodes(broker, float(session.app.conf.worker_dead_after)))
+    if session.args.json:
+        session.json(queues_json(rows))
+    elif rows:
+        session.print(queues_table(rows, session.style))
+    else:
+        session.print("no tasks in any queue, and no worker online")
+    return Exit.OK
+
+
+def register(command: Registrar) -> None:
+    command(
+        "queues",
+        "waiting, delayed and running tasks per queue, and the oldest waiting task's age",
+        arguments=_arguments,
+    )(guarded(cmd_queues))
