@@ -21,14 +21,8 @@ from tests.conftest import FACTORIES, FactoryContext
 
 from .harness import FaultEnv
 
-#: Every broker in tests/factories that worker processes can share.
-SHARED_BROKERS = [
-    name
-    for name, module in FACTORIES.items()
-    if broker_class(
-        module.make_config(FactoryContext(Path("/nonexistent"), "probe", {})).url
-    ).capabilities.multiprocess
-]
+#: Every broker in tests/factories; the fixture skips those worker processes can't share.
+SHARED_BROKERS = list(FACTORIES)
 
 
 @pytest.fixture
@@ -40,6 +34,10 @@ def fault_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultE
         services.require(service)
     ctx = FactoryContext(tmp_path=tmp_path, unique=f"f{uuid.uuid4().hex[:10]}", overrides={})
     config = module.make_config(ctx)
+    if not broker_class(config.url).capabilities.multiprocess:
+        for fn in reversed(ctx.finalizers):
+            fn()
+        pytest.skip(f"{name}: worker subprocesses can't share this broker (it lives in one process)")
     env = FaultEnv(tmp_path, config, name)
     env.factory = module  # type: ignore[attr-defined]
     try:

@@ -141,7 +141,9 @@ class FaultEnv:
         if config.transport_options:
             self.conf["broker_transport_options"] = dict(config.transport_options)
         capabilities = broker_class(config.url).capabilities
-        if capabilities.stores_results and not capabilities.results_by_default:
+        if config.result_backend is not None:  # a separate result store (RabbitMQ)
+            self.conf["result_backend"] = config.result_backend.config.url
+        elif capabilities.stores_results and not capabilities.results_by_default:
             self.conf.setdefault("result_backend", "broker")  # results are opt-in on Redis
         self.workers: list[Worker] = []
 

@@ -86,6 +86,15 @@ def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_
                 app.broker.claim([name], WorkerRef("tester", 1))
             with pytest.raises(InvalidName):
                 app.broker.purge([name])
+        # Dots: fine on brokers whose names are plain keys, refused where they carry meaning
+        # (RabbitMQ's delay routing keys), naming why.
+        try:
+            dotted = proj.add.apply_async((1, 2), queue="jobs.v2")
+        except InvalidName as exc:
+            assert "no '.'" in str(exc), exc
+            refused += 1
+        else:
+            assert app.broker.revoke(dotted.id) or app.broker.purge(["jobs.v2"]) >= 0
         assert sum(s.waiting for s in app.broker.queue_stats()) == 0, "a refused message was stored"
 
         # -- stored, then dead-lettered by the worker with the reason -----------------------
