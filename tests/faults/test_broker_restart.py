@@ -37,7 +37,8 @@ RESUME_WITHIN = 30.0  # a task sent right after a restart completes within this
 # Log lines about the broker being away: backoff (0.1 s doubling to 5 s) keeps them to a
 # handful per process and outage.
 UNREACHABLE = re.compile(
-    r"unreachable|can.t reach|reachable again|LISTEN connection|claims work again", re.IGNORECASE
+    r"unreachable|can.t reach|reachable again|LISTEN connection|claims work again|lost \(.*reconnecting",
+    re.IGNORECASE,
 )
 
 
