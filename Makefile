@@ -46,6 +46,12 @@ bench: $(STAMP)
 	else $(PY) -m pip install -q --disable-pip-version-check -e '.[dev,bench]'; fi
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
+# The fault-injection suite at full size (a 2,000-task kill storm per broker, broker restarts,
+# fencing, bad input, SQLite faults): rewrites docs/reliability-figures.md. Needs root (a
+# tmpfs mount, initdb through runuser, a private RabbitMQ node) and the test services.
+reliability: $(STAMP)
+	$(PY) -m tests.faults.report $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
+
 # django.tasks (Django 6) needs Python >= 3.12: its backend's tests run in a venv of their own.
 # (asks the interpreter for its path: a pyenv shim on PATH may exist without a 3.13 selected)
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || echo /root/.pyenv/versions/3.13.0/bin/python3.13)

@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from potatoq import cli_ops
 from potatoq.dashboard.cli import register as register_dashboard
-from potatoq.exceptions import ImproperlyConfigured
+from potatoq.exceptions import ImproperlyConfigured, OperationalError
 
 __all__ = ["COMMANDS", "CommandContext", "UsageError", "command", "find_app", "main", "split_queues"]
 
@@ -392,6 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ImproperlyConfigured) as exc:
         print(f"potatoq: error: {exc}", file=sys.stderr)
         return 2
+    except OperationalError as exc:  # the broker can't be reached: one line, not a traceback
+        print(f"potatoq: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -527,6 +527,20 @@ class Broker(abc.ABC):
         result where results are stored). Safe to run from many workers at once.
         """
 
+    def held_by(self, worker: WorkerRef) -> list[Delivery]:
+        """The deliveries still claimed by ``worker`` (that exact node and pid), oldest first.
+
+        A supervisor asks this after one of its children died. A child killed between a
+        claim's commit and its report to the supervisor holds a task the supervisor never
+        heard of, under a node that keeps heartbeating, so :meth:`recover` would never free
+        it. The supervisor settles each delivery returned like a reported delivery of a dead
+        child (fenced on its token, so a race with recovery is harmless). Read-only.
+
+        Brokers whose claims end with their holder on their own (leases the supervisor stops
+        extending, AMQP channels that close) may keep this default, which returns nothing.
+        """
+        return []
+
     def extend(self, deliveries: Sequence[Delivery], ttl: float) -> None:  # noqa: B027
         """Push the lease deadline of running deliveries ``ttl`` seconds ahead (lease brokers)."""
 

@@ -28,6 +28,8 @@ from typing import Any, Generic, TypeVar
 
 import psycopg
 
+from ..exceptions import OperationalError
+
 log = logging.getLogger("potatoq.brokers.postgres")
 
 CHANNEL_MAX = 63
@@ -163,6 +165,7 @@ class Listener:
 
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
+        failing_since: float | None = None
         while True:
             with self._cond:
                 if self._closed:
@@ -171,6 +174,9 @@ class Listener:
             try:
                 if conn is None or conn.closed:
                     conn = self._connect()
+                    if failing_since is not None:
+                        log.info("LISTEN connection restored after %.1fs", time.monotonic() - failing_since)
+                        failing_since = None
                     with self._cond:
                         self._listening = set()
                         new = set(self._wanted)
@@ -188,12 +194,17 @@ class Listener:
                 if self._wake_r in ready:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)
-            except (psycopg.Error, OSError, ValueError) as exc:
+            except (psycopg.Error, OperationalError, OSError, ValueError) as exc:
+                # OperationalError: the broker's connect() wraps psycopg's errors in it
                 with self._cond:
                     closed = self._closed
                 if closed:
                     break
-                log.warning("LISTEN connection failed (%s); reconnecting", exc)
+                if failing_since is None:  # once per outage; a retry each second after that
+                    failing_since = time.monotonic()
+                    log.warning("LISTEN connection failed (%s); reconnecting every second", exc)
+                else:
+                    log.debug("LISTEN connection still failing (%s)", exc)
                 _close_quietly(conn)
                 conn = None
                 with self._cond:

@@ -654,6 +654,10 @@ class PostgresBroker(Broker):
     def forget_worker(self, node: str) -> None:
         self._run("worker_forget", {"node": node})
 
+    def held_by(self, worker: WorkerRef) -> list[Delivery]:
+        rows = self._run("job_held_by", {"worker": worker.node, "pid": worker.pid})
+        return [d for d in (self._delivery(row, worker) for row in rows) if d is not None]
+
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         params = {
             "dead_after": float(dead_after),

@@ -494,6 +494,21 @@ class SQLiteBroker(Broker):
         with self._write() as conn:
             conn.execute(SQL["worker_forget"], {"node": node})
 
+    def held_by(self, worker: WorkerRef) -> list[Delivery]:
+        rows = self._read("job_held_by", {"node": worker.node, "pid": worker.pid})
+        return [
+            decode_delivery(
+                id=task_id,
+                queue=queue,
+                raw=payload,
+                token=str(token),
+                deliveries=deliveries,
+                worker=worker,
+                claimed_at=claimed_at,
+            )
+            for task_id, queue, token, deliveries, payload, claimed_at in rows
+        ]
+
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         now = self.clock()
         lost_params = {"cutoff": now - dead_after, "max_deliveries": max_deliveries}

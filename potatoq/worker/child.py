@@ -127,21 +127,36 @@ class ChildRunner:
         delivery: Delivery | None = None
         limits: tuple[float | None, float | None] = (None, None)
         backoff = Backoff(cap=5.0)
+        unreachable_since: float | None = None  # an outage is logged once, not at every retry
         while True:
             if delivery is None:
                 if self.stopping.is_set():
                     return
                 try:
                     delivery = self.broker.claim(self.rotation(), self.worker)
+                    if unreachable_since is not None:
+                        logger.info(
+                            "claims work again: the broker was unreachable for %.1fs",
+                            time.monotonic() - unreachable_since,
+                        )
+                        unreachable_since = None
                     if delivery is None:
                         self.broker.wait(self.options.queues, self.options.idle_wait)
                         continue
                     backoff.reset()
                 except connection_errors(self.broker) as exc:
                     delay = backoff()
-                    logger.warning(
-                        "claim failed: the broker is unreachable (%r); retrying in %.1fs", exc, delay
-                    )
+                    if unreachable_since is None:
+                        unreachable_since = time.monotonic()
+                        logger.warning(
+                            "claim failed: the broker is unreachable (%r); retrying with backoff "
+                            "(%.1fs doubling to %.0fs)",
+                            exc,
+                            delay,
+                            backoff.cap,
+                        )
+                    else:
+                        logger.debug("claim failed again (%r); retrying in %.1fs", exc, delay)
                     self.stopping.wait(delay)
                     continue
                 limits = self._limits(delivery)

@@ -178,13 +178,20 @@ class Chores:
                 unreachable = True
                 delay = item.backoff()
                 item.due = now + delay
-                logger.warning(
-                    "settling %s (%s) failed: the broker is unreachable; retrying in %.1fs",
+                # settle_later logged the first failure; the round's "unreachable" line covers the rest
+                logger.debug(
+                    "settling %s (%s) failed again; retrying in %.1fs",
                     describe(item.delivery),
                     type(item.outcome).__name__,
                     delay,
                 )
                 keep.append(item)
+            elif applied:
+                logger.info(
+                    "settled %s (%s) once the broker answered",
+                    describe(item.delivery),
+                    type(item.outcome).__name__,
+                )
         self.pending = keep
         if unreachable:
             raise _Unreachable

@@ -125,8 +125,16 @@ def settle_reliably(
             )
             return False
         delay = backoff()
-        log = logger.warning if attempts < 4 else logger.error
-        log("settling %s failed: the broker is unreachable; retrying in %.1fs", describe(delivery), delay)
+        if attempts == 1:  # once; "settled ... after N attempts" follows when it works
+            logger.warning(
+                "settling %s failed: the broker is unreachable; retrying with backoff "
+                "(%.1fs doubling to %.0fs)",
+                describe(delivery),
+                delay,
+                backoff.cap,
+            )
+        else:
+            logger.debug("settling %s failed again; retrying in %.1fs", describe(delivery), delay)
         sleep(delay)
 
 

@@ -37,7 +37,7 @@ from types import FrameType
 from typing import Any
 
 from potatoq import signals
-from potatoq.brokers.base import Delivery, Outcome, Requeue
+from potatoq.brokers.base import Delivery, Outcome, Requeue, WorkerRef
 from potatoq.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .child import child_main
@@ -45,7 +45,7 @@ from .chores import Chores
 from .ipc import ChildEvent, EventReader
 from .options import WorkerOptions
 from .running import Running, RunningTable
-from .settling import describe
+from .settling import connection_errors, describe
 
 __all__ = ["Supervisor"]
 
@@ -240,6 +240,7 @@ class Supervisor:
             outcome = self._outcome_for_lost(child, item, how)
             if outcome is not None:
                 self.chores.settle_later(item.delivery, outcome)
+        self._settle_unreported(child, {item.key for item in held}, how)
         # Don't fork-bomb when children die at start (a failing worker_process_init, say).
         lived = time.monotonic() - child.started
         if os.waitstatus_to_exitcode(status) != 0 and not child.ever_ran and lived < 2.0 and not child.killed:
@@ -249,6 +250,34 @@ class Supervisor:
             logger.error("child %d failed at start; starting a new one in %.1fs", child.pid, delay)
         else:
             self._quick_failures = 0
+
+    def _settle_unreported(self, child: Child, reported: set[tuple[str, str]], how: str) -> None:
+        """Settle the claims a dead child made but didn't live to report.
+
+        A child killed between a claim's commit and its report over the pipe (a window of a
+        broker round trip's reply) holds a task the supervisor doesn't know of, and this
+        node keeps heartbeating, so no recovery would ever free it. The broker still records
+        the dead pid as its holder: ask it, and settle those like reported ones.
+        """
+        broker = self.app.broker
+        try:
+            unreported = [
+                d
+                for d in broker.held_by(WorkerRef(self.options.node, child.pid))
+                if (d.id, d.token) not in reported
+            ]
+        except connection_errors(broker) as exc:
+            logger.warning(
+                "could not ask the broker for unreported tasks of child %d (unreachable: %r)", child.pid, exc
+            )
+            return
+        for delivery in unreported:
+            logger.warning(
+                "%s was claimed by child %d, which died before reporting it", describe(delivery), child.pid
+            )
+            outcome = self._outcome_for_lost(child, Running(delivery, child.pid, None, None), how)
+            if outcome is not None:
+                self.chores.settle_later(delivery, outcome)
 
     def _outcome_for_lost(self, child: Child, item: Running, how: str) -> Outcome | None:
         delivery = item.delivery

@@ -249,6 +249,15 @@ WHERE j.state = 2
 ORDER BY j.claimed_at
 LIMIT 1000;
 
+-- name: job_held_by
+-- The claims of one holder (a worker child), read by its supervisor after the child died:
+-- a claim the child didn't live to report. Uses the partial index on (worker, pid).
+SELECT id, queue, deliveries, token::text AS token, payload,
+       extract(epoch FROM claimed_at)::float8 AS claimed_at
+FROM {schema}.potatoq_jobs
+WHERE state = 2 AND worker = %(worker)s AND pid = %(pid)s
+ORDER BY claimed_at;
+
 -- name: job_revoke
 -- Remove a waiting (ready or scheduled) task. A running one stays: its worker finishes it.
 DELETE FROM {schema}.potatoq_jobs WHERE id = %(id)s AND state <> 2

@@ -60,6 +60,13 @@ SELECT queue,
        min(CASE WHEN state = 1 OR (state = 0 AND run_at <= :now) THEN run_at END)
 FROM potatoq_jobs GROUP BY queue ORDER BY queue;
 
+-- name: job_held_by
+-- The claims of one holder (a worker child), read by its supervisor after the child died:
+-- a claim the child didn't live to report. Uses the running index (worker, pid).
+SELECT id, queue, token, deliveries, payload, claimed_at FROM potatoq_jobs
+WHERE state = 2 AND worker = :node AND pid = :pid
+ORDER BY claimed_at;
+
 -- name: job_lost_exists
 -- Cheap read before recover() takes the write lock. A holder is dead when its node's last
 -- heartbeat, or with no heartbeat on record its claim, is older than :cutoff.

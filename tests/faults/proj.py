@@ -1,0 +1,72 @@
+"""The app the fault tests run in real worker subprocesses.
+
+The broker comes from ``$POTATOQ_BROKER_URL``, extra settings from ``$POTATOQ_TEST_CONF``
+(a JSON object). Tasks leave evidence in ``$POTATOQ_TEST_DIR``: ``faults.record`` appends one
+line per execution to ``executions.log`` (``task_id pid parent_pid``) *before* it does its
+work, with a single ``write(2)`` on an ``O_APPEND`` descriptor, so an execution is on record
+even when its process is SIGKILLed right after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from potatoq import Potatoq
+
+app = Potatoq("faults")
+app.conf.worker_heartbeat_interval = 0.5
+for key, value in json.loads(os.environ.get("POTATOQ_TEST_CONF") or "{}").items():
+    app.conf[key] = value
+
+EXECUTIONS = "executions.log"
+_log_fd: int | None = None
+_log_pid = 0
+
+
+def _dir() -> Path:
+    return Path(os.environ["POTATOQ_TEST_DIR"])
+
+
+def _execution_log() -> int:
+    global _log_fd, _log_pid
+    if _log_fd is None or _log_pid != os.getpid():  # one descriptor per process (forked children)
+        _log_fd = os.open(_dir() / EXECUTIONS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _log_pid = os.getpid()
+    return _log_fd
+
+
+def mark(name: str, data: object = None) -> None:
+    """Write a marker file atomically (write, then rename)."""
+    tmp = _dir() / f".{name}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(data))
+    tmp.rename(_dir() / name)
+
+
+@app.task(name="faults.record", bind=True)
+def record(self, n: int, work_ms: float = 0.0) -> int:
+    """Record this execution, then work for ``work_ms`` milliseconds."""
+    os.write(_execution_log(), f"{self.request.id} {os.getpid()} {os.getppid()}\n".encode())
+    if work_ms:
+        time.sleep(work_ms / 1000)
+    return n
+
+
+@app.task(name="faults.add")
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+@app.task(name="faults.block", bind=True)
+def block(self, name: str, release: str, timeout: float = 60.0) -> int:
+    """Mark ``name`` as started, wait for marker ``release``; return this process's pid."""
+    mark(
+        f"started-{name}-{self.request.deliveries}", {"pid": os.getpid(), "delivery": self.request.deliveries}
+    )
+    deadline = time.monotonic() + timeout
+    while not (_dir() / release).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    mark(f"done-{name}-{os.getpid()}", os.getpid())
+    return os.getpid()
