@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.potatoq-installed
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test lint format bench reliability clean venv
+.PHONY: demo test lint format bench reliability clean venv test-django-tasks
 
 venv: $(STAMP)
 
@@ -75,5 +75,23 @@ format: $(STAMP)
 bench: $(BENCH_STAMP) $(BENCH_ARQ_STAMP)
 	$(BENCH_VENV)/bin/python -m benchmarks.run --arq-python $(BENCH_ARQ_VENV)/bin/python $(BENCH_ARGS)
 
+# django.tasks (Django 6) needs Python >= 3.12: its backend's tests run in a venv of their own.
+# (asks the interpreter for its path: a pyenv shim on PATH may exist without a 3.13 selected)
+PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || echo /root/.pyenv/versions/3.13.0/bin/python3.13)
+VENV313 ?= .venv313
+STAMP313 := $(VENV313)/.potatoq-installed
+
+$(STAMP313): pyproject.toml
+	@if [ ! -x $(VENV313)/bin/python ]; then \
+	  if [ -n "$(UV)" ]; then uv venv -q --python $(PYTHON313) $(VENV313); \
+	  else $(PYTHON313) -m venv $(VENV313); fi; \
+	fi
+	@if [ -n "$(UV)" ]; then uv pip install -q --python $(VENV313)/bin/python -e '.[dev]' 'django>=6.0'; \
+	else $(VENV313)/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 'django>=6.0'; fi
+	@touch $(STAMP313)
+
+test-django-tasks: $(STAMP313)
+	POTATOQ_REQUIRE_DJANGO_TASKS=1 $(VENV313)/bin/python -m pytest tests/integrations/django_tasks $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_ARQ_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV313) $(BENCH_VENV) $(BENCH_ARQ_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -25,6 +25,9 @@ from .utils import mask_url
 
 logger = logging.getLogger("potatoq")
 
+#: See :attr:`Potatoq.publish_hooks`.
+PublishHook = Callable[[Sequence[Message]], Sequence[Message]]
+
 _current: Potatoq | None = None
 _shared: list[tuple[Callable[..., Any], dict[str, Any]]] = []
 _all_apps: list[Potatoq] = []
@@ -106,6 +109,10 @@ class Potatoq:
         self.on_after_configure = signals.Signal("on_after_configure")
         self.on_after_finalize = signals.Signal("on_after_finalize")
         self._configured = False
+        #: Transaction glue (``potatoq.contrib``): called with the messages of each send that has
+        #: no explicit ``connection=``; a hook takes those it writes through the caller's open
+        #: transaction (or holds until it commits) and returns the rest, which are sent now.
+        self.publish_hooks: list[PublishHook] = []
         if task_cls is not None:
             self.Task = load_object(task_cls) if isinstance(task_cls, str) else task_cls
         if config_source is not None:
@@ -359,18 +366,31 @@ class Potatoq:
             headers=dict(headers or {}),
         )
 
-    def send_messages(self, messages: Sequence[Message], *, connection: Any = None) -> None:
-        """Enqueue messages, retrying connection errors up to ``broker_connection_timeout``."""
+    def send_messages(
+        self, messages: Sequence[Message], *, connection: Any = None, use_hooks: bool = True
+    ) -> None:
+        """Enqueue messages, retrying connection errors up to ``broker_connection_timeout``.
+
+        Without ``connection``, :attr:`publish_hooks` may take some messages first (to write
+        them in the caller's transaction or send them when it commits); ``use_hooks=False``
+        is how a hook finally sends what it held.
+        """
         if not messages:
             return
         limit = self.conf.task_max_message_size
         for message in messages:
-            signals.before_task_publish.send(sender=message.task, body=message, headers=message.headers)
             if limit and len(message.encode()) > limit:
                 raise MessageTooLarge(
                     f"message for task {message.task!r} is {len(message.encode())} bytes; "
                     f"task_max_message_size is {limit}"
                 )
+        if connection is None and use_hooks:
+            for hook in list(self.publish_hooks):
+                messages = hook(messages)
+                if not messages:
+                    return
+        for message in messages:
+            signals.before_task_publish.send(sender=message.task, body=message, headers=message.headers)
         broker = self.broker
         deadline = time.monotonic() + float(self.conf.broker_connection_timeout)
         delay = 0.05

@@ -28,6 +28,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from potatoq.dashboard.cli import register as register_dashboard
 from potatoq.exceptions import ImproperlyConfigured
 
 __all__ = ["COMMANDS", "CommandContext", "UsageError", "command", "find_app", "main", "split_queues"]
@@ -341,6 +342,9 @@ def cmd_demo(ctx: CommandContext) -> int:
     from potatoq.demo import run_demo
 
     return run_demo(out=ctx.out)
+
+
+register_dashboard(COMMANDS, Command)  # potatoq dashboard; worker --metrics-port/--health-port
 
 
 # ----------------------------------------------------------------------------- main

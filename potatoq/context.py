@@ -74,3 +74,10 @@ def in_task() -> bool:
     """True inside a task run by a worker (not when called directly)."""
     top = current()
     return top is not None and not top[1].called_directly
+
+
+# Set by ``Task.delay_on_commit``: follow the caller's transaction even where the task has
+# ``enqueue_on_commit = False`` (read by the transaction glue in ``potatoq.contrib``).
+follow_transaction: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "potatoq_follow_transaction", default=False
+)

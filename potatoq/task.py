@@ -95,6 +95,25 @@ class Task:
 
         return await asyncio.to_thread(self.apply_async, args, kwargs)
 
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """``delay`` that waits for the caller's database transaction (Django, SQLAlchemy).
+
+        Inside a transaction the task is written in it (broker in the same database) or sent
+        when it commits, and dropped if it rolls back, even for ``enqueue_on_commit = False``
+        tasks; outside one it is sent now. ``delay`` does the same unless the task opted out.
+        """
+        return self.apply_async_on_commit(args, kwargs)
+
+    def apply_async_on_commit(
+        self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> AsyncResult:
+        """``apply_async`` with :meth:`delay_on_commit`'s transaction handling."""
+        token = context.follow_transaction.set(True)
+        try:
+            return self.apply_async(args, kwargs, **options)
+        finally:
+            context.follow_transaction.reset(token)
+
     def apply_async(
         self,
         args: Sequence[Any] | None = None,

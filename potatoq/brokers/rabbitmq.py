@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 import pika
 
+from potatoq import serialization
 from potatoq.brokers import rabbitmq_declare as declare
 from potatoq.brokers.base import (
     Broker,
@@ -262,9 +263,12 @@ class RabbitMQBroker(Broker):
             self.settle(delivery, DeadLetter(reason))
             return True
         if delivery.deliveries > 1:
-            killed: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
-            if killed is not None:
-                self.settle(delivery, DeadLetter(killed))
+            action: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
+            if action == "requeue":  # killed at shutdown: back in the queue, uncounted
+                state.link.run(state.intake.settle_op, delivery.token, [], "republish", 1)
+                return True
+            if action == "drop":  # killed at its hard time limit, dead-lettered already
+                state.link.run(state.intake.settle_op, delivery.token, [], "ack")
                 return True
         if self.backend is not None and self.is_revoked(delivery.id):
             self.settle(delivery, Complete())
@@ -334,32 +338,45 @@ class RabbitMQBroker(Broker):
 
     # ------------------------------------------------------------------ hard time limits
 
-    def prepare_kill(self, delivery: Delivery, reason: str) -> None:
-        """Called by a worker supervisor just *before* it SIGKILLs the child running
-        ``delivery`` (hard time limit), on the supervisor's own connection.
+    def prepare_kill(self, delivery: Delivery, reason: str | None = None) -> None:
+        """Called by a worker supervisor just *before* it SIGKILLs the child holding
+        ``delivery``, on the supervisor's own connection (the supervisor can't settle a
+        child's delivery: ``capabilities.supervisor_settles`` is False).
 
-        The child's channel is the only one that could ack the message; once the child is
-        dead RabbitMQ returns it to the queue. This records a tombstone for exactly this
-        delivery (task id + delivery count); the next claim of the returned copy finds it
-        and dead-letters the message with ``reason`` instead of running it again. If the
-        child finishes before the kill, the tombstone is never used and expires after a day.
+        Once the child is dead RabbitMQ returns the message to its queue, counting a
+        delivery. This leaves a tombstone for exactly this delivery (task id + delivery
+        count), which the next claim of the returned copy finds:
+
+        * ``reason`` given (hard time limit): the message is dead-lettered now, on this
+          connection, with ``reason``; the returned copy is dropped when claimed instead of
+          running again until the delivery limit;
+        * ``reason=None`` (killed at the end of the shutdown grace, or a bystander in the
+          same child): the copy goes back to its queue without the kill counting as a
+          delivery, like ``Requeue(crashed=False)``.
+
+        If the child finishes before the kill, the tombstone is never used and expires
+        after a day (with ``reason``, the dead letter stays: call this only once the kill
+        is decided).
         """
         decl = self.topology.killed_queue(delivery.id, delivery.deliveries)
-        self._run(self._prepare_kill_op, decl, reason)
+        action = "requeue" if reason is None else "drop"
+        body = serialization.dumps({"action": action}, where="kill tombstone").encode()
+        letters = [] if reason is None else [self._dead_letter_publish(delivery, reason, time.time())]
+        self._run(self._prepare_kill_op, decl, body, letters)
 
-    def _prepare_kill_op(self, decl: Any, reason: str) -> Op[None]:
+    def _prepare_kill_op(self, decl: Any, body: bytes, letters: list[Outgoing]) -> Op[None]:
         state = self._process_state_unchecked()
         channel = yield state.link.open_channel()
         try:
             channel = yield from declare.declare_queue(state.link, channel, decl)
         finally:
             declare.close_quietly(channel)
-        tombstone = Publish("", decl.name, reason.encode(), pika.BasicProperties(delivery_mode=2))
-        yield state.link.pub_channel()
-        yield state.link.publish([tombstone])
+        tombstone = Publish("", decl.name, body, pika.BasicProperties(delivery_mode=2))
+        yield from state.session.publish_all([*letters, Outgoing(tombstone, "", delayed=False)])
 
     def _killed_op(self, task_id: str, deliveries: int) -> Op[str | None]:
-        """The reason recorded by :meth:`prepare_kill` for this delivery, consumed.
+        """The action ("drop", "requeue") of the tombstone :meth:`prepare_kill` left for
+        this delivery (None: there is none), consumed.
 
         The tombstone is declared (not passively probed: a missing queue would close the
         channel and log an error each time), so a probe that finds none deletes the empty
@@ -371,7 +388,7 @@ class RabbitMQBroker(Broker):
         channel = yield link.open_channel()
         try:
             frame = yield link.rpc(channel.queue_declare, decl.name, durable=True, arguments=decl.arguments)
-            reason: str | None = None
+            action: str | None = None
             if frame.method.message_count:
                 got = yield Await(
                     channel,
@@ -379,11 +396,14 @@ class RabbitMQBroker(Broker):
                         decl.name, lambda _c, _m, _p, body: resume(body), auto_ack=True
                     ),
                 )
-                reason = bytes(got).decode("utf-8", "replace")
+                try:
+                    action = str(serialization.loads(bytes(got)).get("action") or "drop")
+                except (ValueError, AttributeError):
+                    action = "drop"
             yield link.rpc(channel.queue_delete, decl.name)
         finally:
             declare.close_quietly(channel)
-        return reason
+        return action
 
     def _process_state_unchecked(self) -> _ProcessState:
         state = self._state

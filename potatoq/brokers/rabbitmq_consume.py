@@ -167,6 +167,12 @@ class Intake:
         for queue in queues:
             yield from self.session.ensure(queue)
         self._wanted = self._order(queues)
+        wanted = {amqp for _q, _b, amqp in self._wanted}
+        work = self.link.work
+        for amqp in [a for a in self._consumers if a not in wanted]:  # queues no longer asked for
+            tag = self._consumers.pop(amqp)
+            if work is not None:
+                cancel_keeping(work, tag, lambda _frame, t=tag: self._by_tag.pop(t, None))
         self._start_consumers()
 
     def _start_consumers(self) -> None:
@@ -237,7 +243,7 @@ class Intake:
         return self.owned(token) is not None
         yield  # pragma: no cover - makes this a generator
 
-    def settle_op(self, token: str, publishes: Sequence[Outgoing], action: str) -> Op[bool]:
+    def settle_op(self, token: str, publishes: Sequence[Outgoing], action: str, forget: int = 0) -> Op[bool]:
         """Publish ``publishes`` (confirmed), then ``action`` the delivery. False, doing
         nothing, if the delivery is stale.
 
@@ -249,12 +255,14 @@ class Intake:
           dead-lettered without having failed. Instead the same payload is published again
           (at the tail of its queue) carrying the deliveries so far in a header, then the
           delivery is acked: its count doesn't grow, crash counts before it are kept.
+          ``forget`` earlier deliveries are dropped from the count too (the one a worker
+          was killed in at shutdown, see ``RabbitMQBroker.prepare_kill``).
         """
         first = self.owned(token)
         if first is None:
             return False
         if action == "republish":
-            headers = {H_PRIOR: max(0, first.delivery_count)}
+            headers = {H_PRIOR: max(0, first.delivery_count - forget)}
             again = Publish(
                 "",
                 first.amqp_queue,
@@ -274,6 +282,15 @@ class Intake:
         else:
             work.basic_nack(pending.tag, requeue=True)
         del self._handed[pending.tag]
+        # basic.ack has no reply: it only sits in pika's output buffer so far, and a
+        # process exiting right after a settle (a recycled worker child uses os._exit)
+        # would lose it, so the task would run again. A round trip on the same channel
+        # returns once RabbitMQ has processed everything sent before it (a passive declare of
+        # a built-in exchange: the cheapest reply RabbitMQ gives).
+        try:
+            yield self.link.rpc(work.exchange_declare, "amq.direct", passive=True)
+        except ChannelLost:
+            return False  # the ack may or may not have been processed
         return True
 
     # ------------------------------------------------------------------ caller side

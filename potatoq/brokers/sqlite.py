@@ -161,14 +161,7 @@ class SQLiteBroker(Broker):
         except sqlite3.Error as exc:
             raise OperationalError(f"can't open the SQLite database {self.path!r}: {exc}") from exc
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout)}")
-            enable_wal(conn, self.options.busy_timeout / 1000)
-            conn.execute(f"PRAGMA synchronous = {'FULL' if self.options.durable else 'NORMAL'}")
-            conn.execute("PRAGMA secure_delete = OFF")  # Debian builds turn it on: extra writes
-            conn.execute(f"PRAGMA journal_size_limit = {int(self.options.journal_size_limit)}")
-            if not self._schema_ready:
-                migrate(conn, self.clock())
-                self._schema_ready = True
+            self._set_up(conn)
         except sqlite3.Error as exc:
             conn.close()
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
@@ -176,6 +169,32 @@ class SQLiteBroker(Broker):
             conn.close()
             raise
         return _Connection(conn)
+
+    def _set_up(self, conn: sqlite3.Connection) -> None:
+        """Pragmas and schema for a new connection.
+
+        When many processes open a brand-new file at once (a prefork worker starting), a
+        read can meet another connection's WAL initialisation and get SQLITE_BUSY without
+        the busy handler being consulted; such a "locked" error here is retried until the
+        busy timeout, like any other lock wait.
+        """
+        deadline = time.monotonic() + self.options.busy_timeout / 1000
+        while True:
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout)}")
+                enable_wal(conn, self.options.busy_timeout / 1000)
+                conn.execute(f"PRAGMA synchronous = {'FULL' if self.options.durable else 'NORMAL'}")
+                conn.execute("PRAGMA secure_delete = OFF")  # Debian builds turn it on: extra writes
+                conn.execute(f"PRAGMA journal_size_limit = {int(self.options.journal_size_limit)}")
+                if not self._schema_ready:
+                    migrate(conn, self.clock())
+                    self._schema_ready = True
+                return
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     def _conn(self) -> _Connection:
         return self._local.get()

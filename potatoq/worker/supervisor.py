@@ -347,7 +347,26 @@ class Supervisor:
                     child.pid,
                 )
                 child.victims.add(item.key)
+            reasons = {
+                i.key: f"TimeLimitExceeded: hard time limit ({i.hard or 0:g}s) exceeded" for i in overdue
+            }
+            self._before_kill(child, reasons)
             self._kill(child, KILLED_AT_HARD_LIMIT)
+
+    def _before_kill(self, child: Child, reasons: dict[tuple[str, str], str]) -> None:
+        """A broker that can't let the supervisor settle (RabbitMQ) is told, before the
+        SIGKILL, what becomes of each delivery the child holds: dead-lettered with its
+        reason (a hard-limit victim) or requeued without counting (anything else)."""
+        if self.app.broker.capabilities.supervisor_settles:
+            return
+        prepare = getattr(self.app.broker, "prepare_kill", None)
+        if prepare is None:
+            return
+        for item in child.running.items():
+            try:
+                prepare(item.delivery, reasons.get(item.key))
+            except Exception:
+                logger.exception("couldn't prepare %s for its process being killed", describe(item.delivery))
 
     def _kill(self, child: Child, why: str) -> None:
         if child.killed is None:
@@ -365,6 +384,7 @@ class Supervisor:
                         child.pid,
                         len(child.running),
                     )
+                self._before_kill(child, {})
                 self._kill(child, why)
 
     # -- signals and shutdown -------------------------------------------------------------------

@@ -414,6 +414,21 @@ def test_a_settle_after_the_channel_was_replaced_is_refused(rabbit: Rabbit) -> N
     assert nothing_claimable(broker, ["default"])
 
 
+def test_a_settle_after_the_connection_was_lost_is_refused(rabbit: Rabbit) -> None:
+    broker = rabbit()
+    sent = msg()
+    broker.enqueue([sent])
+    stale = claim_soon(broker, ["default"])
+    link = broker._process().link
+    generation = link.generation
+    link.call_soon(lambda: link.connection.close() if link.connection else None)  # as if the network broke
+    poll(lambda: link.generation != generation and link.is_ready, "the link to reconnect")
+    assert broker.settle(stale, Complete()) is False
+    fresh = claim_soon(broker, ["default"])
+    assert (fresh.id, fresh.deliveries) == (sent.id, 2)
+    assert broker.settle(fresh, Complete())
+
+
 def test_heartbeats_keep_flowing_while_a_task_holds_the_gil(rabbit: Rabbit) -> None:
     broker = rabbit(heartbeat=1)  # RabbitMQ drops the connection after ~2 missed beats
     broker.enqueue([msg()])
@@ -565,6 +580,27 @@ def test_a_killed_childs_message_is_dead_lettered_not_run_again(rabbit: Rabbit) 
     [dead] = poll(worker.list_dead, "the dead letter")
     assert (dead.id, dead.reason, dead.raw) == (sent.id, reason, sent.encode())
     assert nothing_claimable(worker, ["default"])
+
+
+def test_a_child_killed_at_shutdown_has_its_task_requeued_without_counting(rabbit: Rabbit) -> None:
+    supervisor = rabbit()
+    sent = msg()
+    supervisor.enqueue([sent])
+    process = child("claim-and-hold", rabbit.child_config())
+    try:
+        assert process.stdout is not None
+        delivery = Delivery.from_json(serialization.loads(process.stdout.readline()))
+        supervisor.prepare_kill(delivery)  # no reason: the grace period ran out
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    worker = rabbit()
+    again = claim_soon(worker, ["default"])
+    assert (again.id, again.deliveries, again.raw) == (sent.id, 1, sent.encode())
+    assert worker.settle(again, Complete())
+    assert worker.list_dead() == []
 
 
 # ----------------------------------------------------------------------------- without a backend

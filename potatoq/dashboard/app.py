@@ -1,0 +1,271 @@
+"""The dashboard as an ASGI app (Starlette): :func:`create_app` builds it for one potatoq app.
+
+It can run on its own (``potatoq dashboard``) or be mounted in another ASGI project::
+
+    from starlette.routing import Mount
+    routes = [Mount("/tasks", app=create_app(potatoq_app, auth=Auth(token="…")))]
+
+Every page reads the broker through the contract (``queue_stats``, ``workers``,
+``list_dead``, ``get_result`` …), so it works the same on every broker. Endpoints are plain
+functions: Starlette runs them in its thread pool, where blocking broker calls belong.
+Links are built with ``url_for``, so a mounted dashboard links inside its mount.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.applications import Starlette
+from starlette.datastructures import URL
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .. import metrics
+from . import data
+from .app_format import duration as _duration
+from .chart import throughput_svg
+from .security import TOKEN_COOKIE, Auth, Csrf
+
+__all__ = ["create_app"]
+
+HERE = Path(__file__).parent
+PARTIAL_HEADER = "x-potatoq-partial"
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "—"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _ago(ts: float | None) -> str:
+    return "—" if not ts else f"{_duration(time.time() - ts)} ago"
+
+
+def _in(ts: float | None) -> str:
+    return "—" if not ts else f"in {_duration(ts - time.time())}"
+
+
+# ----------------------------------------------------------------------------- the app
+
+
+class Dashboard:
+    """The state behind the routes: the potatoq app, options, CSRF secret, throughput ring."""
+
+    def __init__(
+        self, potatoq_app: Any, *, read_only: bool, auth: Auth | None, redact_args: bool, sample_every: float
+    ) -> None:
+        self.app = potatoq_app
+        self.read_only = read_only
+        self.auth = auth
+        self.redact_args = redact_args
+        self.csrf = Csrf()
+        self.throughput = data.Throughput(lambda: self.app.broker, every=sample_every)
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        env = self.templates.env
+        env.filters.update(duration=_duration, when=_when, ago=_ago, until=_in)
+        env.globals.update(read_only=read_only, csrf_token=self.csrf.token)
+
+    def render(self, request: Request, name: str, title: str, **context: Any) -> Response:
+        self.throughput.start()  # lazily: a mounted app gets no lifespan events
+        partial = request.headers.get(PARTIAL_HEADER) == "1"
+        return self.templates.TemplateResponse(
+            request, name, {"title": title, "partial": partial, "now": time.time(), **context}
+        )
+
+    # -- pages -------------------------------------------------------------------------------
+
+    def overview(self, request: Request) -> Response:
+        broker = self.app.broker
+        stats = broker.queue_stats()
+        workers = broker.workers()
+        now = time.time()
+        rows = data.queue_rows(stats)
+        return self.render(
+            request,
+            "overview.html",
+            "Overview",
+            live=True,
+            queues=rows,
+            totals={
+                "waiting": sum(r.waiting for r in rows),
+                "delayed": sum(r.delayed for r in rows),
+                "running": sum(r.running for r in rows),
+            },
+            workers=len(workers),
+            dead=len(broker.list_dead(limit=1000)),
+            chart=throughput_svg(self.throughput.window(now), now),
+            samples=len(self.throughput.window(now)),
+            sample_every=self.throughput.every,
+        )
+
+    def workers(self, request: Request) -> Response:
+        return self.render(request, "workers.html", "Workers", live=True, workers=self.app.broker.workers())
+
+    def task(self, request: Request) -> Response:
+        task_id = request.path_params["task_id"]
+        broker = self.app.broker
+        view = data.task_view(task_id, self.app.backend, broker, broker.workers(), redact=self.redact_args)
+        return self.render(request, "task.html", f"Task {task_id}", live=not view.ready, view=view)
+
+    def find_task(self, request: Request) -> Response:
+        task_id = request.query_params.get("id", "").strip()
+        if not task_id:
+            return RedirectResponse(request.url_for("overview"), status_code=303)
+        return RedirectResponse(request.url_for("task", task_id=task_id), status_code=303)
+
+    def dead(self, request: Request) -> Response:
+        letters = data.dead_letters(self.app.broker, self.app.backend, redact=self.redact_args)
+        return self.render(
+            request, "dead.html", "Dead letters", letters=letters, done=request.query_params.get("done")
+        )
+
+    def schedules(self, request: Request) -> Response:
+        conf = self.app.conf
+        rows = data.schedule_rows(conf.beat_schedule or {}, getattr(conf, "timezone", None))
+        return self.render(request, "schedules.html", "Periodic tasks", live=True, rows=rows)
+
+    # -- actions (POST + CSRF, refused in read-only mode) --------------------------------------
+
+    async def _checked_form(self, request: Request) -> dict[str, str] | Response:
+        if self.read_only:
+            return PlainTextResponse("the dashboard is read-only", status_code=403)
+        # The forms are plain urlencoded fields; parsing them here spares a multipart dependency.
+        body = (await request.body())[:65536].decode("utf-8", "replace")
+        form = dict(parse_qsl(body, keep_blank_values=True))
+        origin, host = request.headers.get("origin"), request.headers.get("host")
+        if not self.csrf.valid(form.get("csrf"), origin, host):
+            return PlainTextResponse("CSRF check failed: reload the page and try again", status_code=403)
+        return form
+
+    def _back_to_dead(self, request: Request, done: str) -> Response:
+        url = URL(str(request.url_for("dead"))).include_query_params(done=done)
+        return RedirectResponse(str(url), status_code=303)
+
+    async def replay(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        from starlette.concurrency import run_in_threadpool
+
+        ids = None if form.get("all") == "1" else [form["id"]] if form.get("id") else []
+        if ids == []:
+            return PlainTextResponse("nothing to replay: give id= or all=1", status_code=400)
+        count = await run_in_threadpool(self.app.broker.retry_dead, ids)
+        return self._back_to_dead(request, f"replayed {count} dead letter{'' if count == 1 else 's'}")
+
+    async def purge(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        from starlette.concurrency import run_in_threadpool
+
+        count = await run_in_threadpool(self.app.broker.purge_dead)
+        return self._back_to_dead(request, f"purged {count} dead letter{'' if count == 1 else 's'}")
+
+    # -- machine endpoints ---------------------------------------------------------------------
+
+    def metrics(self, request: Request) -> Response:
+        text = metrics.broker_metrics(self.app.broker)
+        return Response(text, media_type=metrics.CONTENT_TYPE)
+
+    def healthz(self, request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+
+class _Guard:
+    """ASGI middleware: credentials on every request but ``/healthz``; ``?token=`` logs in."""
+
+    def __init__(self, app: ASGIApp, auth: Auth) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        if request.url.path.endswith("/healthz"):
+            await self.app(scope, receive, send)
+            return
+        given = request.query_params.get("token")
+        if given is not None and self.auth.allows({"authorization": f"Bearer {given}"}, {}):
+            rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
+            target = request.url.replace(query=rest or "")
+            response: Response = RedirectResponse(str(target), status_code=303)
+            response.set_cookie(
+                TOKEN_COOKIE, given, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+            )
+            await response(scope, receive, send)
+            return
+        if self.auth.allows(request.headers, request.cookies):
+            await self.app(scope, receive, send)
+            return
+        if self.auth.is_basic:
+            response = PlainTextResponse(
+                "authentication required\n",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="potatoq"'},
+            )
+        else:
+            response = HTMLResponse(
+                _LOGIN, status_code=401, headers={"WWW-Authenticate": 'Bearer realm="potatoq"'}
+            )
+        await response(scope, receive, send)
+
+
+_LOGIN = """<!doctype html><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>potatoq dashboard: sign in</title>
+<form method="get" style="font:16px system-ui;max-width:22rem;margin:4rem auto">
+<p>This dashboard needs its token.</p>
+<input name="token" type="password" autofocus style="width:100%;padding:.4rem" aria-label="token">
+<button style="margin-top:.5rem">Open</button></form>"""
+
+
+def create_app(
+    potatoq_app: Any,
+    *,
+    read_only: bool = False,
+    auth: Auth | None = None,
+    redact_args: bool = False,
+    sample_every: float = 10.0,
+) -> Starlette:
+    """The dashboard for ``potatoq_app`` as a Starlette (ASGI) application.
+
+    ``read_only`` hides (and refuses) replay and purge; ``auth`` requires a token or basic
+    credentials on every request but ``/healthz``; ``redact_args`` shows ``[redacted]``
+    instead of task arguments; ``sample_every`` is the throughput sampling interval in
+    seconds (0 disables the background sampler).
+    """
+    board = Dashboard(
+        potatoq_app, read_only=read_only, auth=auth, redact_args=redact_args, sample_every=sample_every
+    )
+    routes = [
+        Route("/", board.overview, name="overview"),
+        Route("/workers", board.workers, name="workers"),
+        Route("/task", board.find_task, name="find_task"),
+        Route("/tasks/{task_id:str}", board.task, name="task"),
+        Route("/dead", board.dead, name="dead"),
+        Route("/dead/replay", board.replay, methods=["POST"], name="replay"),
+        Route("/dead/purge", board.purge, methods=["POST"], name="purge"),
+        Route("/schedules", board.schedules, name="schedules"),
+        Route("/metrics", board.metrics, name="metrics"),
+        Route("/healthz", board.healthz, name="healthz"),
+        Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    if auth is not None:
+        app.add_middleware(_Guard, auth=auth)
+    app.state.dashboard = board
+    return app

@@ -1,0 +1,276 @@
+"""What the pages show, read only through the broker contract (no broker-specific code).
+
+:class:`Throughput` is the one piece of state the dashboard keeps: a ring of samples of
+``queue_stats()`` and of the workers' ``processed`` counters, one every ``every`` seconds
+for the last hour, held in this process. It starts empty when the dashboard starts, and
+the chart fills in as samples arrive (the broker keeps no history to draw from).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, WorkerInfo
+from ..exceptions import MessageDecodeError
+from ..message import Message
+from ..states import READY_STATES
+
+__all__ = [
+    "REDACTED",
+    "DeadLetterView",
+    "QueueRow",
+    "ScheduleRow",
+    "TaskView",
+    "Throughput",
+    "dead_letters",
+    "queue_rows",
+    "schedule_rows",
+    "task_view",
+]
+
+REDACTED = "[redacted]"
+HOUR = 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    at: float
+    stats: tuple[QueueStats, ...]
+    processed: int  # tasks finished since the previous sample, by every live worker
+
+
+class Throughput:
+    """A ring of samples covering the last hour; :meth:`sample` adds one.
+
+    ``processed`` is the sum of each worker node's increase of ``WorkerInfo.processed``
+    since the previous sample; a node seen for the first time adds nothing (we don't know
+    over which interval its count grew), and a restarted node (count went down) adds its
+    new count.
+    """
+
+    def __init__(self, broker: Callable[[], Broker], every: float = 10.0) -> None:
+        self._broker = broker
+        self.every = every
+        self.samples: collections.deque[Sample] = collections.deque(
+            maxlen=max(2, int(HOUR / every) + 1) if every > 0 else 720
+        )
+        self._last_counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def sample(self, now: float | None = None) -> Sample:
+        broker = self._broker()
+        stats = tuple(broker.queue_stats())
+        workers = broker.workers()
+        with self._lock:
+            done = 0
+            counts = {}
+            for info in workers:
+                counts[info.node] = info.processed
+                before = self._last_counts.get(info.node)
+                if before is not None:
+                    done += info.processed - before if info.processed >= before else info.processed
+            self._last_counts = counts
+            taken = Sample(at=time.time() if now is None else now, stats=stats, processed=done)
+            self.samples.append(taken)
+        return taken
+
+    def window(self, now: float | None = None) -> list[Sample]:
+        """Samples of the last hour, oldest first."""
+        since = (time.time() if now is None else now) - HOUR
+        with self._lock:
+            return [s for s in self.samples if s.at >= since]
+
+    def start(self) -> None:
+        """Sample every ``every`` seconds on a daemon thread (idempotent)."""
+        with self._lock:
+            if self._thread is not None or self.every <= 0:
+                return
+            self._thread = threading.Thread(target=self._loop, name="potatoq-dashboard-sampler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):  # a broker hiccup leaves a gap, not a dead sampler
+                self.sample()
+            self._stop.wait(self.every)
+
+
+# ----------------------------------------------------------------------------- overview
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueRow:
+    queue: str
+    waiting: int
+    delayed: int
+    running: int
+    oldest_waiting_age: float | None
+
+
+def queue_rows(stats: Sequence[QueueStats]) -> list[QueueRow]:
+    return [
+        QueueRow(s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age)
+        for s in sorted(stats, key=lambda s: s.queue)
+    ]
+
+
+# ----------------------------------------------------------------------------- one task
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskView:
+    task_id: str
+    record: ResultRecord | None
+    dead: DeadLetterRecord | None
+    running_on: str | None  # "node pid N" when a live worker reports it running
+    running_since: float | None
+    args: str
+    kwargs: str
+    name: str | None
+
+    @property
+    def state(self) -> str:
+        if self.dead is not None and (self.record is None or self.record.state not in READY_STATES):
+            return "DEAD"
+        if self.record is not None:
+            return self.record.state
+        if self.running_on is not None:
+            return "RUNNING"
+        return "PENDING"
+
+    @property
+    def ready(self) -> bool:
+        return self.state in READY_STATES or self.state == "DEAD"
+
+
+def _shown(value: Any, redact: bool) -> str:
+    if value is None:
+        return ""
+    return REDACTED if redact else repr(value)
+
+
+def task_view(
+    task_id: str,
+    backend: Broker | None,
+    broker: Broker,
+    workers: Sequence[WorkerInfo],
+    *,
+    redact: bool,
+    dead_scan: int = 500,
+) -> TaskView:
+    """Everything the contract can tell about one task id."""
+    record = backend.get_result(task_id) if backend is not None else None
+    dead = next((d for d in broker.list_dead(limit=dead_scan) if d.id == task_id), None)
+    running_on = running_since = None
+    name = record.name if record else None
+    for info in workers:
+        for run in info.running:
+            if run.task_id == task_id:
+                running_on, running_since = f"{info.node} pid {run.pid}", run.started_at
+                name = name or run.task
+    args: Any = record.args if record else None
+    kwargs: Any = record.kwargs if record else None
+    if dead is not None:
+        message = _decode(dead.raw)
+        if message is not None:
+            args = message.args if args is None else args
+            kwargs = message.kwargs if kwargs is None else kwargs
+        name = name or dead.task
+    return TaskView(
+        task_id=task_id,
+        record=record,
+        dead=dead,
+        running_on=running_on,
+        running_since=running_since,
+        args=_shown(args, redact),
+        kwargs=_shown(kwargs, redact),
+        name=name,
+    )
+
+
+def _decode(raw: bytes) -> Message | None:
+    try:
+        return Message.decode(raw)
+    except MessageDecodeError:
+        return None
+
+
+# ----------------------------------------------------------------------------- dead letters
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetterView:
+    letter: DeadLetterRecord
+    args: str
+    kwargs: str
+    traceback: str | None
+
+
+def dead_letters(
+    broker: Broker, backend: Broker | None, *, redact: bool, limit: int = 100, offset: int = 0
+) -> list[DeadLetterView]:
+    """Dead letters with their arguments and, where a result was stored, the traceback."""
+    views = []
+    for letter in broker.list_dead(limit=limit, offset=offset):
+        message = _decode(letter.raw)
+        record = backend.get_result(letter.id) if backend is not None else None
+        views.append(
+            DeadLetterView(
+                letter=letter,
+                args=_shown(message.args if message else None, redact),
+                kwargs=_shown(message.kwargs if message else None, redact),
+                traceback=record.traceback if record else None,
+            )
+        )
+    return views
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleRow:
+    name: str
+    task: str
+    schedule: str
+    next_run: float | None
+    error: str | None = None
+
+
+def schedule_rows(
+    beat_schedule: Mapping[str, Any], timezone: Any, now: float | None = None
+) -> list[ScheduleRow]:
+    """Each ``beat_schedule`` entry with its next fire time (computed as the scheduler does)."""
+    from ..schedules import maybe_schedule, resolve_timezone
+
+    tz: dt.tzinfo = resolve_timezone(timezone)
+    moment = time.time() if now is None else now
+    rows = []
+    for name, spec in dict(beat_schedule or {}).items():
+        if not isinstance(spec, Mapping) or "schedule" not in spec:
+            rows.append(ScheduleRow(str(name), "?", "?", None, "needs 'task' and 'schedule' keys"))
+            continue
+        try:
+            sched = maybe_schedule(spec["schedule"])
+            rows.append(
+                ScheduleRow(
+                    str(name), str(spec.get("task", "?")), repr(sched), sched.next_fire_after(moment, tz)
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - one bad entry is shown, not a broken page
+            rows.append(
+                ScheduleRow(str(name), str(spec.get("task", "?")), repr(spec["schedule"]), None, str(exc))
+            )
+    return sorted(rows, key=lambda r: (r.next_run is None, r.next_run or 0.0, r.name))

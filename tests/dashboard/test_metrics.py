@@ -1,0 +1,113 @@
+"""/metrics from the broker, task counters from signals, and the worker's --metrics-port/--health-port."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from potatoq import Potatoq
+from potatoq.metrics import CONTENT_TYPE, TaskMetrics, parse_exposition
+from potatoq.testing import drain
+from tests.worker.conftest import Env, wait_for
+
+from .conftest import ATTEMPTS
+
+
+def _lines_are_exposition(text: str) -> None:
+    """Every line is a comment (# HELP/# TYPE) or ``name{labels} value``."""
+    import re
+
+    sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_]+="[^"]*",?)*\})? [-+0-9.eEInf]+$')
+    for line in text.strip().splitlines():
+        assert line.startswith(("# HELP ", "# TYPE ")) or sample.match(line), line
+
+
+def test_dashboard_metrics_from_the_broker(app: Potatoq, board: Any) -> None:
+    for n in range(3):
+        app.tasks["demo.add"].delay(n, n)
+    app.tasks["demo.add"].apply_async((0, 0), queue="slow", countdown=600)
+    response = board().get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"] == CONTENT_TYPE
+    _lines_are_exposition(response.text)
+    values = parse_exposition(response.text)
+    assert values[("potatoq_queue_waiting", (("queue", "default"),))] == 3
+    assert values[("potatoq_queue_delayed", (("queue", "slow"),))] == 1
+    assert values[("potatoq_queue_oldest_waiting_age_seconds", (("queue", "default"),))] >= 0
+    assert values[("potatoq_workers_live", ())] == 0
+    assert values[("potatoq_tasks_running", ())] == 0
+    assert values[("potatoq_dead_letters", ())] == 0
+
+
+def test_task_counters_and_runtime_histogram_from_signals(app: Potatoq, tmp_path: Path) -> None:
+    metrics = TaskMetrics(tmp_path / "metrics")
+    metrics.connect()
+    try:
+        app.tasks["demo.add"].delay(1, 2)
+        app.tasks["demo.add"].delay(3, 4)
+        app.tasks["demo.flaky"].delay("x")
+        drain(app)
+    finally:
+        metrics.disconnect()
+    text = metrics.render()
+    _lines_are_exposition(text)
+    values = parse_exposition(text)
+    add, flaky = (("task", "demo.add"),), (("task", "demo.flaky"),)
+    assert values[("potatoq_tasks_processed_total", add)] == 2
+    assert values[("potatoq_tasks_processed_total", flaky)] == 1
+    assert values[("potatoq_tasks_failed_total", flaky)] == 1
+    assert values[("potatoq_tasks_dead_lettered_total", flaky)] == 1
+    assert values[("potatoq_tasks_failed_total", add)] == 0
+    assert values[("potatoq_task_runtime_seconds_count", add)] == 2
+    assert values[("potatoq_task_runtime_seconds_bucket", (("task", "demo.add"), ("le", "+Inf")))] == 2
+    assert values[("potatoq_task_runtime_seconds_sum", add)] >= 0
+    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == [f"{__import__('os').getpid()}.json"]
+    ATTEMPTS.clear()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_worker_metrics_and_health_ports(env: Env, client: Any) -> None:
+    """A real prefork worker: children's counters summed on --metrics-port, probes on --health-port."""
+    metrics_port, health_port = _free_port(), _free_port()
+    worker = env.worker(
+        "-c",
+        "2",
+        "--metrics-port",
+        str(metrics_port),
+        "--health-port",
+        str(health_port),
+        "--endpoints-host",
+        "127.0.0.1",
+    )
+    health = f"http://127.0.0.1:{health_port}"
+    wait_for(lambda: _get(health + "/healthz")[0] == 200, what="worker ready on /healthz")
+    assert _get(health + "/livez")[0] == 200
+    results = [client.add.delay(n, n) for n in range(6)]
+    assert [r.get(timeout=30) for r in results] == [0, 2, 4, 6, 8, 10]
+
+    def processed() -> float:
+        status, text = _get(f"http://127.0.0.1:{metrics_port}/metrics")
+        if status != 200:
+            return 0.0
+        return parse_exposition(text).get(("potatoq_tasks_processed_total", (("task", "proj.add"),)), 0.0)
+
+    wait_for(lambda: processed() == 6, what="6 processed in /metrics")
+    assert _get(f"http://127.0.0.1:{metrics_port}/nothing")[0] == 404
+    assert worker.stop() == 0
