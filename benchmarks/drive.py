@@ -23,6 +23,8 @@ import time
 
 from . import record
 
+STALL_SECONDS = 10
+
 
 def enqueue(module_name: str, n: int, batch: int, countdown: float | None) -> None:
     module = importlib.import_module(module_name)
@@ -44,10 +46,10 @@ def latency(module_name: str, samples: int, seconds: float) -> None:
     stop = time.monotonic() + seconds
     for i in range(samples):
         module.send("stamp", time.time())
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STALL_SECONDS
         while record.count_started(path) <= i:
             if time.monotonic() > deadline:
-                raise SystemExit(f"{module_name}: a stamp task didn't start within 30 s")
+                raise SystemExit(f"a task sent into the idle worker didn't start within {STALL_SECONDS} s")
             time.sleep(0.0002)
         if time.monotonic() > stop:
             break

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import record
@@ -229,8 +229,9 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
         created.remove(env)
 
         # 2. batched enqueue into fresh storage; these are the tasks the workers will run
-        env = {**base, **server.fresh(case.system, "batch")}
-        created.append(env)
+        storage = {**base, **server.fresh(case.system, "batch")}
+        created.append(storage)
+        env = storage
         if case.far_future:
             _drive(
                 case,
@@ -279,24 +280,40 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
         stamps = sorted(float(line) for line in done_path.read_bytes().split())
         result.processed = len(stamps)
         result.processed_per_s = (len(stamps) - 1) / max(stamps[-1] - stamps[0], 1e-9)
-        if result.processed < args.n:  # let the workers finish or drop the rest before sampling latency
-            _drain(server, case, env, done_path, args)
+        if result.processed < args.n:
+            # A backlog would turn the latency samples into queueing times: start again on
+            # empty storage, with one task run first so that start-up isn't sampled.
+            workers.stop()
+            server.drop(case.system, storage)
+            created.remove(storage)
+            storage = {**base, **server.fresh(case.system, "latency")}
+            created.append(storage)
+            env = {**storage, record.DONE_ENV: str(done_path), record.STARTED_ENV: str(started_path)}
+            workers = Workers(case, env, tmp / f"{slug}.log", shlex.split(args.potatoq_args))
+            _drive(case, env, "enqueue", case.module, "1")
+            _wait_for(
+                lambda: record.count_done(str(done_path)) > result.processed, workers, args.start_seconds
+            )
 
         # 4. idle latency, one task at a time
         time.sleep(0.3)  # idle: the workers have gone back to waiting
-        _drive(
-            case,
-            env,
-            "latency",
-            case.module,
-            str(args.latency_samples),
-            str(args.latency_seconds),
-            timeout=args.latency_seconds + 60,
-        )
+        try:
+            _drive(
+                case,
+                env,
+                "latency",
+                case.module,
+                str(args.latency_samples),
+                str(args.latency_seconds),
+                timeout=args.latency_seconds + 60,
+            )
+        except RuntimeError as exc:  # keep the samples taken so far, and say what happened
+            result.notes.append(f"latency sampling stopped: {str(exc).splitlines()[-1]}")
         samples = sorted(float(x) * 1000 for x in started_path.read_bytes().split())
         result.latency_samples = len(samples)
-        result.latency_p50_ms = statistics.median(samples)
-        result.latency_p99_ms = _percentile(samples, 99)
+        if samples:
+            result.latency_p50_ms = statistics.median(samples)
+            result.latency_p99_ms = _percentile(samples, 99)
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         if workers is not None:
@@ -316,13 +333,12 @@ def _has_batch(case: Case) -> bool:
     return case.system not in ("arq", "huey")
 
 
-def _drain(
-    server: Server, case: Case, env: dict[str, str], done_path: Path, args: argparse.Namespace
-) -> None:
-    """After a partial run, wait a little for the backlog; the latency phase needs an idle worker."""
-    deadline = time.monotonic() + 60
-    while record.count_done(str(done_path)) < args.n and time.monotonic() < deadline:
-        time.sleep(0.1)
+def _wait_for(condition: Callable[[], bool], workers: Workers, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if workers.died() or time.monotonic() > deadline:
+            raise RuntimeError(f"the workers didn't run a task within {seconds:g} s:\n{workers.tail()}")
+        time.sleep(0.01)
 
 
 # ----------------------------------------------------------------------------- report
