@@ -3,13 +3,14 @@ measured system's own virtualenv (so only the standard library and that system a
 imported here)::
 
     python -m benchmarks.drive enqueue MODULE N [--batch B] [--countdown S]
-    python -m benchmarks.drive latency MODULE SAMPLES SECONDS
+    python -m benchmarks.drive latency MODULE SAMPLES SECONDS [--gap-ms MIN,MAX]
     python -m benchmarks.drive version DISTRIBUTION
 
 ``enqueue`` sends N ``noop`` tasks (one ``send`` call each, or ``send_many`` calls of B)
 and prints the seconds it took. ``latency`` sends ``stamp`` tasks one at a time, each only
 after the previous one has started and a short random pause has let the workers go idle
-again; it stops after SAMPLES tasks or SECONDS, whichever comes first.
+again (uniform in MIN..MAX ms, default 5..40); it stops after SAMPLES tasks or SECONDS,
+whichever comes first.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def enqueue(module_name: str, n: int, batch: int, countdown: float | None) -> No
     print(f"{time.perf_counter() - started:.6f}")
 
 
-def latency(module_name: str, samples: int, seconds: float) -> None:
+def latency(module_name: str, samples: int, seconds: float, gap_ms: tuple[float, float]) -> None:
     module = importlib.import_module(module_name)
     path = os.environ[record.STARTED_ENV]
     rng = random.Random(7)
@@ -53,7 +54,7 @@ def latency(module_name: str, samples: int, seconds: float) -> None:
             time.sleep(0.0002)
         if time.monotonic() > stop:
             break
-        time.sleep(rng.uniform(0.005, 0.040))  # idle again, at no fixed phase of any poll loop
+        time.sleep(rng.uniform(*gap_ms) / 1000)  # idle again, at no fixed phase of any poll loop
 
 
 def main() -> None:
@@ -68,13 +69,15 @@ def main() -> None:
     p.add_argument("module")
     p.add_argument("samples", type=int)
     p.add_argument("seconds", type=float)
+    p.add_argument("--gap-ms", default="5,40", help="pause between samples: uniform in MIN,MAX ms")
     p = sub.add_parser("version")
     p.add_argument("distribution")
     args = parser.parse_args()
     if args.command == "enqueue":
         enqueue(args.module, args.n, args.batch, args.countdown)
     elif args.command == "latency":
-        latency(args.module, args.samples, args.seconds)
+        low, high = (float(x) for x in args.gap_ms.split(","))
+        latency(args.module, args.samples, args.seconds, (low, high))
     else:
         print(importlib.metadata.version(args.distribution))
 

@@ -305,6 +305,7 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
                 case.module,
                 str(args.latency_samples),
                 str(args.latency_seconds),
+                f"--gap-ms={args.latency_gap_ms}",
                 timeout=args.latency_seconds + 60,
             )
         except RuntimeError as exc:  # keep the samples taken so far, and say what happened
@@ -396,7 +397,8 @@ def report(
         ),
         (
             f"{args.n:,} no-op tasks per system, batches of {args.batch}, {PROCESSES} worker processes, "
-            f"up to {args.latency_samples} idle-latency samples."
+            f"up to {args.latency_samples} idle-latency samples ({args.latency_seconds:g} s at most) "
+            f"sent {args.latency_gap_ms.replace(',', ' to ')} ms apart."
         ),
     ]
     for broker in BROKERS:
@@ -496,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--latency-gap-ms", default="5,40", help="pause between latency samples, uniform in MIN,MAX ms"
+    )
     parser.add_argument("--max-seconds", type=float, default=25.0, help="processing bound per system")
     parser.add_argument("--start-seconds", type=float, default=60.0, help="bound on worker start-up")
     parser.add_argument("--potatoq-args", default="", help='extra potatoq worker options, e.g. "-l warning"')
