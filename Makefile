@@ -43,11 +43,13 @@ $(STAMP): pyproject.toml
 BENCH_VENV ?= .venv-bench
 BENCH_ARQ_VENV ?= .venv-bench-arq
 BENCH_STAMP := $(BENCH_VENV)/.potatoq-bench-installed
+# (in a variable: a literal comma would split the $(call) arguments)
+BENCH_SPEC := -e '.[all,bench]'
 BENCH_ARQ_STAMP := $(BENCH_ARQ_VENV)/.potatoq-bench-installed
 
 $(BENCH_STAMP): pyproject.toml
 	$(call make_venv,$(BENCH_VENV))
-	$(call pip_install,$(BENCH_VENV),-e '.[all,bench]')
+	$(call pip_install,$(BENCH_VENV),$(BENCH_SPEC))
 	@touch $(BENCH_STAMP)
 
 $(BENCH_ARQ_STAMP): pyproject.toml
