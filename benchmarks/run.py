@@ -383,7 +383,8 @@ def _us(value: float | None) -> str:
 def _ratio(ours: float | None, theirs: float | None) -> str:
     if ours is None or theirs is None or theirs == 0:
         return "n/a"
-    return f"{ours / theirs:.2f}×"  # noqa: RUF001 - a multiplication sign is meant
+    ratio = ours / theirs
+    return f"{ratio:.2f}×" if ratio >= 0.1 else f"{ratio:.3f}×"  # noqa: RUF001 - a multiplication sign
 
 
 def report(
