@@ -139,10 +139,11 @@ class PostgresServer(Server):
         return f"PostgreSQL {version}"
 
 
-# Queues and exchanges that Celery and Dramatiq declare with their defaults.
+# Queues and exchanges that Celery and Dramatiq declare (their queue is named
+# potatoq_bench, see benchmarks/peers/; the other names are Celery's defaults).
 RABBITMQ_NAMES = {
-    "celery": (["celery"], ["celery", "celery.pidbox", "celeryev", "reply.celery.pidbox"]),
-    "dramatiq": (["default", "default.DQ", "default.XQ"], []),
+    "celery": (["potatoq_bench"], ["potatoq_bench", "celery.pidbox", "celeryev", "reply.celery.pidbox"]),
+    "dramatiq": (["potatoq_bench", "potatoq_bench.DQ", "potatoq_bench.XQ"], []),
 }
 
 

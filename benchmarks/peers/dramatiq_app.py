@@ -1,5 +1,6 @@
 """Dramatiq with its default middleware, on Redis or RabbitMQ:
-``dramatiq benchmarks.peers.dramatiq_app -p 2`` (8 threads per process by default)."""
+``dramatiq benchmarks.peers.dramatiq_app -p 2`` (8 threads per process by default); only
+the queue has a name of its own."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import dramatiq
 from .. import record
 from . import url
 
+# Not "default": on a shared server that name may be someone else's (potatoq's own default).
+QUEUE = "potatoq_bench"
 if url().startswith("amqp"):
     from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
@@ -21,12 +24,12 @@ else:
     dramatiq.set_broker(RedisBroker(url=url()))
 
 
-@dramatiq.actor(actor_name="noop")
+@dramatiq.actor(actor_name="noop", queue_name=QUEUE)
 def noop(i: int) -> None:
     record.done()
 
 
-@dramatiq.actor(actor_name="stamp")
+@dramatiq.actor(actor_name="stamp", queue_name=QUEUE)
 def stamp(sent: float) -> None:
     record.started(sent)
 
