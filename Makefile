@@ -10,21 +10,52 @@ UV := $(shell command -v uv 2>/dev/null)
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
-	@if [ ! -x $(PY) ]; then \
-	  if [ -n "$(UV)" ]; then uv venv -q --python $(PYTHON) $(VENV); \
-	  elif ! $(PYTHON) -m venv $(VENV) 2>/dev/null; then \
-	    rm -rf $(VENV); \
+# $(call make_venv,DIR): create the virtualenv DIR with uv, or python3 -m venv (installing
+# python3-venv first on Debian/Ubuntu when we are root and it is missing).
+define make_venv
+	@if [ ! -x $(1)/bin/python ]; then \
+	  if [ -n "$(UV)" ]; then uv venv -q --python $(PYTHON) $(1); \
+	  elif ! $(PYTHON) -m venv $(1) 2>/dev/null; then \
+	    rm -rf $(1); \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	      echo "installing python3-venv (needed by python3 -m venv) ..."; \
 	      (apt-get install -y -q python3-venv >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null)); \
-	      $(PYTHON) -m venv $(VENV); \
+	      $(PYTHON) -m venv $(1); \
 	    else echo "error: '$(PYTHON) -m venv' failed; install python3-venv (Debian/Ubuntu) and retry" >&2; exit 1; fi; \
 	  fi; \
 	fi
-	@if [ -n "$(UV)" ]; then uv pip install -q --python $(PY) -e '.[dev]'; \
-	else $(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'; fi
+endef
+
+# $(call pip_install,DIR,SPEC): install SPEC into the virtualenv DIR.
+define pip_install
+	@if [ -n "$(UV)" ]; then uv pip install -q --python $(1)/bin/python $(2); \
+	else $(1)/bin/python -m pip install -q --disable-pip-version-check $(2); fi
+endef
+
+$(STAMP): pyproject.toml
+	$(call make_venv,$(VENV))
+	$(call pip_install,$(VENV),-e '.[dev]')
 	@touch $(STAMP)
+
+# The benchmark peers live in virtualenvs of their own, so that their pins can't break the
+# test venv: .venv-bench (potatoq, Celery, Dramatiq, RQ, huey, Procrastinate) and
+# .venv-bench-arq (arq pins redis<6, Celery's kombu needs redis>=6.4).
+BENCH_VENV ?= .venv-bench
+BENCH_ARQ_VENV ?= .venv-bench-arq
+BENCH_STAMP := $(BENCH_VENV)/.potatoq-bench-installed
+# (in a variable: a literal comma would split the $(call) arguments)
+BENCH_SPEC := -e '.[all,bench]'
+BENCH_ARQ_STAMP := $(BENCH_ARQ_VENV)/.potatoq-bench-installed
+
+$(BENCH_STAMP): pyproject.toml
+	$(call make_venv,$(BENCH_VENV))
+	$(call pip_install,$(BENCH_VENV),$(BENCH_SPEC))
+	@touch $(BENCH_STAMP)
+
+$(BENCH_ARQ_STAMP): pyproject.toml
+	$(call make_venv,$(BENCH_ARQ_VENV))
+	$(call pip_install,$(BENCH_ARQ_VENV),-e '.[bench-arq]')
+	@touch $(BENCH_ARQ_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/potatoq demo
@@ -41,10 +72,10 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format potatoq tests benchmarks
 	$(VENV)/bin/ruff check --fix potatoq tests benchmarks
 
-bench: $(STAMP)
-	@if [ -n "$(UV)" ]; then uv pip install -q --python $(PY) -e '.[dev,bench]'; \
-	else $(PY) -m pip install -q --disable-pip-version-check -e '.[dev,bench]'; fi
-	$(PY) -m benchmarks.run $(BENCH_ARGS)
+# Every broker, potatoq beside its peers, in one run (docs/benchmarks.md). Select with
+# e.g. BENCH_ARGS="--brokers redis,postgres -n 2000".
+bench: $(BENCH_STAMP) $(BENCH_ARQ_STAMP)
+	$(BENCH_VENV)/bin/python -m benchmarks.run --arq-python $(BENCH_ARQ_VENV)/bin/python $(BENCH_ARGS)
 
 # The fault-injection suite at full size (a 2,000-task kill storm per broker, broker restarts,
 # fencing, bad input, SQLite faults): rewrites docs/reliability-figures.md. Needs root (a
@@ -71,4 +102,4 @@ test-django-tasks: $(STAMP313)
 	POTATOQ_REQUIRE_DJANGO_TASKS=1 $(VENV313)/bin/python -m pytest tests/integrations/django_tasks $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV313) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV313) $(BENCH_VENV) $(BENCH_ARQ_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,86 @@
+"""The producer side of a benchmark, run by ``benchmarks.run`` as a subprocess inside the
+measured system's own virtualenv (so only the standard library and that system are
+imported here)::
+
+    python -m benchmarks.drive enqueue MODULE N [--batch B] [--countdown S]
+    python -m benchmarks.drive latency MODULE SAMPLES SECONDS [--gap-ms MIN,MAX]
+    python -m benchmarks.drive version DISTRIBUTION
+
+``enqueue`` sends N ``noop`` tasks (one ``send`` call each, or ``send_many`` calls of B)
+and prints the seconds it took. ``latency`` sends ``stamp`` tasks one at a time, each only
+after the previous one has started and a short random pause has let the workers go idle
+again (uniform in MIN..MAX ms, default 5..40); it stops after SAMPLES tasks or SECONDS,
+whichever comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import os
+import random
+import time
+
+from . import record
+
+STALL_SECONDS = 10
+
+
+def enqueue(module_name: str, n: int, batch: int, countdown: float | None) -> None:
+    module = importlib.import_module(module_name)
+    started = time.perf_counter()
+    if batch > 1 or countdown is not None:
+        options = {} if countdown is None else {"countdown": countdown}
+        for first in range(0, n, batch):
+            module.send_many("noop", [(i,) for i in range(first, min(n, first + batch))], **options)
+    else:
+        for i in range(n):
+            module.send("noop", i)
+    print(f"{time.perf_counter() - started:.6f}")
+
+
+def latency(module_name: str, samples: int, seconds: float, gap_ms: tuple[float, float]) -> None:
+    module = importlib.import_module(module_name)
+    path = os.environ[record.STARTED_ENV]
+    rng = random.Random(7)
+    stop = time.monotonic() + seconds
+    for i in range(samples):
+        module.send("stamp", time.time())
+        deadline = time.monotonic() + STALL_SECONDS
+        while record.count_started(path) <= i:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"a task sent into the idle worker didn't start within {STALL_SECONDS} s")
+            time.sleep(0.0002)
+        if time.monotonic() > stop:
+            break
+        time.sleep(rng.uniform(*gap_ms) / 1000)  # idle again, at no fixed phase of any poll loop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("enqueue")
+    p.add_argument("module")
+    p.add_argument("n", type=int)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--countdown", type=float, default=None)
+    p = sub.add_parser("latency")
+    p.add_argument("module")
+    p.add_argument("samples", type=int)
+    p.add_argument("seconds", type=float)
+    p.add_argument("--gap-ms", default="5,40", help="pause between samples: uniform in MIN,MAX ms")
+    p = sub.add_parser("version")
+    p.add_argument("distribution")
+    args = parser.parse_args()
+    if args.command == "enqueue":
+        enqueue(args.module, args.n, args.batch, args.countdown)
+    elif args.command == "latency":
+        low, high = (float(x) for x in args.gap_ms.split(","))
+        latency(args.module, args.samples, args.seconds, (low, high))
+    else:
+        print(importlib.metadata.version(args.distribution))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Celery with its defaults (prefork pool, early acks, prefetch multiplier 4, no result
+backend), on Redis or RabbitMQ: ``celery -A benchmarks.peers.celery_app worker -c 2``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from celery import Celery, group
+
+from .. import record
+from . import url
+
+app = Celery("bench", broker=url())
+# Not "celery": on a shared server that queue may be someone else's. Nothing else changes.
+app.conf.task_default_queue = "potatoq_bench"
+
+
+@app.task(name="noop")
+def noop(i: int) -> None:
+    record.done()
+
+
+@app.task(name="stamp")
+def stamp(sent: float) -> None:
+    record.started(sent)
+
+
+TASKS = {"noop": noop, "stamp": stamp}
+
+
+def send(task: str, *args: Any) -> None:
+    TASKS[task].delay(*args)
+
+
+def send_many(task: str, args_list: Sequence[Sequence[Any]]) -> None:
+    group(TASKS[task].s(*args) for args in args_list).apply_async()

@@ -1,0 +1,46 @@
+"""potatoq with its defaults; run by a real worker:
+``python -m potatoq.cli -A benchmarks.peers.potatoq_app worker -c 2``.
+
+``BENCH_TRANSPORT_OPTIONS`` (JSON) passes ``broker_transport_options``, e.g. a RabbitMQ
+queue prefix so the harness can remove everything it declared afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from potatoq import Potatoq, group
+
+from .. import record
+from . import url
+
+app = Potatoq(
+    "bench",
+    broker=url(),
+    broker_transport_options=json.loads(os.environ.get("BENCH_TRANSPORT_OPTIONS") or "{}"),
+)
+
+
+@app.task(name="noop")
+def noop(i: int) -> None:
+    record.done()
+
+
+@app.task(name="stamp")
+def stamp(sent: float) -> None:
+    record.started(sent)
+
+
+TASKS = {"noop": noop, "stamp": stamp}
+
+
+def send(task: str, *args: Any) -> None:
+    TASKS[task].delay(*args)
+
+
+def send_many(task: str, args_list: Sequence[Sequence[Any]], **options: Any) -> None:
+    """One group: one broker enqueue call for all of its messages."""
+    group(TASKS[task].s(*args) for args in args_list).apply_async(**options)

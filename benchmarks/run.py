@@ -1,0 +1,572 @@
+"""potatoq beside its peers, on all four brokers, in one run: ``make bench``.
+
+    python -m benchmarks.run [--brokers sqlite,redis,postgres,rabbitmq] [--systems ...]
+                             [-n 5000] [--batch 100] [--latency-samples 200] ...
+
+For each broker and each system (potatoq first, then the peers on the same server):
+
+1. **enqueue/s**: one producer sends N no-op tasks, one API call each (``delay()``,
+   ``send()``, ``enqueue()``, ``defer()``), into fresh storage, with no worker running;
+2. **batched enqueue/s**: the same N through the system's group or batch API, in batches
+   of ``--batch``, into fresh storage (n/a where a system has no such API);
+3. **processed/s**: the system's real worker with 2 processes (``python -m potatoq.cli -A
+   benchmarks.peers.potatoq_app worker -c 2`` for potatoq) is started on the N tasks of
+   step 2; the rate from the first completion to the last, each task recording its own
+   completion time (:mod:`benchmarks.record`), so start-up time doesn't count;
+4. **idle latency**: then ``stamp`` tasks are sent one at a time into the idle worker,
+   each recording how long after it was sent it started (p50 / p99).
+
+On PostgreSQL potatoq runs a second time with 10,000 far-future ETAs waiting in the table
+(sent before the N ready tasks), to show that they don't slow the claims of ready tasks.
+
+Every phase is bounded (``--max-seconds`` of processing, ``--latency-seconds`` of latency
+samples): a slow peer reports the rate of what it finished, marked as partial. Everything
+runs on loopback and everything created (files, databases, keys, queues) is removed.
+Results go to stdout as Markdown (``--markdown FILE`` and ``--json FILE`` also write them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from . import record
+from .servers import ROOT, SERVERS, Server
+
+BROKERS = ("sqlite", "redis", "postgres", "rabbitmq")
+PEERS = {
+    "sqlite": ("huey",),
+    "redis": ("celery", "dramatiq", "rq", "arq"),
+    "postgres": ("procrastinate",),
+    "rabbitmq": ("celery", "dramatiq"),
+}
+DEFAULT_URLS = {
+    "sqlite": "",
+    "redis": os.environ.get("POTATOQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379/9"),
+    "postgres": os.environ.get("POTATOQ_BENCH_POSTGRES_URL", "postgresql://127.0.0.1:5432/postgres"),
+    "rabbitmq": os.environ.get("POTATOQ_BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5673/"),
+}
+FAR_FUTURE_ETAS = 10_000
+FAR_FUTURE_SECONDS = 365 * 24 * 3600.0
+PROCESSES = 2
+RABBITMQ_NOTE = (
+    "potatoq confirms every publish (publisher confirms, mandatory) and acks late (after the task "
+    "and its follow-ups are settled); Celery with its defaults publishes without confirms and acks "
+    "early (before the task runs, prefetching 4 messages per process)."
+)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclasses.dataclass
+class Case:
+    broker: str
+    system: str
+    label: str
+    python: str
+    far_future: int = 0
+
+    @property
+    def module(self) -> str:
+        return f"benchmarks.peers.{self.system}_app"
+
+
+@dataclasses.dataclass
+class Result:
+    broker: str
+    system: str
+    label: str
+    version: str = ""
+    n: int = 0
+    load: float = 0.0
+    enqueue_per_s: float | None = None
+    batch_per_s: float | None = None
+    processed_per_s: float | None = None
+    processed: int = 0
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+    latency_samples: int = 0
+    worker_cpu_us: float | None = None  # worker CPU time per processed task
+    error: str = ""
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def worker_commands(case: Case, extra: Sequence[str] = ()) -> list[list[str]]:
+    """The command lines for 2 worker processes of ``case.system``, with its defaults
+    (``extra`` is added to potatoq's: ``--potatoq-args``)."""
+    bindir = Path(case.python).parent
+    if case.system == "potatoq":
+        return [[case.python, "-m", "potatoq.cli", "-A", case.module, "worker", "-c", str(PROCESSES), *extra]]
+    if case.system == "celery":
+        return [[case.python, "-m", "celery", "-A", case.module, "worker", "-c", str(PROCESSES)]]
+    if case.system == "dramatiq":
+        return [[str(bindir / "dramatiq"), case.module, "-p", str(PROCESSES)]]
+    if case.system == "rq":
+        url = os.environ["BENCH_URL"]
+        return [[str(bindir / "rq"), "worker", "-u", url, "default"]] * PROCESSES
+    if case.system == "arq":
+        return [[str(bindir / "arq"), f"{case.module}.WorkerSettings"]] * PROCESSES
+    if case.system == "huey":
+        return [[str(bindir / "huey_consumer"), f"{case.module}.huey", "-w", str(PROCESSES), "-k", "process"]]
+    if case.system == "procrastinate":
+        return [[str(bindir / "procrastinate"), f"--app={case.module}.app", "worker"]] * PROCESSES
+    raise ValueError(case.system)
+
+
+class Workers:
+    """The worker processes of one case, each in its own session so they stop as a group."""
+
+    def __init__(self, case: Case, env: dict[str, str], log: Path, extra: Sequence[str] = ()) -> None:
+        self.log = log
+        self.procs: list[subprocess.Popen[bytes]] = []
+        os.environ["BENCH_URL"] = env["BENCH_URL"]  # rq takes it on its command line
+        with open(log, "ab") as out:
+            for cmd in worker_commands(case, extra):
+                self.procs.append(
+                    subprocess.Popen(
+                        cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+                )
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by every process of the workers' sessions, including exited
+        children their parents have reaped (a recycled child, an RQ work horse)."""
+        sessions = {p.pid for p in self.procs}
+        ticks = 0
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            # after the command: state ppid pgrp session ... utime(12) stime cutime cstime
+            if int(fields[3]) in sessions:
+                ticks += sum(int(x) for x in fields[11:15])
+        return ticks / CLOCK_TICKS
+
+    def died(self) -> bool:
+        return any(p.poll() is not None for p in self.procs)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            with contextlib.suppress(ProcessLookupError):  # stragglers of the group (forked children)
+                os.killpg(p.pid, signal.SIGKILL)
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+
+# ----------------------------------------------------------------------------- one case
+
+
+def _drive(case: Case, env: dict[str, str], *args: str, timeout: float = 300) -> str:
+    done = subprocess.run(
+        [case.python, "-m", "benchmarks.drive", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"drive {' '.join(args)} failed:\n{done.stderr.strip()[-2000:]}")
+    return done.stdout.strip()
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) -> Result:
+    result = Result(case.broker, case.system, case.label, n=args.n, load=os.getloadavg()[0])
+    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+    base.pop("BENCH_URL", None)
+    with contextlib.suppress(Exception):
+        result.version = _drive(case, base, "version", case.system, timeout=60)
+    slug = f"{case.broker}-{case.label}".replace(" ", "_").replace(",", "")
+    created: list[dict[str, str]] = []
+    workers: Workers | None = None
+    try:
+        # 1. one call per task, no worker running
+        env = {**base, **server.fresh(case.system, "single")}
+        created.append(env)
+        seconds = float(_drive(case, env, "enqueue", case.module, str(args.n)))
+        result.enqueue_per_s = args.n / seconds
+        server.drop(case.system, env)
+        created.remove(env)
+
+        # 2. batched enqueue into fresh storage; these are the tasks the workers will run
+        storage = {**base, **server.fresh(case.system, "batch")}
+        created.append(storage)
+        env = storage
+        if case.far_future:
+            _drive(
+                case,
+                env,
+                "enqueue",
+                case.module,
+                str(case.far_future),
+                "--batch",
+                str(args.batch),
+                "--countdown",
+                str(FAR_FUTURE_SECONDS),
+            )
+            result.notes.append(f"{case.far_future:,} tasks with an ETA a year ahead waited in the table")
+        if _has_batch(case):
+            seconds = float(
+                _drive(case, env, "enqueue", case.module, str(args.n), "--batch", str(args.batch))
+            )
+            result.batch_per_s = args.n / seconds
+        else:
+            _drive(case, env, "enqueue", case.module, str(args.n))
+
+        # 3. the real worker on those N tasks
+        done_path = tmp / f"{slug}.done"
+        started_path = tmp / f"{slug}.started"
+        env = {**env, record.DONE_ENV: str(done_path), record.STARTED_ENV: str(started_path)}
+        workers = Workers(case, env, tmp / f"{slug}.log", shlex.split(args.potatoq_args))
+        t0 = time.monotonic()
+        first_at: float | None = None
+        first_cpu, first_count = 0.0, 0
+        while True:
+            count = record.count_done(str(done_path))
+            now = time.monotonic()
+            if count and first_at is None:
+                first_at, first_cpu, first_count = now, workers.cpu_seconds(), count
+            if count >= args.n:
+                break
+            if workers.died():
+                raise RuntimeError(f"a worker exited after {count}/{args.n} tasks:\n{workers.tail()}")
+            if first_at is None and now - t0 > args.start_seconds:
+                raise RuntimeError(f"no task finished within {args.start_seconds:g} s:\n{workers.tail()}")
+            if first_at is not None and now - first_at > args.max_seconds:
+                result.notes.append(f"partial: {count:,} of {args.n:,} tasks done in {args.max_seconds:g} s")
+                break
+            time.sleep(0.01)
+        result.worker_cpu_us = (workers.cpu_seconds() - first_cpu) / max(count - first_count, 1) * 1e6
+        stamps = sorted(float(line) for line in done_path.read_bytes().split())
+        result.processed = len(stamps)
+        result.processed_per_s = (len(stamps) - 1) / max(stamps[-1] - stamps[0], 1e-9)
+        if result.processed < args.n:
+            # A backlog would turn the latency samples into queueing times: start again on
+            # empty storage, with one task run first so that start-up isn't sampled.
+            workers.stop()
+            server.drop(case.system, storage)
+            created.remove(storage)
+            storage = {**base, **server.fresh(case.system, "latency")}
+            created.append(storage)
+            env = {**storage, record.DONE_ENV: str(done_path), record.STARTED_ENV: str(started_path)}
+            workers = Workers(case, env, tmp / f"{slug}.log", shlex.split(args.potatoq_args))
+            _drive(case, env, "enqueue", case.module, "1")
+            _wait_for(
+                lambda: record.count_done(str(done_path)) > result.processed, workers, args.start_seconds
+            )
+
+        # 4. idle latency, one task at a time
+        time.sleep(0.3)  # idle: the workers have gone back to waiting
+        try:
+            _drive(
+                case,
+                env,
+                "latency",
+                case.module,
+                str(args.latency_samples),
+                str(args.latency_seconds),
+                f"--gap-ms={args.latency_gap_ms}",
+                timeout=args.latency_seconds + 60,
+            )
+        except RuntimeError as exc:  # keep the samples taken so far, and say what happened
+            result.notes.append(f"latency sampling stopped: {str(exc).splitlines()[-1]}")
+        samples = sorted(float(x) * 1000 for x in started_path.read_bytes().split())
+        result.latency_samples = len(samples)
+        if samples:
+            result.latency_p50_ms = statistics.median(samples)
+            result.latency_p99_ms = _percentile(samples, 99)
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        if workers is not None:
+            result.error += f"\nworker log:\n{workers.tail()}"
+    finally:
+        if workers is not None:
+            workers.stop()
+        for env in created:
+            try:
+                server.drop(case.system, env)
+            except Exception as exc:
+                result.notes.append(f"cleanup failed: {exc!r}")
+    return result
+
+
+def _has_batch(case: Case) -> bool:
+    return case.system not in ("arq", "huey")
+
+
+def _wait_for(condition: Callable[[], bool], workers: Workers, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if workers.died() or time.monotonic() > deadline:
+            raise RuntimeError(f"the workers didn't run a task within {seconds:g} s:\n{workers.tail()}")
+        time.sleep(0.01)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f"{kib / 1024 / 1024:.0f} GiB"
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": f"{cpu}, {os.cpu_count()} cores",
+        "memory": memory,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "load": "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
+    }
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f} µs"
+
+
+def _ratio(ours: float | None, theirs: float | None) -> str:
+    if ours is None or theirs is None or theirs == 0:
+        return "n/a"
+    ratio = ours / theirs
+    return f"{ratio:.2f}×" if ratio >= 0.1 else f"{ratio:.3f}×"  # noqa: RUF001 - a multiplication sign
+
+
+def report(
+    results: list[Result], servers: dict[str, str], info: dict[str, str], args: argparse.Namespace
+) -> str:
+    out = [
+        (
+            f"Run {info['date']} on {info['cpu']}, {info['memory']}, {info['os']}, "
+            f"Python {info['python']}; load average at the start {info['start_load']}, "
+            f"at the end {info['load']}."
+        ),
+        (
+            f"{args.n:,} no-op tasks per system, batches of {args.batch}, {PROCESSES} worker processes, "
+            f"up to {args.latency_samples} idle-latency samples ({args.latency_seconds:g} s at most) "
+            f"sent {args.latency_gap_ms.replace(',', ' to ')} ms apart."
+        ),
+    ]
+    for broker in BROKERS:
+        rows = [r for r in results if r.broker == broker]
+        if not rows:
+            continue
+        out += ["", f"### {broker} ({servers.get(broker, '?')})", ""]
+        out.append(
+            "| system | enqueue/s (one call each) | batched enqueue/s | processed/s (2 processes) "
+            "| worker CPU per task | idle latency p50 / p99 | load (1 min) |"
+        )
+        out.append("|---|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            name = f"{r.label} {r.version}".strip()
+            if r.error:
+                out.append(f"| {name} | failed: {r.error.splitlines()[0][:150]} | | | | | {r.load:.2f} |")
+                continue
+            latency = f"{_ms(r.latency_p50_ms)} / {_ms(r.latency_p99_ms)} ms ({r.latency_samples})"
+            processed = _rate(r.processed_per_s) + ("*" if r.processed < r.n else "")
+            out.append(
+                f"| {name} | {_rate(r.enqueue_per_s)} | {_rate(r.batch_per_s)} | {processed} "
+                f"| {_us(r.worker_cpu_us)} | {latency} | {r.load:.2f} |"
+            )
+        ours = next((r for r in rows if r.label == "potatoq" and not r.error), None)
+        peers = [r for r in rows if r.system != "potatoq" and not r.error]
+        if ours and peers:
+            out += [
+                "",
+                "potatoq ÷ peer (above 1 is potatoq ahead for rates; for latency below 1 is potatoq ahead):",
+                "",
+                "| peer | enqueue | batched enqueue | processed | latency p50 | latency p99 |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
+            for r in peers:
+                out.append(
+                    f"| {r.label} | {_ratio(ours.enqueue_per_s, r.enqueue_per_s)} "
+                    f"| {_ratio(ours.batch_per_s, r.batch_per_s)} "
+                    f"| {_ratio(ours.processed_per_s, r.processed_per_s)} "
+                    f"| {_ratio(ours.latency_p50_ms, r.latency_p50_ms)} "
+                    f"| {_ratio(ours.latency_p99_ms, r.latency_p99_ms)} |"
+                )
+        eta = next((r for r in rows if r.system == "potatoq" and r.label != "potatoq" and not r.error), None)
+        if ours and eta:
+            out += [
+                "",
+                (
+                    f"With {FAR_FUTURE_ETAS:,} far-future ETAs waiting, potatoq processed "
+                    f"{_rate(eta.processed_per_s)}/s: {_ratio(eta.processed_per_s, ours.processed_per_s)} "
+                    "its rate without them."
+                ),
+            ]
+        if broker == "rabbitmq":
+            out += [
+                "",
+                RABBITMQ_NOTE,
+            ]
+        notes = [f"{r.label}: {note}" for r in rows for note in r.notes]
+        errors = [f"{r.label}: {r.error}" for r in rows if r.error]
+        if any(r.processed < r.n and not r.error for r in rows):
+            notes.append("* partial: the worker didn't finish all tasks within the time bound")
+        if notes or errors:
+            out += ["", *[f"- {line}" for line in notes + errors]]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def plan(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
+    cases: list[Case] = []
+    skipped: list[str] = []
+    wanted = set(args.systems.split(",")) if args.systems else None
+    for broker in args.brokers.split(","):
+        if broker not in BROKERS:
+            raise SystemExit(f"unknown broker {broker!r}: use {','.join(BROKERS)}")
+        for system in ("potatoq", *PEERS[broker]):
+            if wanted is not None and system not in wanted:
+                continue
+            python = sys.executable
+            if system == "arq":
+                if not args.arq_python or not Path(args.arq_python).exists():
+                    skipped.append("arq: no --arq-python (arq needs redis<6, Celery's kombu redis>=6.4)")
+                    continue
+                python = args.arq_python
+            cases.append(Case(broker, system, system, python))
+            if broker == "postgres" and system == "potatoq" and not args.no_far_future:
+                label = f"potatoq, {FAR_FUTURE_ETAS:,} far-future ETAs"
+                cases.append(Case(broker, system, label, python, far_future=FAR_FUTURE_ETAS))
+    return cases, skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--brokers", default=",".join(BROKERS))
+    parser.add_argument("--systems", default="", help="comma-separated subset, e.g. potatoq,celery")
+    parser.add_argument("-n", type=int, default=5000, help="tasks per system (default 5000)")
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--latency-gap-ms", default="5,40", help="pause between latency samples, uniform in MIN,MAX ms"
+    )
+    parser.add_argument("--max-seconds", type=float, default=25.0, help="processing bound per system")
+    parser.add_argument("--start-seconds", type=float, default=60.0, help="bound on worker start-up")
+    parser.add_argument("--potatoq-args", default="", help='extra potatoq worker options, e.g. "-l warning"')
+    parser.add_argument("--no-far-future", action="store_true", help="skip the PostgreSQL ETA run")
+    for broker in ("redis", "postgres", "rabbitmq"):
+        parser.add_argument(f"--{broker}-url", default=DEFAULT_URLS[broker])
+    default_arq = ROOT / ".venv-bench-arq" / "bin" / "python"
+    parser.add_argument("--arq-python", default=str(default_arq) if default_arq.exists() else "")
+    parser.add_argument("--markdown", help="also write the report here")
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args(argv)
+
+    cases, skipped = plan(args)
+    info = machine()
+    info["start_load"] = info["load"]
+    results: list[Result] = []
+    versions: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="potatoq-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        servers: dict[str, Server] = {}
+        try:
+            for case in cases:
+                if case.broker not in servers:
+                    try:
+                        servers[case.broker] = SERVERS[case.broker](
+                            getattr(args, f"{case.broker}_url", ""), tmp
+                        )
+                        versions[case.broker] = servers[case.broker].version()
+                    except Exception as exc:
+                        skipped.append(f"{case.broker}: server unreachable ({exc!r})")
+                        servers[case.broker] = None  # type: ignore[assignment]
+                server = servers[case.broker]
+                if server is None:
+                    continue
+                print(f"{case.broker}: {case.label} ...", file=sys.stderr, flush=True)
+                started = time.monotonic()
+                result = run_case(case, server, args, tmp)
+                print(
+                    f"  {time.monotonic() - started:.0f} s  "
+                    + (result.error.splitlines()[0] if result.error else "ok"),
+                    file=sys.stderr,
+                    flush=True,
+                )
+                results.append(result)
+        finally:
+            for server in servers.values():
+                if server is not None:
+                    with contextlib.suppress(Exception):
+                        server.close()
+    info.update(machine() | {"date": info["date"], "start_load": info["start_load"]})
+    text = report(results, versions, info, args)
+    if skipped:
+        text += "\n\nSkipped: " + "; ".join(skipped)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"machine": info, "servers": versions, "results": [dataclasses.asdict(r) for r in results]},
+                indent=2,
+            )
+        )
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
