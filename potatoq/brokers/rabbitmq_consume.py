@@ -172,7 +172,7 @@ class Intake:
         for amqp in [a for a in self._consumers if a not in wanted]:  # queues no longer asked for
             tag = self._consumers.pop(amqp)
             if work is not None:
-                cancel_keeping(work, tag, lambda _frame, t=tag: self._by_tag.pop(t, None))
+                cancel_keeping(work, tag, self._forget_cancelled(tag))
         self._start_consumers()
 
     def _start_consumers(self) -> None:
@@ -192,13 +192,29 @@ class Intake:
         if work is None:
             return
         for tag in consumers.values():
-            cancel_keeping(work, tag, lambda _frame, t=tag: self._by_tag.pop(t, None))
+            cancel_keeping(work, tag, self._forget_cancelled(tag))
+
+    def _forget_cancelled(self, tag: str) -> Any:
+        """The cancel-ok callback for ``tag``. pika files every pending cancel callback of a
+        channel under one key, so the first cancel-ok may run all of them: each forgets
+        the tag the frame names, never its own, so a consumer still live on the server
+        keeps its deliveries."""
+
+        def on_cancel_ok(frame: Any) -> None:
+            method = getattr(frame, "method", None)
+            self._by_tag.pop(getattr(method, "consumer_tag", None) or tag, None)
+
+        return on_cancel_ok
 
     def _on_message(self, channel: pika.channel.Channel, method: Any, properties: Any, body: bytes) -> None:
+        delivering: pika.channel.Channel = channel
         if channel is not self.link.work:
             return
         queue, band, amqp = self._by_tag.get(method.consumer_tag, ("", 0, ""))
         if not amqp:
+            # A delivery for a consumer we no longer know: hand it back rather than leave
+            # it unacked (it would sit on this channel, never run, until the channel closes).
+            delivering.basic_nack(method.delivery_tag, requeue=True)
             return
         pending = Pending(
             tag=method.delivery_tag,
