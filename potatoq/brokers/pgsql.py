@@ -61,6 +61,18 @@ def render(template: str, **identifiers: str) -> str:
     return sql.SQL(template).format(**quoted).as_string(None)
 
 
+def compact(text: str) -> str:
+    """``text`` without whole-line comments and blank lines.
+
+    The comments document the .sql files; sent to the server they only make statements
+    longer, and psycopg caches the parsing of queries up to 4 KiB only: the settle statement
+    with its comments was longer and was parsed again on every settle.
+    """
+    return "\n".join(
+        line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("--")
+    )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Statement:
     """One rendered statement, in the two forms the drivers take."""
@@ -80,7 +92,7 @@ class Statements:
     def __init__(self, schema: str) -> None:
         self.schema = validate_schema_name(schema)
         self._by_name = {
-            name: Statement.of(name, render(body, schema=self.schema))
+            name: Statement.of(name, compact(render(body, schema=self.schema)))
             for name, body in queries().items()
             if "{channel}" not in body
         }
