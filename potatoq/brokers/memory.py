@@ -413,6 +413,20 @@ class MemoryBroker(Broker):
         with self._store.lock:
             self._store.heartbeats.pop(node, None)
 
+    def held_by(self, worker: WorkerRef) -> list[Delivery]:
+        with self._store.lock:
+            held = sorted(
+                (j for j in self._store.jobs.values() if j.state == RUNNING and j.worker == worker),
+                key=lambda j: j.claimed_at,
+            )
+            rows = [(j.id, j.queue, j.raw, j.token or "", j.deliveries, j.claimed_at) for j in held]
+        return [
+            decode_delivery(
+                id=task_id, queue=queue, raw=raw, token=token, deliveries=n, worker=worker, claimed_at=at
+            )
+            for task_id, queue, raw, token, n, at in rows
+        ]
+
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         store = self._store
         requeued = dead = 0

@@ -25,6 +25,16 @@ from .harness import FaultEnv
 SHARED_BROKERS = list(FACTORIES)
 
 
+def with_known_gaps(names: list[str], gaps: dict[str, str]) -> list[Any]:
+    """``fault_env`` params: a broker with a known gap (found by this suite, reported to its
+    owner, not fixed yet) runs as a non-strict xfail with the gap as its reason, so the
+    run says so every time and an XPASS shows once it is fixed."""
+    return [
+        pytest.param(name, marks=pytest.mark.xfail(reason=gaps[name], strict=False)) if name in gaps else name
+        for name in names
+    ]
+
+
 @pytest.fixture
 def fault_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultEnv]:
     name = request.param

@@ -268,7 +268,9 @@ def render(rows: list[Row], summary: list[str], status: int) -> str:
         *_table(["", ""], [list(item) for item in machine()]),
     ]
     for scenario, explanation, headers, cells in SECTIONS:
-        out += [f"## {scenario[0].upper()}{scenario[1:]}", "", explanation, ""]
+        title = scenario.replace("sqlite", "SQLite")
+        title = title[0].upper() + title[1:]
+        out += [f"## {title}", "", explanation, ""]
         out += _table(headers, [cells(r) for r in _of(rows, scenario)])
     out += ["## Summary of the run", "", f"pytest exit status {status}.", ""]
     out += [f"- `{line}`" for line in summary] + [""]

@@ -52,9 +52,10 @@ PRIVATE = {
 #: Gaps this test found in a broker its owner is still working on (reported, not fixed here).
 KNOWN_GAPS = {
     "rabbitmq": (
-        "RabbitMQ: while the node is down, .delay() blocks about 60 s (AmqpLink.run waits "
-        "max(30 s, 4 x broker_connection_timeout) per attempt) instead of raising within "
-        "broker_connection_timeout, and the in-flight settle waits as long"
+        "RabbitMQ: while the node is down, .delay() doesn't raise within "
+        "broker_connection_timeout: it blocks until the node is back, or about 60 s "
+        "(AmqpLink.run waits max(30 s, 4 x broker_connection_timeout) per attempt); a settle "
+        "in flight when the connection drops waits as long"
     ),
 }
 

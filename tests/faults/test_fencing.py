@@ -61,7 +61,11 @@ def test_late_settle_of_a_paused_worker_is_refused(fault_env: FaultEnv) -> None:
         report(
             "fencing",
             env.name,
-            silent_after=SILENCE_OPTIONS.get(env.name, DEAD_AFTER),
+            silent_after=(
+                f"AMQP heartbeat {SILENCE_OPTIONS[env.name]['heartbeat']} s"
+                if env.name in SILENCE_OPTIONS
+                else f"worker_dead_after {DEAD_AFTER:g} s"
+            ),
             redelivered_after_seconds=round(redelivered_after, 1),
             late_settle_refused=True,
             result_is_new_delivery=new_result_kept,
