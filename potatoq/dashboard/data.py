@@ -21,6 +21,7 @@ from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, W
 from ..exceptions import MessageDecodeError
 from ..message import Message
 from ..states import READY_STATES
+from .queued import QueuedView, queued_view
 
 __all__ = [
     "REDACTED",
@@ -139,6 +140,9 @@ class TaskView:
     args: str
     kwargs: str
     name: str | None
+    queued: QueuedView | None = None  # the message as the broker still holds it
+    finds_queued: bool = True  # False: the broker can't look a queued task up (RabbitMQ)
+    broker_name: str = ""  # for "waiting in <broker>" when it can't
 
     @property
     def state(self) -> str:
@@ -146,7 +150,7 @@ class TaskView:
             return "DEAD"
         if self.record is not None:
             return self.record.state
-        if self.running_on is not None:
+        if self.running_on is not None or (self.queued is not None and self.queued.state == "running"):
             return "RUNNING"
         return "PENDING"
 
@@ -172,6 +176,12 @@ def task_view(
 ) -> TaskView:
     """Everything the contract can tell about one task id."""
     record = backend.get_result(task_id) if backend is not None else None
+    finds_queued = broker.capabilities.finds_queued
+    queued = None
+    # A finished task has left the broker: spare the look-up. A RETRY or STARTED one is
+    # still there (scheduled again, or running).
+    if finds_queued and (record is None or record.state not in READY_STATES):
+        queued = broker.queued_task(task_id)
     dead = next((d for d in broker.list_dead(limit=dead_scan) if d.id == task_id), None)
     running_on = running_since = None
     name = record.name if record else None
@@ -182,6 +192,10 @@ def task_view(
                 name = name or run.task
     args: Any = record.args if record else None
     kwargs: Any = record.kwargs if record else None
+    if queued is not None and queued.message is not None:
+        args = queued.message.args if args is None else args
+        kwargs = queued.message.kwargs if kwargs is None else kwargs
+        name = name or queued.message.task
     if dead is not None:
         message = _decode(dead.raw)
         if message is not None:
@@ -197,6 +211,9 @@ def task_view(
         args=_shown(args, redact),
         kwargs=_shown(kwargs, redact),
         name=name,
+        queued=queued_view(queued) if queued is not None else None,
+        finds_queued=finds_queued,
+        broker_name=type(broker).__name__.removesuffix("Broker"),
     )
 
 
