@@ -264,30 +264,32 @@ class ScheduleRow:
     schedule: str
     next_run: float | None
     error: str | None = None
+    last_run: float | None = None  # the newest fire time the broker recorded for it
 
 
 def schedule_rows(
-    beat_schedule: Mapping[str, Any], timezone: Any, now: float | None = None
+    beat_schedule: Mapping[str, Any],
+    timezone: Any,
+    now: float | None = None,
+    last_runs: Mapping[str, float] | None = None,
 ) -> list[ScheduleRow]:
-    """Each ``beat_schedule`` entry with its next fire time (computed as the scheduler does)."""
+    """Each ``beat_schedule`` entry with its next fire time (computed as the scheduler does)
+    and its last one (``last_runs``, from :meth:`Broker.last_fire_times`)."""
     from ..schedules import maybe_schedule, resolve_timezone
 
     tz: dt.tzinfo = resolve_timezone(timezone)
     moment = time.time() if now is None else now
+    last = last_runs or {}
     rows = []
     for name, spec in dict(beat_schedule or {}).items():
         if not isinstance(spec, Mapping) or "schedule" not in spec:
             rows.append(ScheduleRow(str(name), "?", "?", None, "needs 'task' and 'schedule' keys"))
             continue
+        task, ran = str(spec.get("task", "?")), last.get(str(name))
         try:
             sched = maybe_schedule(spec["schedule"])
-            rows.append(
-                ScheduleRow(
-                    str(name), str(spec.get("task", "?")), repr(sched), sched.next_fire_after(moment, tz)
-                )
-            )
+            next_run = sched.next_fire_after(moment, tz)
+            rows.append(ScheduleRow(str(name), task, repr(sched), next_run, None, ran))
         except Exception as exc:  # noqa: BLE001 - one bad entry is shown, not a broken page
-            rows.append(
-                ScheduleRow(str(name), str(spec.get("task", "?")), repr(spec["schedule"]), None, str(exc))
-            )
+            rows.append(ScheduleRow(str(name), task, repr(spec["schedule"]), None, str(exc), ran))
     return sorted(rows, key=lambda r: (r.next_run is None, r.next_run or 0.0, r.name))
