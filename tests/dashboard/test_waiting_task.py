@@ -30,7 +30,7 @@ def test_a_waiting_task_shows_its_queued_message(any_app: Potatoq) -> None:
     app = any_app
     add = app.tasks["demo.add"]
     later = add.apply_async((2, 3), {}, countdown=3600, priority=7, queue="slow")
-    chained = (add.s(1, 2) | add.s(10)).apply_async(countdown=3600)
+    chained = (add.s(1, 2).set(countdown=3600) | add.s(10)).apply_async()
     first_id, second_id = chained.parent.id, chained.id
     finds = app.broker.capabilities.finds_queued
     with serve(create_app(app, sample_every=0)) as url, browser() as chromium:
