@@ -661,6 +661,21 @@ def test_fire_time_dedup_is_per_name_and_time(broker: Broker) -> None:
     assert_nothing_claimable(broker, ["default"])
 
 
+def test_last_fire_times_are_the_newest_recorded_per_name(broker: Broker) -> None:
+    now = float(int(time.time())) + 0.5  # a fraction survives the round trip too
+    assert broker.last_fire_times(["a", "b"]) == {}
+    assert broker.claim_fire_time("a", now - 60, None) is True
+    # A lagging scheduler claiming an older fire time later doesn't move "last" back.
+    assert broker.claim_fire_time("a", now - 120, None) is True
+    assert broker.claim_fire_time("a", now - 60, None) is False
+    assert broker.claim_fire_time("b", now - 30, msg("periodic")) is True
+    assert broker.last_fire_times(["a", "b", "never-fired"]) == {"a": now - 60, "b": now - 30}
+    assert broker.last_fire_times(["b"]) == {"b": now - 30}
+    assert broker.last_fire_times([]) == {}
+    assert broker.claim_fire_time("a", now, None) is True
+    assert broker.last_fire_times(["a"]) == {"a": now}
+
+
 # ----------------------------------------------------------------------------- results
 
 
@@ -761,6 +776,45 @@ def test_revoke_leaves_a_running_task_to_its_worker(broker: Broker) -> None:
     delivery = claim_soon(broker, ["default"])
     assert broker.revoke(delivery.id) is False
     assert broker.settle(delivery, Complete())
+
+
+def test_queued_task_reads_a_task_back_until_it_is_gone(broker: Broker) -> None:
+    needs(broker, "finds_queued")
+    eta = time.time() + 3600
+    later = msg("inspect", priority=3, eta=eta, args=(1, "x"), kwargs={"k": [2]}, headers={"parent_id": "p"})
+    soon = msg("inspect", priority=5)
+    broker.enqueue([later, soon])
+    found = broker.queued_task(later.id)
+    assert found is not None and found.error is None
+    assert (found.id, found.queue, found.state, found.priority, found.deliveries) == (
+        later.id,
+        "inspect",
+        "scheduled",
+        3,
+        0,
+    )
+    assert found.due == pytest.approx(eta, abs=0.01)
+    assert found.message == later and found.raw == later.encode()
+    ready = broker.queued_task(soon.id)
+    assert ready is not None and (ready.state, ready.priority, ready.deliveries) == ("ready", 5, 0)
+    delivery = claim_soon(broker, ["inspect"])
+    assert delivery.id == soon.id
+    running = broker.queued_task(soon.id)
+    assert running is not None and (running.state, running.deliveries) == ("running", 1)
+    assert broker.settle(delivery, Complete())
+    assert broker.queued_task(soon.id) is None  # finished tasks leave the broker
+    assert broker.revoke(later.id)
+    assert broker.queued_task(later.id) is None
+    assert broker.queued_task("no-such-task") is None
+
+
+def test_queued_task_is_none_where_queues_cannot_be_searched(broker: Broker) -> None:
+    if broker.capabilities.finds_queued:
+        pytest.skip("capabilities.finds_queued is True on this broker")
+    waiting = msg("inspect")
+    broker.enqueue([waiting])
+    assert broker.queued_task(waiting.id) is None
+    assert claim_soon(broker, ["inspect"]).id == waiting.id  # the task itself is there all along
 
 
 def test_queue_stats_counts_waiting_delayed_running(broker: Broker) -> None:

@@ -58,6 +58,7 @@ __all__ = [
     "Outcome",
     "ProcessLocal",
     "QueueStats",
+    "QueuedTask",
     "RecoverReport",
     "Requeue",
     "ResultRecord",
@@ -65,6 +66,7 @@ __all__ = [
     "WorkerInfo",
     "WorkerRef",
     "decode_delivery",
+    "decode_queued",
     "validate_queue_name",
 ]
 
@@ -172,6 +174,58 @@ def decode_delivery(
         error=error,
         handle=handle,
         claimed_at=time.time() if claimed_at is None else claimed_at,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueuedTask:
+    """A task the broker still holds, as :meth:`Broker.queued_task` reads it back.
+
+    ``state`` is ``"scheduled"`` (its eta is ahead, or it is due but not yet made ready),
+    ``"ready"`` or ``"running"``. ``due`` is when it is (or became) due, epoch seconds.
+    ``deliveries`` counts the deliveries of this attempt so far (crashes count).
+    """
+
+    id: str
+    queue: str
+    state: str
+    priority: int
+    due: float | None
+    deliveries: int
+    raw: bytes
+    message: Message | None = None  # None when ``raw`` couldn't be decoded
+    error: str | None = None  # why decoding failed
+
+
+def decode_queued(
+    *,
+    id: str,  # noqa: A002 - mirrors QueuedTask.id
+    queue: str,
+    state: str,
+    priority: int,
+    due: float | None,
+    deliveries: int,
+    raw: bytes | str,
+) -> QueuedTask:
+    """Build a :class:`QueuedTask`, decoding ``raw``; a decode failure is recorded, not raised
+    (the page that shows it must still work for a row a worker will dead-letter)."""
+    data = raw.encode() if isinstance(raw, str) else bytes(raw)
+    message: Message | None = None
+    error: str | None = None
+    try:
+        message = Message.decode(data)
+    except MessageDecodeError as exc:
+        error = exc.reason
+    return QueuedTask(
+        id=id,
+        queue=queue,
+        state=state,
+        priority=int(priority),
+        due=None if due is None else float(due),
+        deliveries=int(deliveries),
+        raw=data,
+        message=message,
+        error=error,
     )
 
 
@@ -352,6 +406,9 @@ class Capabilities:
     atomic_settle: bool = True  # result, follow-ups and removal in one step (AMQP: publish, then ack)
     recovers_dead_holders: bool = True  # recover() finds dead holders (AMQP: the server requeues them)
     full_stats: bool = True  # queue_stats/purge see scheduled and running tasks (AMQP: ready ones only)
+    # queued_task() finds a waiting task by id. AMQP queues can't be searched: a message is
+    # only seen when it is delivered, so RabbitMQ answers None until the task runs.
+    finds_queued: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -563,6 +620,14 @@ class Broker(abc.ABC):
         already did: True exactly once per ``(name, fire_time)`` among any number of callers.
         With ``message=None`` only the fire time is recorded (the caller sends it)."""
 
+    @abc.abstractmethod
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        """The latest fire time recorded by :meth:`claim_fire_time` for each entry in ``names``.
+
+        Entries with no fire time on record (never fired, or remembered no longer) are left
+        out. Read-only: the dashboard and ``potatoq schedule`` show it as the last run.
+        """
+
     # -- results ------------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -605,6 +670,14 @@ class Broker(abc.ABC):
     def is_revoked(self, task_id: str) -> bool:
         """True when a revoked id must be skipped at delivery (brokers that can't delete)."""
         return False
+
+    @abc.abstractmethod
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        """The task ``task_id`` as the broker holds it (scheduled, ready or running), or None.
+
+        Read-only. Brokers that can't look a queued message up by id
+        (``capabilities.finds_queued`` False) always return None.
+        """
 
     @abc.abstractmethod
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:

@@ -46,6 +46,7 @@ from potatoq.brokers.base import (
     DeadLetterRecord,
     Delivery,
     Outcome,
+    QueuedTask,
     QueueStats,
     RecoverReport,
     Requeue,
@@ -54,6 +55,7 @@ from potatoq.brokers.base import (
     WorkerInfo,
     WorkerRef,
     decode_delivery,
+    decode_queued,
     validate_queue_name,
 )
 from potatoq.exceptions import MessageDecodeError
@@ -528,6 +530,29 @@ class MemoryBroker(Broker):
                 store.add_message(message, raw, time.time())
                 store.enqueued.notify_all()
             return True
+
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        with self._store.lock:
+            fired = {name: self._store.fired.get(name) for name in names}
+            return {name: max(times) for name, times in fired.items() if times}
+
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        with self._store.lock:
+            job = self._store.jobs.get(task_id)
+            if job is None:
+                return None
+            # Copied under the lock: a claim or settle may change the job right after.
+            fields = (job.queue, job.state, job.priority, job.run_at, job.deliveries, job.raw)
+        queue, state, priority, run_at, deliveries, raw = fields
+        return decode_queued(
+            id=task_id,
+            queue=queue,
+            state=state,
+            priority=priority,
+            due=run_at,
+            deliveries=deliveries,
+            raw=raw,
+        )
 
     # -- results ------------------------------------------------------------------------------
 

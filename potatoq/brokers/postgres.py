@@ -74,6 +74,7 @@ from .base import (
     Delivery,
     Outcome,
     ProcessLocal,
+    QueuedTask,
     QueueStats,
     RecoverReport,
     Requeue,
@@ -82,6 +83,7 @@ from .base import (
     WorkerInfo,
     WorkerRef,
     decode_delivery,
+    decode_queued,
     validate_queue_name,
 )
 
@@ -727,6 +729,28 @@ class PostgresBroker(Broker):
         if claimed:
             self._defer(held)
         return claimed
+
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        if not names:
+            return {}
+        rows = self._run("periodic_last", {"names": list(names)})
+        return {str(name): float(fire_time) for name, fire_time in rows}
+
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        rows = self._run("job_find", {"id": task_id})
+        if not rows:
+            return None
+        _, queue, state, priority, due, deliveries, payload = rows[0]
+        return decode_queued(
+            id=task_id,
+            queue=queue,
+            # The states are the literals of the jobs table: 0 scheduled, 1 ready, 2 running.
+            state=("scheduled", "ready", "running")[state],
+            priority=priority,
+            due=due,
+            deliveries=deliveries,
+            raw=bytes(payload),
+        )
 
     # -- results ------------------------------------------------------------------------------
 

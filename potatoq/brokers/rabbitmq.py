@@ -55,6 +55,7 @@ from potatoq.brokers.base import (
     DeadLetterRecord,
     Delivery,
     Outcome,
+    QueuedTask,
     QueueStats,
     RecoverReport,
     Requeue,
@@ -128,6 +129,7 @@ class RabbitMQBroker(Broker):
         atomic_settle=False,  # publish (confirmed), then ack; results in another store
         recovers_dead_holders=False,  # RabbitMQ requeues when the holder's connection closes
         full_stats=False,  # passive declares count ready messages only
+        finds_queued=False,  # a queued message is only seen when it is delivered
     )
     schemes: ClassVar[tuple[str, ...]] = ("amqp", "amqps")
 
@@ -458,6 +460,23 @@ class RabbitMQBroker(Broker):
         if first and message is not None:
             self.enqueue([message])
         return first
+
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        if self.backend is not None:
+            return self.backend.last_fire_times(names)
+        # Without a shared store only this process's own sends are known (the scheduler
+        # leader's, when this process holds the token).
+        wanted = set(names)
+        with self._lock:
+            last: dict[str, float] = {}
+            for name, fire_time in self._fired:
+                if name in wanted and fire_time > last.get(name, float("-inf")):
+                    last[name] = fire_time
+        return last
+
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        # A quorum queue can't be searched or peeked at by message id (capabilities.finds_queued).
+        return None
 
     def scheduler_lease(self) -> bool:
         """True while this process holds the periodic-scheduler token.

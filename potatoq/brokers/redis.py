@@ -19,6 +19,7 @@ same names inside the scripts)::
     dead:info           HASH  id -> JSON {queue, reason, deliveries, priority, died (ms)}
     chord:<group>       HASH  p:<index> -> part value, n (parts seen), fired
     periodic:<name>:<ms>  STRING  SET NX: one sender per fire time
+    periodic:last       HASH  entry name -> newest fire time sent (ms), for "last run"
     workers             HASH  node -> WorkerInfo;  workers:seen  ZSET node -> last heartbeat (ms)
     queues              SET   every queue name ever used (stats, recovery)
     seq                 STRING  the ready-order counter
@@ -79,6 +80,7 @@ from potatoq.brokers.base import (
     Delivery,
     Outcome,
     ProcessLocal,
+    QueuedTask,
     QueueStats,
     RecoverReport,
     Requeue,
@@ -87,6 +89,7 @@ from potatoq.brokers.base import (
     WorkerInfo,
     WorkerRef,
     decode_delivery,
+    decode_queued,
     validate_queue_name,
 )
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
@@ -210,6 +213,11 @@ class Keys:
     def queues(self) -> str:
         return f"{self.prefix}queues"
 
+    @property
+    def periodic_last(self) -> str:
+        # Can't equal a periodic:<name>:<ms> key: those have two more colons.
+        return f"{self.prefix}periodic:last"
+
 
 # ----------------------------------------------------------------------------- scripts
 
@@ -237,6 +245,9 @@ def _load_scripts() -> dict[str, Script]:
 
 
 SCRIPTS = _load_scripts()
+
+# The job hash's state names, as queued_task() reports them.
+_QUEUED_STATES = {"delayed": "scheduled", "ready": "ready", "active": "running"}
 
 
 # ----------------------------------------------------------------------------- server checks
@@ -617,6 +628,33 @@ class RedisBroker(Broker):
         )
         ttl = str(_ms(self.options.periodic_record_ttl))
         return bool(self._run("periodic_claim", [name, str(round(fire_time * 1000)), ttl, *fields]))
+
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        if not names:
+            return {}
+        with self._errors():
+            values: list[bytes | None] = self._client().hmget(self.keys.periodic_last, list(names))
+        return {name: float(ms) / 1000 for name, ms in zip(names, values, strict=True) if ms is not None}
+
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        fields = ("payload", "queue", "priority", "state", "deliveries", "ready_at", "due")
+        with self._errors():
+            values: list[bytes | None] = self._client().hmget(self.keys.job(task_id), fields)
+        job = dict(zip(fields, values, strict=True))
+        payload, state = job["payload"], (job["state"] or b"").decode()
+        if payload is None:  # no hash: finished, revoked or never enqueued
+            return None
+        # A delayed task is due at 'due'; once ready (or running) it became due at 'ready_at'.
+        due_ms = job["due"] if state == "delayed" else job["ready_at"] or job["due"]
+        return decode_queued(
+            id=task_id,
+            queue=(job["queue"] or b"").decode(),
+            state=_QUEUED_STATES.get(state, state),
+            priority=int(job["priority"] or 0),
+            due=None if due_ms is None else float(due_ms) / 1000,
+            deliveries=int(job["deliveries"] or 0),
+            raw=payload,
+        )
 
     # -- results ------------------------------------------------------------------------------
 

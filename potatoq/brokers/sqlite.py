@@ -63,6 +63,7 @@ from .base import (
     Delivery,
     Outcome,
     ProcessLocal,
+    QueuedTask,
     QueueStats,
     RecoverReport,
     Requeue,
@@ -71,6 +72,7 @@ from .base import (
     WorkerInfo,
     WorkerRef,
     decode_delivery,
+    decode_queued,
     validate_queue_name,
 )
 from .sqlite_setup import (
@@ -92,6 +94,7 @@ _WAIT_MIN = 0.002  # data_version backoff: first check after 2 ms ...
 _WAIT_MAX = 0.050  # ... doubling up to 50 ms
 
 _SCHEDULED, _READY, _RUNNING = 0, 1, 2
+_STATE_NAMES = {_SCHEDULED: "scheduled", _READY: "ready", _RUNNING: "running"}  # for queued_task()
 
 
 # ----------------------------------------------------------------------------- connections
@@ -601,6 +604,27 @@ class SQLiteBroker(Broker):
                 if message is not None:
                     self._insert(conn, (message,), now)
         return won
+
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        if not names:
+            return {}
+        rows = self._read("periodic_last", {"names": json.dumps(list(names))})
+        return {str(name): float(fire_time) for name, fire_time in rows}
+
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        rows = self._read("job_find", {"id": task_id})
+        if not rows:
+            return None
+        _, queue, state, priority, run_at, deliveries, payload = rows[0]
+        return decode_queued(
+            id=task_id,
+            queue=queue,
+            state=_STATE_NAMES.get(state, "scheduled"),
+            priority=priority,
+            due=run_at,
+            deliveries=deliveries,
+            raw=payload,
+        )
 
     # -- results ------------------------------------------------------------------------------
 

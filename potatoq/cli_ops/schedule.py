@@ -1,7 +1,10 @@
-"""``potatoq schedule``: the periodic tasks of ``beat_schedule`` and when each runs next.
+"""``potatoq schedule``: the periodic tasks of ``beat_schedule``, when each last ran and
+when it runs next.
 
-Fire times are computed the way the workers' scheduler computes them (in the app's
+Next fire times are computed the way the workers' scheduler computes them (in the app's
 ``timezone``, on the epoch grid for intervals), so what this prints is what will happen.
+The last run is the newest fire time the scheduler recorded in the broker
+(``Broker.last_fire_times``); when the broker can't be reached the rest is still printed.
 """
 
 from __future__ import annotations
@@ -42,8 +45,20 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--json", action="store_true", help="print JSON for scripts")
 
 
+def _last_runs(session: Session, names: list[str]) -> dict[str, float] | None:
+    """The broker's last fire time per entry, or None (with a note) when it can't be read:
+    the next runs are computed locally and are worth printing anyway."""
+    if not names:
+        return {}
+    try:
+        return session.broker.last_fire_times(names)
+    except session.connection_errors() as exc:
+        session.note(f"last runs unknown: {session.unreachable(exc)}")
+        return None
+
+
 def cmd_schedule(session: Session) -> int:
-    """List beat_schedule entries with their next run times."""
+    """List beat_schedule entries with their last and next run times."""
     from potatoq.worker.scheduler import load_entries
 
     app = session.app
@@ -53,6 +68,7 @@ def cmd_schedule(session: Session) -> int:
         entries = load_entries(app)
     except (ValueError, TypeError, LookupError) as exc:
         raise CliError(f"bad beat_schedule or timezone: {exc}", Exit.USAGE) from None
+    last_runs = _last_runs(session, [entry.name for entry in entries])
     now = time.time()
     table_rows: list[list[Cell]] = []
     found: list[dict[str, Any]] = []
@@ -65,6 +81,8 @@ def cmd_schedule(session: Session) -> int:
                 runs.append(at)
         except ValueError as exc:  # a crontab that never matches, e.g. 30 February
             raise CliError(f"beat_schedule[{entry.name!r}]: {exc}", Exit.USAGE) from None
+        last = None if last_runs is None else last_runs.get(entry.name)
+        last_cell = "?" if last_runs is None else timestamp(last, tz)  # "-": none on record
         found.append(
             {
                 "name": entry.name,
@@ -73,6 +91,7 @@ def cmd_schedule(session: Session) -> int:
                 "args": list(entry.args),
                 "kwargs": dict(entry.kwargs),
                 "options": dict(entry.options),
+                "last_run": last,
                 "next_run": runs[0],
                 "next_runs": [timestamp(t, tz) for t in runs],
             }
@@ -82,6 +101,7 @@ def cmd_schedule(session: Session) -> int:
                 entry.name,
                 entry.task,
                 describe_schedule(entry.schedule),
+                last_cell,
                 ", ".join(timestamp(t, tz) for t in runs),
                 (f"in {duration(runs[0] - now)}", "cyan"),
             ]
@@ -89,13 +109,14 @@ def cmd_schedule(session: Session) -> int:
     if session.args.json:
         session.json({"timezone": str(tz), "entries": found})
     elif found:
-        session.print(table(["NAME", "TASK", "SCHEDULE", "NEXT RUN", "IN"], table_rows, session.style))
+        headers = ["NAME", "TASK", "SCHEDULE", "LAST RUN", "NEXT RUN", "IN"]
+        session.print(table(headers, table_rows, session.style))
     else:
         session.print("no periodic tasks (beat_schedule is empty)")
     return Exit.OK
 
 
 def register(command: Registrar) -> None:
-    command("schedule", "periodic tasks (beat_schedule) and their next run", arguments=_arguments)(
+    command("schedule", "periodic tasks (beat_schedule): last and next run", arguments=_arguments)(
         guarded(cmd_schedule)
     )

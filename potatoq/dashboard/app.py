@@ -133,7 +133,10 @@ class Dashboard:
 
     def schedules(self, request: Request) -> Response:
         conf = self.app.conf
-        rows = data.schedule_rows(conf.beat_schedule or {}, getattr(conf, "timezone", None))
+        names = [str(name) for name in dict(conf.beat_schedule or {})]
+        last_runs = self.app.broker.last_fire_times(names) if names else {}
+        timezone = getattr(conf, "timezone", None)
+        rows = data.schedule_rows(conf.beat_schedule or {}, timezone, last_runs=last_runs)
         return self.render(request, "schedules.html", "Periodic tasks", live=True, rows=rows)
 
     # -- actions (POST + CSRF, refused in read-only mode) --------------------------------------

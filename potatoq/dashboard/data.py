@@ -21,6 +21,7 @@ from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, W
 from ..exceptions import MessageDecodeError
 from ..message import Message
 from ..states import READY_STATES
+from .queued import QueuedView, queued_view
 
 __all__ = [
     "REDACTED",
@@ -139,6 +140,9 @@ class TaskView:
     args: str
     kwargs: str
     name: str | None
+    queued: QueuedView | None = None  # the message as the broker still holds it
+    finds_queued: bool = True  # False: the broker can't look a queued task up (RabbitMQ)
+    broker_name: str = ""  # for "waiting in <broker>" when it can't
 
     @property
     def state(self) -> str:
@@ -146,7 +150,7 @@ class TaskView:
             return "DEAD"
         if self.record is not None:
             return self.record.state
-        if self.running_on is not None:
+        if self.running_on is not None or (self.queued is not None and self.queued.state == "running"):
             return "RUNNING"
         return "PENDING"
 
@@ -172,6 +176,12 @@ def task_view(
 ) -> TaskView:
     """Everything the contract can tell about one task id."""
     record = backend.get_result(task_id) if backend is not None else None
+    finds_queued = broker.capabilities.finds_queued
+    queued = None
+    # A finished task has left the broker: spare the look-up. A RETRY or STARTED one is
+    # still there (scheduled again, or running).
+    if finds_queued and (record is None or record.state not in READY_STATES):
+        queued = broker.queued_task(task_id)
     dead = next((d for d in broker.list_dead(limit=dead_scan) if d.id == task_id), None)
     running_on = running_since = None
     name = record.name if record else None
@@ -182,6 +192,10 @@ def task_view(
                 name = name or run.task
     args: Any = record.args if record else None
     kwargs: Any = record.kwargs if record else None
+    if queued is not None and queued.message is not None:
+        args = queued.message.args if args is None else args
+        kwargs = queued.message.kwargs if kwargs is None else kwargs
+        name = name or queued.message.task
     if dead is not None:
         message = _decode(dead.raw)
         if message is not None:
@@ -197,6 +211,9 @@ def task_view(
         args=_shown(args, redact),
         kwargs=_shown(kwargs, redact),
         name=name,
+        queued=queued_view(queued) if queued is not None else None,
+        finds_queued=finds_queued,
+        broker_name=type(broker).__name__.removesuffix("Broker"),
     )
 
 
@@ -247,30 +264,32 @@ class ScheduleRow:
     schedule: str
     next_run: float | None
     error: str | None = None
+    last_run: float | None = None  # the newest fire time the broker recorded for it
 
 
 def schedule_rows(
-    beat_schedule: Mapping[str, Any], timezone: Any, now: float | None = None
+    beat_schedule: Mapping[str, Any],
+    timezone: Any,
+    now: float | None = None,
+    last_runs: Mapping[str, float] | None = None,
 ) -> list[ScheduleRow]:
-    """Each ``beat_schedule`` entry with its next fire time (computed as the scheduler does)."""
+    """Each ``beat_schedule`` entry with its next fire time (computed as the scheduler does)
+    and its last one (``last_runs``, from :meth:`Broker.last_fire_times`)."""
     from ..schedules import maybe_schedule, resolve_timezone
 
     tz: dt.tzinfo = resolve_timezone(timezone)
     moment = time.time() if now is None else now
+    last = last_runs or {}
     rows = []
     for name, spec in dict(beat_schedule or {}).items():
         if not isinstance(spec, Mapping) or "schedule" not in spec:
             rows.append(ScheduleRow(str(name), "?", "?", None, "needs 'task' and 'schedule' keys"))
             continue
+        task, ran = str(spec.get("task", "?")), last.get(str(name))
         try:
             sched = maybe_schedule(spec["schedule"])
-            rows.append(
-                ScheduleRow(
-                    str(name), str(spec.get("task", "?")), repr(sched), sched.next_fire_after(moment, tz)
-                )
-            )
+            next_run = sched.next_fire_after(moment, tz)
+            rows.append(ScheduleRow(str(name), task, repr(sched), next_run, None, ran))
         except Exception as exc:  # noqa: BLE001 - one bad entry is shown, not a broken page
-            rows.append(
-                ScheduleRow(str(name), str(spec.get("task", "?")), repr(spec["schedule"]), None, str(exc))
-            )
+            rows.append(ScheduleRow(str(name), task, repr(spec["schedule"]), None, str(exc), ran))
     return sorted(rows, key=lambda r: (r.next_run is None, r.next_run or 0.0, r.name))

@@ -275,8 +275,10 @@ def test_schedule_lists_entries_and_their_next_run(cli):
     assert len(entry["next_runs"]) == 3
 
     table = cli("schedule", extra_env={"POTATOQ_TEST_BEAT": "30"})
-    assert table.stdout.splitlines()[0].split() == ["NAME", "TASK", "SCHEDULE", "NEXT", "RUN", "IN"]
+    header = ["NAME", "TASK", "SCHEDULE", "LAST", "RUN", "NEXT", "RUN", "IN"]
+    assert table.stdout.splitlines()[0].split() == header
     assert "every 30s" in table.stdout
+    assert entry["last_run"] is None  # nothing fired yet
 
     assert cli("schedule").stdout.strip() == "no periodic tasks (beat_schedule is empty)"
 

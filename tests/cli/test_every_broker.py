@@ -7,6 +7,8 @@ isn't reachable is skipped (a failure under CI=true), as in the contract suite.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from potatoq.testing import drain
@@ -74,9 +76,15 @@ def test_every_command_on_this_broker(broker_env, broker_client, any_cli):
     drain(app, queues=["default"])
     assert any_cli("dead", "purge", "-f").stdout.strip() == "1 dead letter deleted"
 
-    # schedule (computed locally from beat_schedule; the broker only dedups fire times)
+    # schedule: next runs computed locally from beat_schedule, the last one read from the
+    # fire times the broker recorded (as a worker's scheduler records them)
     schedule = any_cli("schedule", "--json", extra_env={"POTATOQ_TEST_BEAT": "60"})
-    assert as_json(schedule)["entries"][0]["schedule"] == "every 60s"
+    (entry,) = as_json(schedule)["entries"]
+    assert (entry["schedule"], entry["last_run"]) == ("every 60s", None)
+    fired = float(int(time.time()) // 60 * 60)
+    assert app.broker.claim_fire_time("tick", fired, None)
+    schedule = any_cli("schedule", "--json", extra_env={"POTATOQ_TEST_BEAT": "60"})
+    assert as_json(schedule)["entries"][0]["last_run"] == fired
 
     # status and inspect, from a live worker's heartbeats
     worker = broker_env.worker("-c", "1", "-n", "every-broker@host")

@@ -1,4 +1,5 @@
-"""A potatoq app on a temp SQLite file with a few tasks, and TestClients for its dashboard."""
+"""A potatoq app on a temp SQLite file (or on every broker: ``any_app``) with a few tasks,
+and TestClients for its dashboard."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 from potatoq import Potatoq
+from potatoq.brokers import broker_class
 from potatoq.dashboard import create_app
+from tests import services
+from tests.conftest import FACTORIES, FactoryContext
 from tests.worker.conftest import client, env  # noqa: F401 - real worker fixtures for test_metrics
 
 #: task id -> how many times ``flaky`` ran it (it fails the first time)
@@ -73,3 +77,26 @@ def board(app: Potatoq) -> Iterator[Callable[..., TestClient]]:
     yield make
     for made in clients:
         made.close()
+
+
+@pytest.fixture(params=list(FACTORIES))
+def any_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Potatoq]:
+    """The demo tasks' app once per broker of ``tests/factories`` (skipped if unreachable)."""
+    module = FACTORIES[request.param]
+    if getattr(module, "SERVICE", None):
+        services.require(module.SERVICE)
+    ctx = FactoryContext(tmp_path=tmp_path, unique=f"d{uuid.uuid4().hex[:10]}", overrides={})
+    config = module.make_config(ctx)
+    capabilities = broker_class(config.url).capabilities
+    backend = None
+    if config.result_backend is not None:
+        backend = config.result_backend.config.url
+    elif not capabilities.results_by_default:
+        backend = "broker"  # Redis: results opt-in; the test reads them
+    app = make_app(
+        config.url, result_backend=backend, broker_transport_options=dict(config.transport_options)
+    )
+    yield app
+    app.close()
+    for fn in reversed(ctx.finalizers):
+        fn()

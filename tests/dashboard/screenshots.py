@@ -1,12 +1,17 @@
 """Make docs/img/dashboard-*.png: a real worker, real tasks, the dashboard, headless Chromium.
 
-    PYTHONPATH=. python -m tests.dashboard.screenshots docs/img
+    PYTHONPATH=. python -m tests.dashboard.screenshots docs/img [PAGE ...]
+
+With PAGE names (``overview``, ``workers``, ``task``, ``task-waiting``, ``dead-letters``,
+``schedules``, ``overview-narrow``) only those images are rewritten, so that a change to one
+page doesn't churn every image in the repository.
 
 A ``potatoq worker`` subprocess (the tests' ``tests.worker.proj`` app) runs on a temp
 SQLite file; this script sends it work (two tasks that block so the workers page has
-something running, bursts of quick ones for the chart, delayed ones, one unknown task that
-becomes a dead letter), serves the dashboard with uvicorn and screenshots each page with
-``chromium --headless --screenshot``.
+something running, bursts of quick ones for the chart, delayed ones, a delayed chain whose
+first step is shown waiting, one unknown task that becomes a dead letter), serves the
+dashboard with uvicorn and screenshots each page with ``chromium --headless --screenshot``.
+The periodic entry ``heartbeat-check`` fires every 10 s, so its last run is on record.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ def shoot(url: str, out: Path, width: int, height: int) -> None:
     print(f"wrote {out}")
 
 
-def main(target: str) -> int:
+def main(target: str, only: frozenset[str] = frozenset()) -> int:
     out_dir = Path(target)
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="potatoq-shots-"))
@@ -45,7 +50,7 @@ def main(target: str) -> int:
     marks.mkdir()
     url = f"sqlite:///{tmp / 'broker.sqlite3'}"
     schedule = {
-        "heartbeat-check": {"task": "proj.add", "schedule": 300.0, "args": [1, 1]},
+        "heartbeat-check": {"task": "proj.add", "schedule": 10.0, "args": [1, 1]},
         "nightly-report": {"task": "proj.pid", "schedule": 86400.0},
     }
     os.environ.update(POTATOQ_BROKER_URL=url, POTATOQ_TEST_DIR=str(marks))
@@ -81,6 +86,8 @@ def main(target: str) -> int:
             proj.block.apply_async(("report-b",), {"release": "go", "timeout": 120})
             for n in range(7):
                 proj.add.apply_async((n, n), queue="emails", countdown=600 + n)
+            steps = proj.add.s(2, 2).set(countdown=900, queue="emails", priority=5) | proj.add.s(8)
+            waiting = steps.apply_async().parent
             deadline = time.monotonic() + 30
             while not (marks / "started-report-a").exists() or not (marks / "started-report-b").exists():
                 if time.monotonic() > deadline:
@@ -88,14 +95,24 @@ def main(target: str) -> int:
                 time.sleep(0.05)
             for n in range(12):
                 proj.add.delay(n, n)  # waiting behind the two blocked children
+            while not proj.app.broker.last_fire_times(["heartbeat-check"]):
+                if time.monotonic() > deadline + 30:
+                    raise SystemExit("the scheduler recorded no fire time; see " + str(tmp / "worker.log"))
+                time.sleep(0.1)
             time.sleep(2.5)  # two more samples, and a heartbeat that reports the running tasks
             dead = proj.app.broker.list_dead()
-            shoot(f"{base}/", out_dir / "dashboard-overview.png", 1280, 900)
-            shoot(f"{base}/workers", out_dir / "dashboard-workers.png", 1280, 700)
-            shoot(f"{base}/tasks/{first.id}", out_dir / "dashboard-task.png", 1280, 700)
-            shoot(f"{base}/dead", out_dir / "dashboard-dead-letters.png", 1280, 700)
-            shoot(f"{base}/schedules", out_dir / "dashboard-schedules.png", 1280, 500)
-            shoot(f"{base}/", out_dir / "dashboard-overview-narrow.png", 390, 1100)
+            pages = [
+                ("overview", "/", 1280, 900),
+                ("workers", "/workers", 1280, 700),
+                ("task", f"/tasks/{first.id}", 1280, 700),
+                ("task-waiting", f"/tasks/{waiting.id}", 1280, 760),
+                ("dead-letters", "/dead", 1280, 700),
+                ("schedules", "/schedules", 1280, 500),
+                ("overview-narrow", "/", 390, 1100),
+            ]
+            for name, path, width, height in pages:
+                if not only or name in only:
+                    shoot(f"{base}{path}", out_dir / f"dashboard-{name}.png", width, height)
             print(f"dead letters: {[d.reason for d in dead]}")
             (marks / "go").write_text("null")
     finally:
@@ -106,4 +123,4 @@ def main(target: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "docs/img"))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "docs/img", frozenset(sys.argv[2:])))

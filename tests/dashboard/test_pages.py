@@ -176,3 +176,27 @@ def test_mounted_inside_another_app(app: Potatoq) -> None:
         assert 'href="http://127.0.0.1/ops/queue/workers"' in page.text
         assert 'href="http://127.0.0.1/ops/queue/static/dashboard.css"' in page.text
         assert client.get("/ops/queue/static/dashboard.js").status_code == 200
+
+
+def test_waiting_chord_member_links_its_callback(app: Potatoq, board: Any) -> None:
+    from potatoq import chord
+
+    add = app.tasks["demo.add"]
+    result = chord([add.s(1, 1), add.s(2, 2)], add.s(5)).delay()  # the headers wait, nothing runs them
+    header_id = result.parent.results[0].id  # type: ignore[union-attr]
+    page = board().get(f"/tasks/{header_id}").text
+    assert "chord callback (after 2 parts)" in page
+    assert f'href="http://127.0.0.1:5555/tasks/{result.id}"' in page
+    assert "ready since" in page and "(1, 1)" in page
+
+
+def test_undecodable_waiting_payload_is_shown_not_a_broken_page(app: Potatoq, board: Any) -> None:
+    import sqlite3
+
+    task = app.tasks["demo.add"].apply_async((1, 2), countdown=3600)
+    path = app.broker.path  # type: ignore[attr-defined]
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE potatoq_jobs SET payload = ? WHERE id = ?", (b"not json", task.id))
+    page = board().get(f"/tasks/{task.id}")
+    assert page.status_code == 200
+    assert "The payload can't be decoded" in page.text and "scheduled, due" in page.text

@@ -3,42 +3,12 @@
 from __future__ import annotations
 
 import re
-import uuid
-from pathlib import Path
 from typing import Any
 
-import pytest
 from starlette.testclient import TestClient
 
-from potatoq.brokers import broker_class
 from potatoq.dashboard import create_app
 from potatoq.testing import drain
-from tests import services
-from tests.conftest import FACTORIES, FactoryContext
-
-from .conftest import make_app
-
-
-@pytest.fixture(params=list(FACTORIES))
-def any_app(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    module = FACTORIES[request.param]
-    if getattr(module, "SERVICE", None):
-        services.require(module.SERVICE)
-    ctx = FactoryContext(tmp_path=tmp_path, unique=f"d{uuid.uuid4().hex[:10]}", overrides={})
-    config = module.make_config(ctx)
-    capabilities = broker_class(config.url).capabilities
-    backend = None
-    if config.result_backend is not None:
-        backend = config.result_backend.config.url
-    elif not capabilities.results_by_default:
-        backend = "broker"  # Redis: results opt-in; the test reads them
-    app = make_app(
-        config.url, result_backend=backend, broker_transport_options=dict(config.transport_options)
-    )
-    yield app
-    app.close()
-    for fn in reversed(ctx.finalizers):
-        fn()
 
 
 def test_replay_one_dead_letter_and_it_completes(any_app: Any) -> None:

@@ -15,6 +15,7 @@
 --   P..'dead'                   ZSET  id -> died at ms * 1000 + counter; P..'dead:payload', P..'dead:info' HASHes
 --   P..'chord:'..group          HASH  'p:<index>' -> part value, 'n' parts seen, 'fired'
 --   P..'periodic:'..name..':'..ts  STRING, SET NX: one sender per fire time
+--   P..'periodic:last'          HASH  name -> newest fire time sent (ms)
 --   P..'workers' HASH node -> WorkerInfo; P..'workers:seen' ZSET node -> last heartbeat (ms)
 --   P..'queues'  SET of queue names (stats, recovery); P..'seq' the ready sequence counter
 --
