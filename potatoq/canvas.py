@@ -638,6 +638,11 @@ def build_messages(
         inherit = dict(inherited)
         if errbacks:  # a chain's errback applies to each of its tasks
             inherit["link_error"] = [*inherit.get("link_error", []), *errbacks]
+        # The chain's own call options (``chain(...).apply_async(countdown=…, queue=…)``) go
+        # to its first task, over that task's own, as in Celery; the rest ride unchanged.
+        for key in _CALL_OPTIONS:
+            if key in sig.options:
+                tasks[0].options[key] = sig.options[key]
         rest = [dict(t) for t in tasks[1:]] + [dict(t) for t in chain_rest]
         links = sig.options.get("link")
         if links:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -63,6 +64,20 @@ def test_chain_passes_each_result_on(app: Potatoq, tasks: dict[str, Any]) -> Non
     assert r.get(timeout=1) == 60
     assert r.parent is not None and r.parent.get(timeout=1) == 6
     assert r.parent.parent is not None and r.parent.parent.get(timeout=1) == 3
+
+
+def test_chain_call_options_go_to_its_first_task(app: Potatoq, tasks: dict[str, Any]) -> None:
+    add = tasks["add"]
+    before = time.time()
+    r = (add.s(1, 2) | add.s(3)).apply_async(countdown=900, queue="emails", priority=7)
+    first = r.parent
+    assert first is not None
+    queued = app.broker.queued_task(first.id)
+    assert queued is not None
+    assert (queued.queue, queued.state, queued.priority) == ("emails", "scheduled", 7)
+    assert queued.due is not None and queued.due >= before + 900
+    # the second step isn't sent until the first has run
+    assert app.broker.queued_task(r.id) is None
 
 
 def test_pipe_operator_and_partial_chain_called_with_argument(app: Potatoq, tasks: dict[str, Any]) -> None:
