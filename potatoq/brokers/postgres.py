@@ -109,9 +109,14 @@ class PostgresOptions:
     schema: str | None = None
     #: LISTEN/NOTIFY wake-ups. False for PgBouncer in transaction mode: workers poll instead.
     notify: bool = True
-    #: seconds within which a process sends at most one NOTIFY per queue (the trailing edge
-    #: of the window still sends one).
+    #: seconds of the NOTIFY debounce window: a process sends at most ``notify_burst``
+    #: NOTIFYs per queue at once, then one per ``notify_debounce / notify_burst`` (a token
+    #: bucket). Enqueues beyond that are announced by one trailing NOTIFY, never left to the
+    #: fallback poll. 0: one NOTIFY per enqueue.
     notify_debounce: float = 0.05
+    #: NOTIFYs per queue a process sends inline within one window before it coalesces; a
+    #: trickle below this rate is announced at once (the size of the token bucket).
+    notify_burst: int = 5
     #: seconds between safety-net polls of an idle worker, and between promotions of due
     #: scheduled tasks by each worker process.
     poll_interval: float = 1.0
@@ -144,6 +149,12 @@ class PostgresOptions:
                 if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                     raise ImproperlyConfigured(
                         f"PostgreSQL broker_transport_options[{name!r}] must be a number of seconds >= 0, "
+                        f"got {value!r}"
+                    )
+            elif field.type == "int":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ImproperlyConfigured(
+                        f"PostgreSQL broker_transport_options[{name!r}] must be an integer >= 1, "
                         f"got {value!r}"
                     )
             elif not isinstance(value, str):
@@ -354,7 +365,9 @@ class PostgresBroker(Broker):
         return pgwake.Listener(self._connect, lambda channel: self._statements().listen(channel))
 
     def _make_debouncer(self) -> pgwake.NotifyDebouncer:
-        return pgwake.NotifyDebouncer(self.options.notify_debounce, self._send_notifies)
+        return pgwake.NotifyDebouncer(
+            self.options.notify_debounce, self._send_notifies, burst=self.options.notify_burst
+        )
 
     def _send_notifies(self, channels: list[str]) -> None:
         self._run("notify_channels", {"channels": channels})
