@@ -168,7 +168,8 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
     with monitor(pg_url) as mon:
         mon.execute(sql.SQL("ANALYZE {}.potatoq_jobs").format(sql.Identifier(schema)))
         mon.execute(
-            b"PREPARE pq_claim AS " + _prepared(stmts["job_claim"].text, ["queues", "worker", "pid"]).encode()
+            b"PREPARE pq_claim AS "
+            + _prepared(stmts["job_claim"].text, ["queues", "worker", "pid", "no_flush"]).encode()
         )
         mon.execute(
             b"PREPARE pq_promote AS "
@@ -177,7 +178,7 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
         for mode in ("force_custom_plan", "force_generic_plan"):
             mon.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Literal(mode)))
             claim_plan = "\n".join(
-                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], 'n', 1)")
+                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], 'n', 1, true)")
             )
             promote_plan = "\n".join(
                 r[0] for r in mon.execute("EXPLAIN EXECUTE pq_promote(1000, 'p:', true)")
@@ -640,8 +641,7 @@ def test_each_state_change_is_one_round_trip(make: Make, tmp_path: Any) -> None:
     broker.enqueue([msg("rt")])
     first = claim_within(broker, ["rt"])  # warm up: schema checked, promotion clock set
     assert broker.settle(first, Complete())
-    broker._promotion.get().claimed(True)  # a busy worker: no promotion is due
-    broker._promotion.get().promoted(0)
+    broker._promotion.get().promoted(0)  # no timed promotion is due for a second
 
     sent = _round_trips(broker, lambda: broker.enqueue([msg("rt")]), tmp_path)
     assert sent.count("Sync") + sent.count("Query") == 1, sent
@@ -663,6 +663,22 @@ def test_each_state_change_is_one_round_trip(make: Make, tmp_path: Any) -> None:
     assert sent.count("Sync") + sent.count("Query") == 1, sent  # settle + claim, pipelined
     settled, following = result_of[0]
     assert settled and following is not None
+
+
+def test_a_woken_idle_worker_claims_with_one_statement(make: Make, tmp_path: Any) -> None:
+    """The claim after a wake-up is a lone statement (no promotion pipelined in front of it
+    until the timed one is due), and its asynchronous commit stays inside its transaction:
+    the connection's later settles still wait for the WAL flush."""
+    broker = make(poll_interval=QUIET)  # the next timed promotion is 30 s away
+    assert broker.claim(["idle"], WORKER) is None  # the first claim promotes (timed) and finds nothing
+    broker.enqueue([msg("idle")])
+    holder: list[Delivery | None] = []
+    sent = _round_trips(broker, lambda: holder.append(broker.claim(["idle"], WORKER)), tmp_path)
+    assert sent.count("Execute") == 1 and sent.count("Sync") == 1, sent
+    assert holder[0] is not None
+    with broker._connection() as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    assert broker.settle(holder[0], Complete())
 
 
 def test_promotion_notifies_each_queue_once(make: Make) -> None:
