@@ -8,10 +8,12 @@
 * :class:`Listener`: one dedicated connection per process holds the LISTENs, read by a
   thread of its own so notifications never pile up while the process is busy. Waiting
   threads block on a condition and all return together on any notification.
-* :class:`NotifyDebouncer`: NOTIFY takes a cluster-wide lock at commit, so a producer sends
-  at most one per queue per window (50 ms) inline. Enqueues inside the window are *held*;
-  after they commit, a timer thread sends one trailing NOTIFY when the window ends. So a
-  ready task waits at most one window for its wake-up, never for the 1 s fallback poll.
+* :class:`NotifyDebouncer`: NOTIFY takes a cluster-wide lock at commit, so a producer
+  debounces it per queue with a token bucket: ``burst`` (5) inline NOTIFYs within a window
+  (50 ms), then one per ``window / burst``. A trickle is announced by each enqueue's own
+  statement; enqueues beyond the bucket are *held*, and after they commit a timer thread
+  sends one trailing NOTIFY as soon as a token is back. So a ready task waits at most
+  ``window / burst`` for its wake-up, never for the 1 s fallback poll.
 """
 
 from __future__ import annotations
@@ -241,22 +243,51 @@ def _close_quietly(conn: psycopg.Connection[Any] | None) -> None:
 
 
 class NotifyDebouncer:
-    """At most one NOTIFY per channel per ``window`` from this process, trailing edge included.
+    """A token bucket per channel: ``burst`` NOTIFYs at once, then one per ``window / burst``.
+
+    A trickle of enqueues (fewer than ``burst`` per ``window``) is announced inline, each
+    in its own statement, so an idle worker starts it at once. Only a burst beyond that is
+    coalesced: its enqueues are *held*, and once they have committed a timer thread sends
+    one trailing NOTIFY per channel as soon as the bucket has a token again (at most
+    ``window / burst`` later). So a ready task never waits for the 1 s fallback poll, and a
+    process sends at most ``burst + t * burst / window`` NOTIFYs per channel in any ``t``
+    seconds (NOTIFY takes a cluster-wide lock at commit).
 
     Use: ``inline, held = admit(channels)``; put ``inline`` in the enqueue statement; once it
     has committed, ``defer(held)``. Deferring only after the commit matters: a trailing
     NOTIFY that overtook the commit would wake a waiter that finds nothing and then sleeps.
+    While a channel has a trailing NOTIFY pending, its enqueues are held too (the pending
+    one announces them): a held task is then never left to an inline NOTIFY whose statement
+    might still fail and roll back.
     """
 
-    def __init__(self, window: float, send: Callable[[list[str]], None]) -> None:
+    def __init__(self, window: float, send: Callable[[list[str]], None], burst: int = 1) -> None:
         self.window = window
+        self.burst = max(1, burst)
+        self._refill = window / self.burst  # seconds to regain one token
         self._send = send
         self._cond = threading.Condition()
-        self._last_sent: dict[str, float] = {}
+        self._tokens: dict[str, tuple[float, float]] = {}  # channel -> (tokens, as of when)
         self._pending: dict[str, float] = {}  # channel -> when its trailing NOTIFY is due
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.inline_sent = 0  # NOTIFYs admitted inline (for tests and stats)
         self.trailing_sent = 0  # trailing NOTIFYs sent (for tests and stats)
+
+    def _available(self, channel: str, now: float) -> float:
+        tokens, since = self._tokens.get(channel, (float(self.burst), now))
+        if self._refill <= 0:
+            return float(self.burst)
+        return min(float(self.burst), tokens + (now - since) / self._refill)
+
+    def _take(self, channel: str, now: float) -> bool:
+        """Spend a token of ``channel`` if it has one (caller holds the lock)."""
+        tokens = self._available(channel, now)
+        if tokens < 1.0:
+            self._tokens[channel] = (tokens, now)
+            return False
+        self._tokens[channel] = (tokens - 1.0, now)
+        return True
 
     def admit(self, channels: Iterable[str]) -> tuple[list[str], list[str]]:
         now = time.monotonic()
@@ -264,22 +295,22 @@ class NotifyDebouncer:
         held: list[str] = []
         with self._cond:
             for channel in dict.fromkeys(channels):
-                last = self._last_sent.get(channel)
-                if last is None or now - last >= self.window:
-                    self._last_sent[channel] = now
-                    self._pending.pop(channel, None)  # this NOTIFY commits after the held ones
+                if channel not in self._pending and self._take(channel, now):
                     inline.append(channel)
                 else:
                     held.append(channel)
+            self.inline_sent += len(inline)
         return inline, held
 
     def defer(self, held: Collection[str]) -> None:
         if not held:
             return
         with self._cond:
+            now = time.monotonic()
             for channel in held:
-                due = self._last_sent.get(channel, 0.0) + self.window
-                self._pending.setdefault(channel, due)
+                if channel not in self._pending:
+                    missing = 1.0 - self._available(channel, now)  # token deficit
+                    self._pending[channel] = now + max(0.0, missing) * self._refill
             if self._thread is None or not self._thread.is_alive():
                 self._closed = False
                 self._thread = threading.Thread(target=self._run, name="potatoq-pg-notify", daemon=True)
@@ -300,7 +331,8 @@ class NotifyDebouncer:
                     continue
                 for channel in due:
                     del self._pending[channel]
-                    self._last_sent[channel] = now
+                    if not self._take(channel, now):  # due means a token is back (float rounding aside)
+                        self._tokens[channel] = (0.0, now)
             self._deliver(due)
 
     def _deliver(self, channels: list[str]) -> None:

@@ -33,9 +33,10 @@ Why it is built this way:
   ``claim``/``wait``), with SKIP LOCKED, and each affected queue gets one NOTIFY.
 * Wake-ups: ``wait()`` LISTENs on ``potatoq:<queue>`` on one dedicated connection per
   process, read continuously by its own thread (a backend whose client stops reading holds
-  back the cluster's notification queue), with a 1 s poll as the safety net. Producers send
-  at most one NOTIFY per queue per 50 ms, and the trailing edge of that window still
-  notifies (see :mod:`.pgwake`).
+  back the cluster's notification queue), with a 1 s poll as the safety net. Producers
+  debounce NOTIFYs per queue with a token bucket (5 at once, then one per 10 ms): a trickle
+  is announced inline, a burst beyond it by trailing NOTIFYs (see :mod:`.pgwake`). An idle
+  worker's claim commits asynchronously: the WAL flush would only delay the task's start.
   ``{"notify": False}`` (PgBouncer in transaction mode) switches to polling with backoff.
 * Transactional enqueue: ``enqueue(messages, connection=conn)`` runs the same one-statement
   insert through the caller's psycopg 3 or psycopg 2 connection, inside their transaction.
@@ -111,9 +112,14 @@ class PostgresOptions:
     schema: str | None = None
     #: LISTEN/NOTIFY wake-ups. False for PgBouncer in transaction mode: workers poll instead.
     notify: bool = True
-    #: seconds within which a process sends at most one NOTIFY per queue (the trailing edge
-    #: of the window still sends one).
+    #: seconds of the NOTIFY debounce window: a process sends at most ``notify_burst``
+    #: NOTIFYs per queue at once, then one per ``notify_debounce / notify_burst`` (a token
+    #: bucket). Enqueues beyond that are announced by one trailing NOTIFY, never left to the
+    #: fallback poll. 0: one NOTIFY per enqueue.
     notify_debounce: float = 0.05
+    #: NOTIFYs per queue a process sends inline within one window before it coalesces; a
+    #: trickle below this rate is announced at once (the size of the token bucket).
+    notify_burst: int = 5
     #: seconds between safety-net polls of an idle worker, and between promotions of due
     #: scheduled tasks by each worker process.
     poll_interval: float = 1.0
@@ -148,6 +154,12 @@ class PostgresOptions:
                         f"PostgreSQL broker_transport_options[{name!r}] must be a number of seconds >= 0, "
                         f"got {value!r}"
                     )
+            elif field.type == "int":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ImproperlyConfigured(
+                        f"PostgreSQL broker_transport_options[{name!r}] must be an integer >= 1, "
+                        f"got {value!r}"
+                    )
             elif not isinstance(value, str):
                 raise ImproperlyConfigured(
                     f"PostgreSQL broker_transport_options[{name!r}] must be a string, got {value!r}"
@@ -170,17 +182,19 @@ def libpq_url(url: str) -> str:
 
 
 class _PromotionClock:
-    """When this process last promoted due scheduled tasks, and whether it must again."""
+    """When this process last promoted due scheduled tasks, and when it must again.
+
+    Promotion is timed only (every ``poll_interval``, from ``wait`` or alongside a claim),
+    never before each claim of an idle worker: a worker woken by a NOTIFY claims with one
+    plain statement. A pipelined promote in front of that claim cost twice its CPU and
+    round-trip time on the path from enqueue to start, and an idle worker's ``wait``
+    promotes on the same timetable anyway.
+    """
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._lock = threading.Lock()
         self._next = 0.0  # monotonic time the next timed promotion is due
-        self._idle = True  # the last claim found nothing: promote before the next one
-
-    def due(self) -> bool:
-        with self._lock:
-            return self._idle or time.monotonic() >= self._next
 
     def timed_due(self) -> bool:
         with self._lock:
@@ -194,10 +208,6 @@ class _PromotionClock:
         with self._lock:
             # a full batch means more are due: promote again at the next chance
             self._next = time.monotonic() + (0.0 if count >= PROMOTE_BATCH else self.interval)
-
-    def claimed(self, found: bool) -> None:
-        with self._lock:
-            self._idle = not found
 
 
 class _SweepClock:
@@ -356,7 +366,9 @@ class PostgresBroker(Broker):
         return pgwake.Listener(self._connect, lambda channel: self._statements().listen(channel))
 
     def _make_debouncer(self) -> pgwake.NotifyDebouncer:
-        return pgwake.NotifyDebouncer(self.options.notify_debounce, self._send_notifies)
+        return pgwake.NotifyDebouncer(
+            self.options.notify_debounce, self._send_notifies, burst=self.options.notify_burst
+        )
 
     def _send_notifies(self, channels: list[str]) -> None:
         self._run("notify_channels", {"channels": channels})
@@ -462,8 +474,10 @@ class PostgresBroker(Broker):
     def _promote_params(self) -> dict[str, Any]:
         return {"limit": PROMOTE_BATCH, "channel_prefix": self._channel_prefix, "notify": self.options.notify}
 
-    def _claim_params(self, queues: list[str], worker: WorkerRef) -> dict[str, Any]:
-        return {"queues": queues, "worker": worker.node, "pid": worker.pid}
+    def _claim_params(
+        self, queues: list[str], worker: WorkerRef, *, no_flush: bool = False
+    ) -> dict[str, Any]:
+        return {"queues": queues, "worker": worker.node, "pid": worker.pid, "no_flush": no_flush}
 
     def _delivery(self, row: tuple[Any, ...] | None, worker: WorkerRef) -> Delivery | None:
         if row is None:
@@ -486,19 +500,20 @@ class PostgresBroker(Broker):
         stmts = self._statements()
         clock = self._promotion.get()
         with self._connection() as conn:
-            if clock.due():
+            # no_flush: this transaction is only the claim (and a promotion); see job_claim
+            params = self._claim_params(names, worker, no_flush=True)
+            if clock.timed_due():
                 with conn.pipeline():  # one round trip: promote, then claim
                     promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
-                    claimed = conn.execute(stmts["job_claim"].query, self._claim_params(names, worker))
+                    claimed = conn.execute(stmts["job_claim"].query, params)
                 clock.promoted(_first(promoted.fetchone()))
             else:
-                claimed = conn.execute(stmts["job_claim"].query, self._claim_params(names, worker))
+                claimed = conn.execute(stmts["job_claim"].query, params)
             delivery = self._delivery(claimed.fetchone(), worker)
-        self._claimed(clock, delivery)
+        self._claimed(delivery)
         return delivery
 
-    def _claimed(self, clock: _PromotionClock, delivery: Delivery | None) -> None:
-        clock.claimed(delivery is not None)
+    def _claimed(self, delivery: Delivery | None) -> None:
         if delivery is not None:
             self._poll_delay.value = POLL_MIN
 
@@ -531,7 +546,7 @@ class PostgresBroker(Broker):
         if promoted is not None:
             clock.promoted(_first(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
-        self._claimed(clock, next_delivery)
+        self._claimed(next_delivery)
         return ok, next_delivery
 
     def _settled(self, row: tuple[Any, ...] | None, held: list[str], outcome: Outcome) -> bool:

@@ -168,7 +168,8 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
     with monitor(pg_url) as mon:
         mon.execute(sql.SQL("ANALYZE {}.potatoq_jobs").format(sql.Identifier(schema)))
         mon.execute(
-            b"PREPARE pq_claim AS " + _prepared(stmts["job_claim"].text, ["queues", "worker", "pid"]).encode()
+            b"PREPARE pq_claim AS "
+            + _prepared(stmts["job_claim"].text, ["queues", "worker", "pid", "no_flush"]).encode()
         )
         mon.execute(
             b"PREPARE pq_promote AS "
@@ -177,7 +178,7 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
         for mode in ("force_custom_plan", "force_generic_plan"):
             mon.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Literal(mode)))
             claim_plan = "\n".join(
-                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], 'n', 1)")
+                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], 'n', 1, true)")
             )
             promote_plan = "\n".join(
                 r[0] for r in mon.execute("EXPLAIN EXECUTE pq_promote(1000, 'p:', true)")
@@ -295,6 +296,10 @@ def test_transport_options_are_checked() -> None:
         PostgresOptions.from_transport_options({"notify": "no"})
     with pytest.raises(ImproperlyConfigured, match="poll_interval"):
         PostgresOptions.from_transport_options({"poll_interval": 0})
+    for burst in (0, 2.5, True, "3"):
+        with pytest.raises(ImproperlyConfigured, match="notify_burst"):
+            PostgresOptions.from_transport_options({"notify_burst": burst})
+    assert PostgresOptions.from_transport_options({"notify_burst": 1}).notify_burst == 1
 
 
 def test_long_queue_names_get_hashed_channels_that_sql_and_python_agree_on(
@@ -359,33 +364,56 @@ def test_every_waiting_thread_of_a_process_wakes(make: Make) -> None:
     assert len(returned) == 3 and max(returned) < WAIT, returned
 
 
-@pytest.mark.parametrize("window", [0.05, 0.3], ids=["default-50ms", "wide-300ms"])
-def test_debounced_enqueues_still_wake_on_the_trailing_edge(make: Make, window: float) -> None:
-    # The wide window makes "the second enqueue falls inside it" certain on a busy machine.
-    producer = make(notify_debounce=window)
+def test_a_trickle_within_the_burst_is_announced_at_once(make: Make) -> None:
+    # A window of 10 minutes: no token comes back during the test, so what is inline and
+    # what is held depends only on the count.
+    producer = make(notify_debounce=600, notify_burst=3)
+    waiter = make(poll_interval=QUIET)
+    waiter.wait(["trickle"], 0)
+    listener = waiter._listener.get()
+    debouncer = producer._debouncer.get()
+    for n in range(1, 4):
+        heard = listener.notifications
+        producer.enqueue([msg("trickle")])
+        started = time.monotonic()
+        waiter.wait(["trickle"], WAIT)
+        assert time.monotonic() - started < WAIT, f"enqueue {n} of the trickle wasn't announced"
+        assert listener.notifications > heard
+        assert waiter.claim(["trickle"], WORKER) is not None
+    assert (debouncer.inline_sent, debouncer.trailing_sent) == (3, 0)
+    producer.enqueue([msg("trickle")])  # a 4th within the window: the burst is spent
+    assert debouncer.inline_sent == 3, "a 4th NOTIFY within the window went out inline"
+    producer.close()  # sends the pending trailing NOTIFY now instead of in 200 s
+    started = time.monotonic()
+    waiter.wait(["trickle"], WAIT)
+    assert time.monotonic() - started < WAIT, "close() dropped the pending trailing NOTIFY"
+    assert debouncer.trailing_sent == 1
+    assert waiter.claim(["trickle"], WORKER) is not None
+
+
+def test_a_burst_is_coalesced_and_every_task_is_still_announced(make: Make) -> None:
+    producer = make(notify_debounce=2.0, notify_burst=5)  # 5 at once, then one per 0.4 s
     waiter = make(poll_interval=QUIET)
     waiter.wait(["burst"], 0)
-    first, second = msg("burst"), msg("burst")
-    sent_at = time.monotonic()
-    producer.enqueue([first])  # NOTIFY inline
-    producer.enqueue([second])  # inside the window: held for the trailing edge
-    held = time.monotonic() - sent_at < window
-    started = time.monotonic()
-    got = [claim_within(waiter, ["burst"]).id, claim_within(waiter, ["burst"]).id]
-    assert got == [first.id, second.id]
-    assert time.monotonic() - started < WAIT  # never needed the 30 s fallback
+    sent = [msg("burst") for _ in range(20)]
+    for message in sent:
+        producer.enqueue([message])
     debouncer = producer._debouncer.get()
+    got = [claim_within(waiter, ["burst"]).id for _ in sent]  # never needs the 30 s poll
+    assert got == [m.id for m in sent]
+    assert debouncer.inline_sent < len(sent), "every enqueue of the burst sent its own NOTIFY"
     deadline = time.monotonic() + WAIT
-    while held and debouncer.trailing_sent < 1 and time.monotonic() < deadline:
+    while debouncer.trailing_sent < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
-    if held:  # otherwise the machine stalled between the two: either path is fine
-        assert debouncer.trailing_sent == 1
+    assert debouncer.trailing_sent >= 1
 
 
 def test_trailing_notify_wakes_a_waiter_that_already_took_the_first_task(
     make: Make,
 ) -> None:
-    producer = make(notify_debounce=0.3)
+    """The held enqueue can only be announced by the trailing NOTIFY: without it, wait()
+    sleeps for its whole 20 s and the test fails."""
+    producer = make(notify_debounce=2.0, notify_burst=1)
     waiter = make(poll_interval=QUIET)
     waiter.wait(["burst2"], 0)
     producer.enqueue([msg("burst2")])
@@ -393,12 +421,19 @@ def test_trailing_notify_wakes_a_waiter_that_already_took_the_first_task(
     assert waiter.claim(["burst2"], WORKER) is not None
     assert waiter.claim(["burst2"], WORKER) is None
     heard = waiter._listener.get().notifications
-    producer.enqueue([msg("burst2")])  # held: only the trailing edge can announce it
+    debouncer = producer._debouncer.get()
+    producer.enqueue([msg("burst2")])  # within 2 s of the first: held
+    assert (debouncer.inline_sent, debouncer.trailing_sent) == (1, 0)
     started = time.monotonic()
     waiter.wait(["burst2"], WAIT)
     assert time.monotonic() - started < WAIT, "the held enqueue was never announced"
     assert waiter._listener.get().notifications > heard
     assert waiter.claim(["burst2"], WORKER) is not None
+    # the waiter can hear the NOTIFY before the producer's timer thread has its result back
+    deadline = time.monotonic() + WAIT
+    while debouncer.trailing_sent < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert debouncer.trailing_sent == 1
 
 
 def test_a_busy_process_keeps_draining_its_listen_connection(make: Make) -> None:
@@ -606,8 +641,7 @@ def test_each_state_change_is_one_round_trip(make: Make, tmp_path: Any) -> None:
     broker.enqueue([msg("rt")])
     first = claim_within(broker, ["rt"])  # warm up: schema checked, promotion clock set
     assert broker.settle(first, Complete())
-    broker._promotion.get().claimed(True)  # a busy worker: no promotion is due
-    broker._promotion.get().promoted(0)
+    broker._promotion.get().promoted(0)  # no timed promotion is due for a second
 
     sent = _round_trips(broker, lambda: broker.enqueue([msg("rt")]), tmp_path)
     assert sent.count("Sync") + sent.count("Query") == 1, sent
@@ -629,6 +663,22 @@ def test_each_state_change_is_one_round_trip(make: Make, tmp_path: Any) -> None:
     assert sent.count("Sync") + sent.count("Query") == 1, sent  # settle + claim, pipelined
     settled, following = result_of[0]
     assert settled and following is not None
+
+
+def test_a_woken_idle_worker_claims_with_one_statement(make: Make, tmp_path: Any) -> None:
+    """The claim after a wake-up is a lone statement (no promotion pipelined in front of it
+    until the timed one is due), and its asynchronous commit stays inside its transaction:
+    the connection's later settles still wait for the WAL flush."""
+    broker = make(poll_interval=QUIET)  # the next timed promotion is 30 s away
+    assert broker.claim(["idle"], WORKER) is None  # the first claim promotes (timed) and finds nothing
+    broker.enqueue([msg("idle")])
+    holder: list[Delivery | None] = []
+    sent = _round_trips(broker, lambda: holder.append(broker.claim(["idle"], WORKER)), tmp_path)
+    assert sent.count("Execute") == 1 and sent.count("Sync") == 1, sent
+    assert holder[0] is not None
+    with broker._connection() as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    assert broker.settle(holder[0], Complete())
 
 
 def test_promotion_notifies_each_queue_once(make: Make) -> None:

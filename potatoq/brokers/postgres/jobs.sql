@@ -60,6 +60,11 @@ FROM queues;
 -- loop at the first queue that yields a row, so exactly one row is locked. MATERIALIZED
 -- keeps the locking sub-select from being inlined and re-run by the planner, which could
 -- claim more rows than LIMIT. The new token fences this delivery.
+-- no_flush (an idle worker's claim, alone in its transaction): commit without waiting for
+-- the WAL flush, which is on the path from enqueue to start. A server crash can undo such
+-- a claim only if it comes within a fraction of a second (wal_writer_delay); the task is
+-- then ready again and runs once more, as after any lost delivery. A claim pipelined with
+-- a settle (no_flush false) leaves that transaction's durability alone.
 WITH picked AS MATERIALIZED (
     SELECT j.id
     FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
@@ -77,6 +82,7 @@ SET state = 2, deliveries = j.deliveries + 1, token = gen_random_uuid(),
     worker = %(worker)s, pid = %(pid)s, claimed_at = now()
 FROM picked
 WHERE j.id = picked.id
+  AND (NOT %(no_flush)s OR set_config('synchronous_commit', 'off', true) = 'off')
 RETURNING j.id, j.queue, j.deliveries, j.token::text AS token, j.payload,
           extract(epoch FROM j.claimed_at)::float8 AS claimed_at;
 
