@@ -227,6 +227,28 @@ def test_jobs_table_autovacuum_and_workers_fillfactor(make: Make, pg_url: str) -
     assert [r[0] for r in indexed] == ["node"]  # nothing indexes info or last_seen
 
 
+def test_the_sweep_keeps_each_periodic_entrys_newest_fire_time(make: Make, pg_url: str) -> None:
+    """Old fire times are swept, but never an entry's last one: it is the "last run" shown."""
+    broker = make()
+    for fire_time in (1000.0, 2000.0, 3000.0):
+        assert broker.claim_fire_time("weekly", fire_time, None)
+    assert broker.claim_fire_time("hourly", 5000.0, None)
+    with monitor(pg_url) as mon:  # all of them claimed long ago, past the retention
+        mon.execute(
+            sql.SQL("UPDATE {}.potatoq_periodic SET claimed_at = now() - interval '30 days'").format(
+                sql.Identifier(broker.schema)
+            )
+        )
+        broker._housekeeping()
+        left = mon.execute(
+            sql.SQL("SELECT name, fire_time FROM {}.potatoq_periodic ORDER BY name").format(
+                sql.Identifier(broker.schema)
+            )
+        ).fetchall()
+    assert [(name, float(t)) for name, t in left] == [("hourly", 5000.0), ("weekly", 3000.0)]
+    assert broker.last_fire_times(["weekly", "hourly"]) == {"weekly": 3000.0, "hourly": 5000.0}
+
+
 def test_heartbeats_are_hot_updates(make: Make, pg_url: str) -> None:
     broker = make()
     info = WorkerInfo("hot-node", "host", 1, ("default",), 1, time.time())

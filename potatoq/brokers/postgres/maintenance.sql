@@ -19,9 +19,13 @@ WITH results AS (
 ), periodic AS (
     DELETE FROM {schema}.potatoq_periodic
     WHERE (name, fire_time) IN (
-        SELECT name, fire_time FROM {schema}.potatoq_periodic
-        WHERE claimed_at < now() - make_interval(secs => %(periodic_keep)s::float8)
-        ORDER BY claimed_at LIMIT %(batch)s)
+        SELECT o.name, o.fire_time FROM {schema}.potatoq_periodic o
+        WHERE o.claimed_at < now() - make_interval(secs => %(periodic_keep)s::float8)
+          -- each entry's newest fire time stays: it is the "last run" that
+          -- last_fire_times() reports, however rarely the entry fires
+          AND o.fire_time < (SELECT max(q.fire_time) FROM {schema}.potatoq_periodic q
+                           WHERE q.name = o.name)
+        ORDER BY o.claimed_at LIMIT %(batch)s)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM results) AS results, (SELECT count(*) FROM chords) AS chords,
