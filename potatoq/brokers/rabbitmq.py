@@ -86,6 +86,8 @@ _INHERITED: list[object] = []
 
 #: Messages per confirmed publish batch (one wait for the confirms of each batch).
 BATCH = 2000
+#: Time allowed per message of a batch for its confirm, on top of broker_connection_timeout.
+PER_MESSAGE = 0.002
 _FIRED_KEEP = 1000
 
 
@@ -156,6 +158,13 @@ class RabbitMQBroker(Broker):
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
 
+    @property
+    def writes_results_at_settle(self) -> bool:
+        """The worker hands results to settle() instead of writing them to the result
+        backend itself: settle writes them only once the delivery is known to be current,
+        so a late settle can't overwrite the result of a newer delivery."""
+        return self.backend is not None
+
     # ------------------------------------------------------------------ plumbing
 
     def _parameters(self) -> pika.URLParameters:
@@ -212,11 +221,18 @@ class RabbitMQBroker(Broker):
             )
         if not messages:
             return
+        # Bounded, so that .delay() raises within about broker_connection_timeout during
+        # an outage (a publish in flight as the server shuts down may otherwise wait for
+        # confirms until the server closes the connection). A publish that timed out may
+        # still be confirmed later: enqueue is at-least-once.
+        deadline = time.monotonic() + self.config.connection_timeout + PER_MESSAGE * min(len(messages), BATCH)
         state = self._process()
         now = time.time()
         items = [state.session.outgoing(self._checked(m), now) for m in messages]
         for start in range(0, len(items), BATCH):
-            state.link.run(state.session.publish_all, items[start : start + BATCH])
+            batch = items[start : start + BATCH]
+            state.link.run(state.session.publish_all, batch, timeout=max(0.01, deadline - time.monotonic()))
+            deadline = time.monotonic() + self.config.connection_timeout + PER_MESSAGE * len(batch)
 
     def _checked(self, message: Message) -> Message:
         validate_queue_name(message.queue, allow_dots=False)
@@ -277,9 +293,44 @@ class RabbitMQBroker(Broker):
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         state = self._process()
+        prepared = self._prepare_settle(state, delivery, outcome)
+        if prepared is None:
+            return False
+        ok: bool = state.link.run(state.intake.settle_op, delivery.token, *prepared)
+        return ok
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        """Settle, then the delivery RabbitMQ pushed meanwhile (see
+        :meth:`.Intake.settle_claim_op`): one round trip for a busy worker. None when
+        nothing was pushed yet; the worker's ``wait`` then returns on the push."""
+        for queue in queues:
+            validate_queue_name(queue, allow_dots=False)
+        state = self._process()
+        prepared = self._prepare_settle(state, delivery, outcome)
+        if prepared is None:
+            return False, self.claim(queues, worker)
+        applied, pending = state.link.run(
+            state.intake.settle_claim_op, delivery.token, *prepared, list(queues)
+        )
+        if pending is None:
+            return applied, None
+        following = self._delivery(state, pending, worker)
+        if self._skipped(state, following):
+            return applied, self.claim(queues, worker)
+        return applied, following
+
+    def _prepare_settle(
+        self, state: _ProcessState, delivery: Delivery, outcome: Outcome
+    ) -> tuple[list[Outgoing], str] | None:
+        """Write ``outcome``'s result (and chord join), and return the publishes and the
+        action that settle it on RabbitMQ; None if the delivery is stale. The staleness check
+        comes first, so a late settle of a delivery handed to another worker meanwhile
+        writes no result over the new delivery's."""
         token = delivery.token
         if not state.link.run(state.intake.is_current_op, token):
-            return False
+            return None
         session = state.session
         now = time.time()
         publishes: list[Outgoing] = []
@@ -298,8 +349,7 @@ class RabbitMQBroker(Broker):
                 publishes.append(self._dead_letter_publish(delivery, outcome.reason, now))
         else:  # pragma: no cover - the Outcome union is closed
             raise TypeError(f"unknown outcome {outcome!r}")
-        ok: bool = state.link.run(state.intake.settle_op, token, publishes, action)
-        return ok
+        return publishes, action
 
     def _dead_letter_publish(self, delivery: Delivery, reason: str, now: float) -> Outgoing:
         headers: dict[str, object] = {
