@@ -243,7 +243,11 @@ class RabbitMQBroker(Broker):
             validate_queue_name(queue, allow_dots=False)
         state = self._process()
         while True:
-            pending: Pending | None = state.link.run(state.intake.claim_op, list(queues))
+            # A delivery pushed meanwhile (a busy worker's usual case) is taken without a
+            # hop to the I/O thread.
+            pending: Pending | None = state.intake.take_buffered(queues)
+            if pending is None:
+                pending = state.link.run(state.intake.claim_op, list(queues))
             if pending is None:
                 return None
             delivery = self._delivery(state, pending, worker)
@@ -329,7 +333,10 @@ class RabbitMQBroker(Broker):
         comes first, so a late settle of a delivery handed to another worker meanwhile
         writes no result over the new delivery's."""
         token = delivery.token
-        if not state.link.run(state.intake.is_current_op, token):
+        current = state.intake.is_current_now(token)
+        if current is None:  # a round trip decides (after a stall or a long hold)
+            current = state.link.run(state.intake.is_current_op, token)
+        if not current:
             return None
         session = state.session
         now = time.time()

@@ -287,6 +287,34 @@ class Intake:
         tag = self.link.owns(token)
         return None if tag is None else self._handed.get(tag)
 
+    def is_current_now(self, token: str) -> bool | None:
+        """Caller thread: :meth:`is_current_op` when it needs no round trip (None: it does).
+
+        Reads only attributes the I/O thread replaces whole (the generation, the handed-out
+        dict's entries, the tick times), so no hop to that thread is needed on a busy
+        worker's path; a channel replaced right after this check still makes the ack fail.
+        """
+        pending = self.owned(token)
+        if pending is None:
+            return False
+        heartbeat = self.link.heartbeat
+        held = time.monotonic() - pending.handed_at
+        if self.link.stalled_since(pending.handed_at) or (heartbeat and held > heartbeat / 2):
+            return None
+        return True
+
+    def take_buffered(self, queues: Sequence[str]) -> Pending | None:
+        """Caller thread: the best delivery already pushed for ``queues``, handed out, if
+        every queue was declared already (else None: :meth:`claim_op` does the rest)."""
+        declared = self.session.declared
+        if not all(queue in declared for queue in queues):
+            return None
+        pending = self._pop_buffered(self._order(queues))
+        if pending is None:
+            return None
+        self._draining = False
+        return self._hand_out(pending)
+
     def is_current_op(self, token: str) -> Op[bool]:
         """Whether the delivery of ``token`` can still be settled, before its result is
         written anywhere. A stalled process (stopped, starved) or one that held the delivery
