@@ -246,6 +246,12 @@ class RabbitMQBroker(Broker):
             # A delivery pushed meanwhile (a busy worker's usual case) is taken without a
             # hop to the I/O thread.
             pending: Pending | None = state.intake.take_buffered(queues)
+            if (
+                pending is None
+                and state.intake.consuming(queues)
+                and state.session.declared.issuperset(queues)
+            ):
+                return None  # a busy worker: the next task is pushed, wait() returns on it
             if pending is None:
                 pending = state.link.run(state.intake.claim_op, list(queues))
             if pending is None:

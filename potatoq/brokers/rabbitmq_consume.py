@@ -10,8 +10,11 @@ for one process.
   processed), then the best buffered delivery. Acking frees the consumer's prefetch slot,
   so RabbitMQ pushes that band's next message; if it isn't there yet, the worker waits for
   it (``wait`` returns as soon as it is pushed). No ready counts, no ``basic.get``.
-* ``claim`` on an empty buffer (a worker's first claim, a test) is exact: it asks the band
-  queues' ready counts (passive declares, all at once) and takes one with ``basic.get``.
+* ``claim`` on an empty buffer of a process not consuming yet (a worker's first claim, a
+  test) is exact: it asks the band queues' ready counts (passive declares, all at once)
+  and takes one with ``basic.get``. While consumers run for the queues asked, a claim
+  takes only what was pushed (a ``basic.get`` would race the push, whose message would
+  then wait here while the task runs); ``wait`` returns on the next push.
 * Nothing waits in a local buffer while a task runs: the running task's message fills its
   consumer's prefetch, so that consumer gets nothing more until the ack. When another
   consumer (another band or -Q queue) pushes a delivery while this process's task runs and
@@ -96,7 +99,7 @@ class Intake:
         self._wanted: list[tuple[str, int, str]] = []  # what wait() consumes
         # The potatoq queues whose every band has a live consumer (None: paused); read by
         # waiting threads without the I/O thread, written on the I/O thread.
-        self._consuming: tuple[str, ...] | None = None
+        self._consuming: frozenset[str] | None = None
         # Set by interrupt() (shutdown): the next settle pauses the consumers and gives
         # back what was pushed meanwhile, so an exiting process holds nothing unrun.
         self._draining = False
@@ -135,6 +138,11 @@ class Intake:
             yield from self.session.ensure(queue)
         order = self._order(queues)
         pending = self._pop_buffered(order)
+        if pending is None and self.consuming(queues):
+            # Consumers run for these queues: a ready message is pushed to them (the worker
+            # waits for it). A basic.get now would race that push, and the pushed message
+            # would then sit here while the task got runs.
+            return None
         if pending is None:
             try:
                 pending = yield from self._get_first(order)
@@ -188,7 +196,7 @@ class Intake:
         self._resume(queues)
 
     def _resume(self, queues: Sequence[str]) -> None:
-        if self._consuming == tuple(queues) and self.link.work is not None:
+        if self.consuming(queues) and self.link.work is not None:
             return
         self._wanted = self._order(queues)
         wanted = {amqp for _q, _b, amqp in self._wanted}
@@ -209,7 +217,7 @@ class Intake:
             tag = work.basic_consume(amqp, self._on_message, auto_ack=False)
             self._consumers[amqp] = tag
             self._by_tag[tag] = (queue, band, amqp)
-        self._consuming = tuple(dict.fromkeys(queue for queue, _b, _a in self._wanted))
+        self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
 
     def _pause(self) -> None:
         work = self.link.work
@@ -302,6 +310,11 @@ class Intake:
         if self.link.stalled_since(pending.handed_at) or (heartbeat and held > heartbeat / 2):
             return None
         return True
+
+    def consuming(self, queues: Sequence[str]) -> bool:
+        """Whether a consumer runs on every band queue of ``queues`` (any thread)."""
+        current = self._consuming
+        return current is not None and current.issuperset(queues)
 
     def take_buffered(self, queues: Sequence[str]) -> Pending | None:
         """Caller thread: the best delivery already pushed for ``queues``, handed out, if
@@ -449,7 +462,7 @@ class Intake:
             self._waiting += 1
         try:
             # A busy worker's consumers already run: no hop to the I/O thread then.
-            if self._consuming != tuple(queues) or self._draining:
+            if not self.consuming(queues) or self._draining:
                 with contextlib.suppress(ChannelLost):  # a spurious return; the caller claims
                     self.link.run(self.resume_op, list(queues))
             with self.cond:
