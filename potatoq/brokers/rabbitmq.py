@@ -87,6 +87,8 @@ _INHERITED: list[object] = []
 
 #: Messages per confirmed publish batch (one wait for the confirms of each batch).
 BATCH = 2000
+#: Time allowed per message of a batch for its confirm, on top of broker_connection_timeout.
+PER_MESSAGE = 0.002
 _FIRED_KEEP = 1000
 
 
@@ -158,6 +160,13 @@ class RabbitMQBroker(Broker):
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
 
+    @property
+    def writes_results_at_settle(self) -> bool:
+        """The worker hands results to settle() instead of writing them to the result
+        backend itself: settle writes them only once the delivery is known to be current,
+        so a late settle can't overwrite the result of a newer delivery."""
+        return self.backend is not None
+
     # ------------------------------------------------------------------ plumbing
 
     def _parameters(self) -> pika.URLParameters:
@@ -214,11 +223,18 @@ class RabbitMQBroker(Broker):
             )
         if not messages:
             return
+        # Bounded, so that .delay() raises within about broker_connection_timeout during
+        # an outage (a publish in flight as the server shuts down may otherwise wait for
+        # confirms until the server closes the connection). A publish that timed out may
+        # still be confirmed later: enqueue is at-least-once.
+        deadline = time.monotonic() + self.config.connection_timeout + PER_MESSAGE * min(len(messages), BATCH)
         state = self._process()
         now = time.time()
         items = [state.session.outgoing(self._checked(m), now) for m in messages]
         for start in range(0, len(items), BATCH):
-            state.link.run(state.session.publish_all, items[start : start + BATCH])
+            batch = items[start : start + BATCH]
+            state.link.run(state.session.publish_all, batch, timeout=max(0.01, deadline - time.monotonic()))
+            deadline = time.monotonic() + self.config.connection_timeout + PER_MESSAGE * len(batch)
 
     def _checked(self, message: Message) -> Message:
         validate_queue_name(message.queue, allow_dots=False)
@@ -229,7 +245,17 @@ class RabbitMQBroker(Broker):
             validate_queue_name(queue, allow_dots=False)
         state = self._process()
         while True:
-            pending: Pending | None = state.link.run(state.intake.claim_op, list(queues))
+            # A delivery pushed meanwhile (a busy worker's usual case) is taken without a
+            # hop to the I/O thread.
+            pending: Pending | None = state.intake.take_buffered(queues)
+            if (
+                pending is None
+                and state.intake.consuming(queues)
+                and state.session.declared.issuperset(queues)
+            ):
+                return None  # a busy worker: the next task is pushed, wait() returns on it
+            if pending is None:
+                pending = state.link.run(state.intake.claim_op, list(queues))
             if pending is None:
                 return None
             delivery = self._delivery(state, pending, worker)
@@ -279,9 +305,47 @@ class RabbitMQBroker(Broker):
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         state = self._process()
-        token = delivery.token
-        if not state.link.run(state.intake.is_current_op, token):
+        prepared = self._prepare_settle(state, delivery, outcome)
+        if prepared is None:
             return False
+        ok: bool = state.link.run(state.intake.settle_op, delivery.token, *prepared)
+        return ok
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        """Settle, then the delivery RabbitMQ pushed meanwhile (see
+        :meth:`.Intake.settle_claim_op`): one round trip for a busy worker. None when
+        nothing was pushed yet; the worker's ``wait`` then returns on the push."""
+        for queue in queues:
+            validate_queue_name(queue, allow_dots=False)
+        state = self._process()
+        prepared = self._prepare_settle(state, delivery, outcome)
+        if prepared is None:
+            return False, self.claim(queues, worker)
+        applied, pending = state.link.run(
+            state.intake.settle_claim_op, delivery.token, *prepared, list(queues)
+        )
+        if pending is None:
+            return applied, None
+        following = self._delivery(state, pending, worker)
+        if self._skipped(state, following):
+            return applied, self.claim(queues, worker)
+        return applied, following
+
+    def _prepare_settle(
+        self, state: _ProcessState, delivery: Delivery, outcome: Outcome
+    ) -> tuple[list[Outgoing], str] | None:
+        """Write ``outcome``'s result (and chord join), and return the publishes and the
+        action that settle it on RabbitMQ; None if the delivery is stale. The staleness check
+        comes first, so a late settle of a delivery handed to another worker meanwhile
+        writes no result over the new delivery's."""
+        token = delivery.token
+        current = state.intake.is_current_now(token)
+        if current is None:  # a round trip decides (after a stall or a long hold)
+            current = state.link.run(state.intake.is_current_op, token)
+        if not current:
+            return None
         session = state.session
         now = time.time()
         publishes: list[Outgoing] = []
@@ -300,8 +364,7 @@ class RabbitMQBroker(Broker):
                 publishes.append(self._dead_letter_publish(delivery, outcome.reason, now))
         else:  # pragma: no cover - the Outcome union is closed
             raise TypeError(f"unknown outcome {outcome!r}")
-        ok: bool = state.link.run(state.intake.settle_op, token, publishes, action)
-        return ok
+        return publishes, action
 
     def _dead_letter_publish(self, delivery: Delivery, reason: str, now: float) -> Outgoing:
         headers: dict[str, object] = {

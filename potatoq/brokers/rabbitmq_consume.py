@@ -1,21 +1,34 @@
-"""Taking deliveries: ``claim()`` and ``wait()`` mapped onto AMQP for one process.
+"""Taking deliveries: ``claim()``, ``wait()`` and ``settle_and_claim()`` mapped onto AMQP
+for one process.
 
-* ``claim(queues)`` is exact, as the contract asks: it first takes a delivery already
-  pushed to this process (see ``wait``), else asks each band queue, potatoq queues in the
-  order given and bands highest first, how many messages are ready (a passive declare,
-  cheap) and takes one with ``basic.get`` from the first that has any.
-* ``wait(queues, timeout)`` starts a consumer with prefetch 1 on every band queue of
-  ``queues`` and blocks until one pushes a delivery. That delivery is the next claim's.
-* While a task runs, the consumers are *paused*: as soon as a claim hands out a delivery
-  and no other thread of the process is waiting, every consumer is cancelled, so nothing
-  waits in this process's buffer while another worker is idle. A delivery that raced the
-  cancel stays in the buffer and is the next claim's (giving it back would count towards
-  its delivery limit on RabbitMQ 4.0). ``wait`` starts the consumers again.
+* Consumers with prefetch 1 run on every band queue of the queues a worker asks for (started
+  by ``wait``, and by ``settle_and_claim`` on a busy worker), on the work channel. Pushed
+  deliveries go to this process's buffer; a claim takes the best one there: potatoq queues
+  in the order given, bands highest first, then arrival order.
+* A busy worker's cycle is ``settle_and_claim``: ack, then one round trip on the work
+  channel (a channel's methods are processed in order, so its reply proves the ack was
+  processed), then the best buffered delivery. Acking frees the consumer's prefetch slot,
+  so RabbitMQ pushes that band's next message; if it isn't there yet, the worker waits for
+  it (``wait`` returns as soon as it is pushed). No ready counts, no ``basic.get``.
+* ``claim`` on an empty buffer of a process not consuming yet (a worker's first claim, a
+  test) is exact: it asks the band queues' ready counts (passive declares, all at once)
+  and takes one with ``basic.get``. While consumers run for the queues asked, a claim
+  takes only what was pushed (a ``basic.get`` would race the push, whose message would
+  then wait here while the task runs); ``wait`` returns on the next push.
+* Nothing waits in a local buffer while a task runs: the running task's message fills its
+  consumer's prefetch, so that consumer gets nothing more until the ack. When another
+  consumer (another band or -Q queue) pushes a delivery while this process's task runs and
+  no thread of it waits, every consumer is *paused* (cancelled): that one delivery (at most
+  one per consumer, from the same instant) stays buffered and is the next claim's (giving it
+  back would count towards its delivery limit on RabbitMQ 4.0); the consumers start again
+  at the next ``settle_and_claim`` or ``wait`` that finds the buffer empty.
 
 Every delivery is fenced with a token naming this process's link and the work channel's
 generation (see :class:`~.rabbitmq_io.AmqpLink`): when the channel or connection is
 replaced, RabbitMQ has already returned its unacked deliveries to their queues, so a
-settle of one of them is refused.
+settle of one of them is refused. A settle after the I/O thread stalled (the process was
+stopped) or after holding the delivery for half the heartbeat timeout first checks with
+a round trip that the connection survived, before any result is written.
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ class Pending:
     body: bytes
     redelivered: bool
     seq: int = dataclasses.field(default_factory=lambda: next(_arrival))
+    handed_at: float = 0.0  # monotonic, when a claim handed it out
 
     @property
     def delivery_count(self) -> int:
@@ -83,6 +97,12 @@ class Intake:
         self._by_tag: dict[str, tuple[str, int, str]] = {}  # consumer tag -> (queue, band, amqp)
         self._handed: dict[int, Pending] = {}  # delivery tag -> delivery (current generation)
         self._wanted: list[tuple[str, int, str]] = []  # what wait() consumes
+        # The potatoq queues whose every band has a live consumer (None: paused); read by
+        # waiting threads without the I/O thread, written on the I/O thread.
+        self._consuming: frozenset[str] | None = None
+        # Set by interrupt() (shutdown): the next settle pauses the consumers and gives
+        # back what was pushed meanwhile, so an exiting process holds nothing unrun.
+        self._draining = False
 
     # ------------------------------------------------------------------ order of queues
 
@@ -113,10 +133,16 @@ class Intake:
     # ------------------------------------------------------------------ operations
 
     def claim_op(self, queues: Sequence[str]) -> Op[Pending | None]:
+        self._draining = False
         for queue in queues:
             yield from self.session.ensure(queue)
         order = self._order(queues)
         pending = self._pop_buffered(order)
+        if pending is None and self.consuming(queues):
+            # Consumers run for these queues: a ready message is pushed to them (the worker
+            # waits for it). A basic.get now would race that push, and the pushed message
+            # would then sit here while the task got runs.
+            return None
         if pending is None:
             try:
                 pending = yield from self._get_first(order)
@@ -127,11 +153,11 @@ class Intake:
                 return None
         if pending is None:
             return None
+        return self._hand_out(pending)
+
+    def _hand_out(self, pending: Pending) -> Pending:
+        pending.handed_at = time.monotonic()
         self._handed[pending.tag] = pending
-        with self.cond:
-            idle_waiters = self._waiting
-        if idle_waiters == 0:
-            self._pause()
         return pending
 
     def _get_first(self, order: list[tuple[str, int, str]]) -> Op[Pending | None]:
@@ -164,8 +190,14 @@ class Intake:
 
     def resume_op(self, queues: Sequence[str]) -> Op[None]:
         """Start consumers on every band queue of ``queues`` (those not running yet)."""
+        self._draining = False
         for queue in queues:
             yield from self.session.ensure(queue)
+        self._resume(queues)
+
+    def _resume(self, queues: Sequence[str]) -> None:
+        if self.consuming(queues) and self.link.work is not None:
+            return
         self._wanted = self._order(queues)
         wanted = {amqp for _q, _b, amqp in self._wanted}
         work = self.link.work
@@ -185,9 +217,11 @@ class Intake:
             tag = work.basic_consume(amqp, self._on_message, auto_ack=False)
             self._consumers[amqp] = tag
             self._by_tag[tag] = (queue, band, amqp)
+        self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
 
     def _pause(self) -> None:
         work = self.link.work
+        self._consuming = None
         consumers, self._consumers = self._consumers, {}
         if work is None:
             return
@@ -229,9 +263,15 @@ class Intake:
         with self.cond:
             self._buffer.append(pending)
             self.cond.notify_all()
+            idle_waiters = self._waiting
+        if self._handed and idle_waiters == 0 and self._consumers:
+            # A task of this process runs and nobody here waits: this delivery waits for it
+            # to end. Pause every consumer so no more pile up here while other workers idle.
+            self._pause()
 
     def on_work_channel_lost(self) -> None:
         """I/O thread: the work channel is gone; RabbitMQ requeued everything it held."""
+        self._consuming = None
         self._consumers.clear()
         self._by_tag.clear()
         self._handed.clear()
@@ -255,13 +295,97 @@ class Intake:
         tag = self.link.owns(token)
         return None if tag is None else self._handed.get(tag)
 
+    def is_current_now(self, token: str) -> bool | None:
+        """Caller thread: :meth:`is_current_op` when it needs no round trip (None: it does).
+
+        Reads only attributes the I/O thread replaces whole (the generation, the handed-out
+        dict's entries, the tick times), so no hop to that thread is needed on a busy
+        worker's path; a channel replaced right after this check still makes the ack fail.
+        """
+        pending = self.owned(token)
+        if pending is None:
+            return False
+        heartbeat = self.link.heartbeat
+        held = time.monotonic() - pending.handed_at
+        if self.link.stalled_since(pending.handed_at) or (heartbeat and held > heartbeat / 2):
+            return None
+        return True
+
+    def consuming(self, queues: Sequence[str]) -> bool:
+        """Whether a consumer runs on every band queue of ``queues`` (any thread)."""
+        current = self._consuming
+        return current is not None and current.issuperset(queues)
+
+    def take_buffered(self, queues: Sequence[str]) -> Pending | None:
+        """Caller thread: the best delivery already pushed for ``queues``, handed out, if
+        every queue was declared already (else None: :meth:`claim_op` does the rest)."""
+        declared = self.session.declared
+        if not all(queue in declared for queue in queues):
+            return None
+        pending = self._pop_buffered(self._order(queues))
+        if pending is None:
+            return None
+        self._draining = False
+        return self._hand_out(pending)
+
     def is_current_op(self, token: str) -> Op[bool]:
-        return self.owned(token) is not None
-        yield  # pragma: no cover - makes this a generator
+        """Whether the delivery of ``token`` can still be settled, before its result is
+        written anywhere. A stalled process (stopped, starved) or one that held the delivery
+        for half the heartbeat timeout may have lost its connection without having seen it
+        yet, and RabbitMQ may have handed the message to another worker: a round trip on
+        the work channel then decides (it fails on a connection the server closed)."""
+        pending = self.owned(token)
+        if pending is None:
+            return False
+        heartbeat = self.link.heartbeat
+        held = time.monotonic() - pending.handed_at
+        if self.link.stalled_since(pending.handed_at) or (heartbeat and held > heartbeat / 2):
+            try:
+                yield self.link.verify()
+            except ChannelLost:
+                return False
+            return self.owned(token) is not None
+        return True
 
     def settle_op(self, token: str, publishes: Sequence[Outgoing], action: str, forget: int = 0) -> Op[bool]:
-        """Publish ``publishes`` (confirmed), then ``action`` the delivery. False, doing
-        nothing, if the delivery is stale.
+        """Publish ``publishes`` (confirmed), then ``action`` the delivery, then a round trip
+        on the work channel so the ack is known to be processed (a process may exit right
+        after a settle). False, doing nothing, if the delivery is stale."""
+        work = yield from self._settle(token, publishes, action, forget)
+        if work is None:
+            return False
+        try:
+            yield self.link.verify()
+        except ChannelLost:
+            return False  # the ack may or may not have been processed
+        return True
+
+    def settle_claim_op(
+        self, token: str, publishes: Sequence[Outgoing], action: str, queues: Sequence[str]
+    ) -> Op[tuple[bool, Pending | None]]:
+        """A busy worker's cycle: settle, make sure the consumers of ``queues`` run, one
+        round trip (the ack's barrier), then the best delivery pushed meanwhile (None if
+        nothing has arrived yet: the worker then waits for the push)."""
+        work = yield from self._settle(token, publishes, action, 0)
+        for queue in queues:
+            yield from self.session.ensure(queue)
+        order = self._order(queues)
+        pending = self._pop_buffered(order)
+        if pending is None and not self._draining:
+            self._resume(queues)
+        try:
+            yield self.link.verify()
+        except ChannelLost:
+            return False, None
+        if pending is None:
+            pending = self._pop_buffered(order)
+        return work is not None, None if pending is None else self._hand_out(pending)
+
+    def _settle(
+        self, token: str, publishes: Sequence[Outgoing], action: str, forget: int
+    ) -> Op[pika.channel.Channel | None]:
+        """Publish ``publishes`` (confirmed), then ``action`` the delivery; returns the
+        work channel it was sent on (None: the delivery is stale, nothing was done).
 
         * "ack": done with it (after its follow-ups, retry or dead letter were published);
         * "requeue": ``basic.nack(requeue)``, back at the head of its queue; counts as a
@@ -276,38 +400,53 @@ class Intake:
         """
         first = self.owned(token)
         if first is None:
-            return False
+            return None
         if action == "republish":
-            headers = {H_PRIOR: max(0, first.delivery_count - forget)}
-            again = Publish(
-                "",
-                first.amqp_queue,
-                first.body,
-                properties_for(getattr(first.properties, "message_id", None) or "", headers),
-            )
-            publishes = [*publishes, Outgoing(again, first.queue, delayed=False)]
+            publishes = [*publishes, self._again(first, forget)]
             action = "ack"
         if publishes:
             yield from self.session.publish_all(publishes)
         pending = self.owned(token)
         work = self.link.work
         if pending is None or work is None or not work.is_open:
-            return False
+            return None
         if action == "ack":
             work.basic_ack(pending.tag)
         else:
             work.basic_nack(pending.tag, requeue=True)
         del self._handed[pending.tag]
-        # basic.ack has no reply: it only sits in pika's output buffer so far, and a
-        # process exiting right after a settle (a recycled worker child uses os._exit)
-        # would lose it, so the task would run again. A round trip on the same channel
-        # returns once RabbitMQ has processed everything sent before it (a passive declare of
-        # a built-in exchange: the cheapest reply RabbitMQ gives).
-        try:
-            yield self.link.rpc(work.exchange_declare, "amq.direct", passive=True)
-        except ChannelLost:
-            return False  # the ack may or may not have been processed
-        return True
+        if self._draining:
+            yield from self._give_back()
+        return work
+
+    def _again(self, pending: Pending, forget: int = 0) -> Outgoing:
+        """The same message published again, its delivery count so far in a header."""
+        headers = {H_PRIOR: max(0, pending.delivery_count - forget)}
+        again = Publish(
+            "",
+            pending.amqp_queue,
+            pending.body,
+            properties_for(getattr(pending.properties, "message_id", None) or "", headers),
+        )
+        return Outgoing(again, pending.queue, delayed=False)
+
+    def _give_back(self) -> Op[None]:
+        """Shutdown: pause the consumers and hand back what they pushed that never ran,
+        published again and acked, so it doesn't count as a delivery (a nack or the
+        connection closing would count on RabbitMQ 4.0)."""
+        self._pause()
+        work = self.link.work
+        if work is None:
+            return
+        yield self.link.verify()  # after the cancel-oks: every raced delivery is here
+        with self.cond:
+            unrun, self._buffer = self._buffer, []
+        if not unrun:
+            return
+        yield from self.session.publish_all([self._again(p) for p in unrun])
+        for p in unrun:
+            if p.generation == self.link.generation and work.is_open:
+                work.basic_ack(p.tag)
 
     # ------------------------------------------------------------------ caller side
 
@@ -322,8 +461,10 @@ class Intake:
                 return
             self._waiting += 1
         try:
-            with contextlib.suppress(ChannelLost):  # a spurious return; the caller claims
-                self.link.run(self.resume_op, list(queues))
+            # A busy worker's consumers already run: no hop to the I/O thread then.
+            if not self.consuming(queues) or self._draining:
+                with contextlib.suppress(ChannelLost):  # a spurious return; the caller claims
+                    self.link.run(self.resume_op, list(queues))
             with self.cond:
                 self.cond.wait_for(
                     lambda: (
@@ -337,6 +478,9 @@ class Intake:
                 self._seen.count = self._interrupted
 
     def interrupt(self) -> None:
+        # Called from a signal handler too: only a flag and the (reentrant) condition here;
+        # the I/O thread acts on the flag at the next settle.
+        self._draining = True
         with self.cond:
             self._interrupted += 1
             self.cond.notify_all()

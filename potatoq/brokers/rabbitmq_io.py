@@ -56,6 +56,12 @@ T = TypeVar("T")
 #: dead-lettering and the 4.0 delivery-count semantics it relies on).
 MIN_SERVER_VERSION = (4, 0)
 
+#: How often the I/O thread notes that it runs, and the gap between two notes that counts
+#: as a stall (the process was stopped, or starved): after a stall, a settle first checks
+#: that the connection survived (see :meth:`AmqpLink.verify`).
+TICK = 0.25
+STALL = 1.0
+
 
 class ChannelLost(OperationalError):
     """The channel an operation was waiting on closed (server error or connection loss)."""
@@ -151,10 +157,15 @@ class AmqpLink:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._ready = threading.Event()
+        # Connection attempts that failed so far, and a condition notified when one fails or
+        # the link becomes ready (callers waiting for the connection watch both).
+        self._attempts_failed = 0
+        self._attempt_cond = threading.Condition()
         self._fatal: BaseException | None = None  # e.g. server too old: never retried
         self._last_error: BaseException | None = None
         self._closing = False
         self._backoff = 0.2
+        self._retry_timer: object | None = None  # the pending reconnect attempt, if any
         self._queued: deque[Callable[[], None]] = deque()  # ops submitted before ready
         self._waiters: dict[int, set[Callable[..., None]]] = {}  # id(channel) or 0 -> resumes
         self._confirm_seq = 0
@@ -168,6 +179,9 @@ class AmqpLink:
         # sends one RPC at a time per channel, so replies come back in that order).
         self._probe_pending: dict[int, deque[Callable[[int | None], None]]] = {}
         self._probes_opening: set[int] = set()
+        # I/O thread: when it last ran its tick, and when it last resumed after a stall.
+        self._last_tick = time.monotonic()
+        self.stalled_at = 0.0
 
     # ------------------------------------------------------------------ caller side
 
@@ -176,6 +190,15 @@ class AmqpLink:
         if threading.current_thread() is self._thread:
             raise RuntimeError("AmqpLink.run called from the I/O thread itself")
         self._start()
+        started = time.monotonic()
+        # While the connection is down (or being re-established), fail within
+        # connect_timeout: callers retry (an enqueue until broker_connection_timeout, a
+        # worker with backoff), and must not sit behind a reconnect for much longer.
+        ready_within = self.connect_timeout if timeout is None else min(self.connect_timeout, timeout)
+        if not self._await_ready(ready_within) and self._fatal is None:
+            raise self._unreachable()
+        if self._fatal is not None:
+            raise self._fatal
         future: Future[T] = Future()
 
         def submit() -> None:
@@ -183,11 +206,14 @@ class AmqpLink:
                 future.set_exception(self._fatal)
             elif self._ready.is_set():
                 self._drive(op(*args), future)
-            else:
-                self._queued.append(submit)
+            else:  # lost between the check above and now
+                future.set_exception(self._unreachable())
 
         self._ioloop.add_callback_threadsafe(submit)
-        wait = timeout if timeout is not None else max(30.0, self.connect_timeout * 4)
+        if timeout is None:
+            wait = max(30.0, self.connect_timeout * 4)
+        else:
+            wait = max(0.01, timeout - (time.monotonic() - started))
         try:
             return future.result(wait)
         except FutureTimeout:
@@ -198,12 +224,34 @@ class AmqpLink:
     def wait_ready(self) -> None:
         """Connect now (if not yet) and raise the reason if the server can't be used."""
         self._start()
-        if not self._ready.wait(self.connect_timeout):
+        if not self._await_ready(self.connect_timeout):
             if self._fatal is not None:
                 raise self._fatal
             raise self._unreachable()
         if self._fatal is not None:
             raise self._fatal
+
+    def _await_ready(self, within: float) -> bool:
+        """Wait up to ``within`` seconds for the connection. While it is down, a connection
+        attempt is made now (not after the reconnect backoff) and the wait ends as soon as
+        that attempt fails: a refused connection is reported at once, so a caller's own
+        retries (``.delay()`` until broker_connection_timeout) stay within its bound."""
+        if self._ready.is_set():
+            return True
+        with self._attempt_cond:
+            failed = self._attempts_failed
+        self._ioloop.add_callback_threadsafe(self._retry_now)
+        with self._attempt_cond:
+            self._attempt_cond.wait_for(
+                lambda: self._ready.is_set() or self._fatal is not None or self._attempts_failed > failed,
+                within,
+            )
+        return self._ready.is_set()
+
+    def _set_ready(self) -> None:
+        self._ready.set()
+        with self._attempt_cond:
+            self._attempt_cond.notify_all()
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the I/O thread without waiting (fire and forget)."""
@@ -249,11 +297,34 @@ class AmqpLink:
 
     def _main(self) -> None:
         self._connect()
+        self._ioloop.call_later(TICK, self._tick)
         try:
             self._ioloop.start()
         finally:
             with contextlib.suppress(Exception):
                 self._ioloop.close()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_tick > STALL:
+            self.stalled_at = now
+        self._last_tick = now
+        self._ioloop.call_later(TICK, self._tick)
+
+    def stalled_since(self, moment: float) -> bool:
+        """I/O thread: whether this thread may have stalled after ``moment`` (monotonic),
+        long enough for the server to miss heartbeats: a stall seen by the tick, or one
+        going on right now (the tick hasn't run yet since the process was resumed)."""
+        now = time.monotonic()
+        return self.stalled_at > moment or now - self._last_tick > STALL
+
+    @property
+    def heartbeat(self) -> float:
+        """The connection's negotiated heartbeat timeout in seconds (0: none)."""
+        conn = self.connection
+        params = getattr(conn, "params", None) if conn is not None else None
+        value = getattr(params, "heartbeat", None)
+        return float(value) if isinstance(value, int | float) else 60.0
 
     def _connect(self) -> None:
         self._ready.clear()
@@ -276,7 +347,7 @@ class AmqpLink:
                 "and dead-lettering)"
             )
             self._fail_queued()
-            self._ready.set()
+            self._set_ready()
             self._closing = True
             connection.close()
             return
@@ -303,7 +374,7 @@ class AmqpLink:
         assert self.work is not None and self.pub is not None
         self.work.basic_qos(prefetch_count=1)
         self.pub.confirm_delivery(self._on_confirm)
-        self._ready.set()
+        self._set_ready()
         if self.on_connected is not None:
             try:
                 self.on_connected(self)
@@ -333,6 +404,9 @@ class AmqpLink:
 
     def _on_open_error(self, _connection: pika.SelectConnection, error: BaseException) -> None:
         self._last_error = error
+        with self._attempt_cond:
+            self._attempts_failed += 1
+            self._attempt_cond.notify_all()
         self._schedule_reconnect()
 
     def _on_closed(self, _connection: pika.SelectConnection, reason: BaseException) -> None:
@@ -353,7 +427,20 @@ class AmqpLink:
             self._ioloop.stop()
             return
         delay, self._backoff = self._backoff, min(self._backoff * 2, 5.0)
-        self._ioloop.call_later(delay, self._connect)
+        self._retry_timer = self._ioloop.call_later(delay, self._retry)
+
+    def _retry(self) -> None:
+        self._retry_timer = None
+        self._connect()
+
+    def _retry_now(self) -> None:
+        """I/O thread: a caller is waiting for the connection, so the next attempt is made
+        now instead of after the backoff (a server back after a 5 s outage is then used at
+        once, not up to 5 s later). Attempts already under way are left alone."""
+        timer, self._retry_timer = self._retry_timer, None
+        if timer is not None and not self._closing:
+            self._ioloop.remove_timeout(timer)
+            self._connect()
 
     def _fail_queued(self) -> None:
         if self._fatal is None:
@@ -485,6 +572,8 @@ class AmqpLink:
             def check() -> None:
                 if self.pub is not None and self.pub.is_open:
                     resume(self.pub)
+                elif not self._ready.is_set():  # the connection is down: the caller retries
+                    resume(error=ChannelLost(f"not connected to {self.describe}"))
                 elif time.monotonic() > deadline or self._closing:
                     resume(error=ChannelLost("the publish channel didn't reopen"))
                 else:
@@ -509,6 +598,16 @@ class AmqpLink:
             self.connection.channel(on_open_callback=opened)
 
         return Await(None, start)
+
+    def verify(self) -> Await:
+        """A round trip on the work channel: resumes once RabbitMQ has processed every
+        method sent on it before (methods on a channel are processed in order), or fails
+        with :class:`ChannelLost` if the channel or connection is gone. A passive declare
+        of a built-in exchange is the cheapest reply RabbitMQ gives."""
+        channel = self.work
+        if channel is None or not channel.is_open:
+            return Await(None, lambda resume: resume(error=ChannelLost("the work channel is not open")))
+        return self.rpc(channel.exchange_declare, "amq.direct", passive=True)
 
     def get(self, queue: str) -> Await:
         """basic.get on the work channel: resumes with (method, properties, body) or None."""

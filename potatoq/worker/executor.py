@@ -70,7 +70,13 @@ class Executor:
             self.backend: Broker | None = app.backend if broker is None else broker
         else:
             self.backend = backend or None
-        self.results_atomic = self.backend is not None and self.backend is self.broker
+        # Results go into the outcome (written at settle) when the broker stores them, or
+        # when it writes them to its result backend itself after checking that the
+        # delivery is still current (RabbitMQ: a late settle must not overwrite a newer
+        # delivery's result).
+        self.results_atomic = self.backend is not None and (
+            self.backend is self.broker or bool(getattr(self.broker, "writes_results_at_settle", False))
+        )
         self.hostname = hostname
         self.always_store_results = always_store_results
         self._local = threading.local()

@@ -450,12 +450,57 @@ def test_wait_wakes_on_a_push_and_consumers_pause_while_a_task_runs(rabbit: Rabb
     running = claim_soon(broker, ["a", "b"])
     assert running.queue == "b"
     intake = broker._process().intake
-    assert broker._process().link.run(lambda: _consumers(intake)) == 0  # paused
+    link = broker._process().link
+    # The running task fills its consumer's prefetch; the other consumers still listen, and
+    # pause as soon as one of them pushes a delivery while the task runs.
+    held = msg("a")
+    producer.enqueue([held])
+    poll(lambda: link.run(lambda: _consumers(intake)) == 0, "the consumers to pause")
     producer.enqueue([msg("a")])
-    # Nothing was pushed to this busy process: another worker can take it.
+    # Only the one delivery pushed before the pause waits here: another worker takes the next.
     other = rabbit()
-    assert claim_soon(other, ["a"]).queue == "a"
-    assert broker.settle(running, Complete())
+    assert claim_soon(other, ["a"]).id != held.id
+    applied, following = broker.settle_and_claim(running, Complete(), ["a", "b"], WORKER)
+    assert applied and following is not None and following.id == held.id
+    assert broker.settle(following, Complete())
+
+
+def test_a_busy_worker_is_handed_the_next_task_as_it_settles(rabbit: Rabbit) -> None:
+    """settle_and_claim acks, and the ack frees the consumer's prefetch: RabbitMQ pushes the
+    band's next message, which the worker gets with no basic.get and no ready counts."""
+    broker, producer = rabbit(), rabbit()
+    sent = [msg("busy") for _ in range(20)]
+    producer.enqueue(sent)
+    broker.wait(["busy"], 10)
+    delivery = claim_soon(broker, ["busy"])
+    got = [delivery.id]
+    link = broker._process().link
+    gets = _count_calls(link, "get")
+    while len(got) < len(sent):
+        applied, following = broker.settle_and_claim(delivery, Complete(), ["busy"], WORKER)
+        assert applied
+        if following is None:
+            broker.wait(["busy"], 10)
+            following = claim_soon(broker, ["busy"])
+        delivery = following
+        got.append(delivery.id)
+    assert broker.settle(delivery, Complete())
+    assert got == [m.id for m in sent]  # FIFO, one consumer
+    assert gets() == 0, "a busy worker fell back to basic.get"
+    assert ready_count(broker, broker.topology.queue_for("busy", 0)) == 0
+
+
+def _count_calls(link: Any, name: str) -> Callable[[], int]:
+    """Count calls of ``link.<name>`` from now on."""
+    calls = [0]
+    original = getattr(link, name)
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    setattr(link, name, counting)
+    return lambda: calls[0]
 
 
 def test_interrupt_wakes_a_waiter_even_one_that_started_waiting_later(rabbit: Rabbit) -> None:

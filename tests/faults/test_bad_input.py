@@ -23,7 +23,7 @@ from potatoq.brokers.base import WorkerRef
 from potatoq.exceptions import InvalidName, MessageTooLarge, NotRegistered, SerializationError
 from potatoq.message import Message
 
-from .conftest import SHARED_BROKERS, with_known_gaps
+from .conftest import SHARED_BROKERS
 from .harness import ROOT, FaultEnv, client, report, wait_for
 
 MAX_MESSAGE = 4096
@@ -52,16 +52,8 @@ def _raw_cases() -> dict[str, tuple[bytes, str]]:
     }
 
 
-KNOWN_GAPS = {
-    "rabbitmq": (
-        "RabbitMQ: now and then a message pushed to an idle worker process stays unacked in "
-        "its buffer and isn't claimed (list_queues: ready 0, unacked 1) until more work arrives"
-    ),
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("fault_env", with_known_gaps(SHARED_BROKERS, KNOWN_GAPS), indirect=True)
+@pytest.mark.parametrize("fault_env", SHARED_BROKERS, indirect=True)
 def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_env: FaultEnv) -> None:
     env = fault_env
     inject_raw = env.factory.inject_raw  # type: ignore[attr-defined]

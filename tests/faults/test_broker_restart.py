@@ -49,25 +49,7 @@ PRIVATE = {
 }
 
 
-#: Gaps this test found in a broker its owner is still working on (reported, not fixed here).
-KNOWN_GAPS = {
-    "rabbitmq": (
-        "RabbitMQ: while the node is down, .delay() doesn't raise within "
-        "broker_connection_timeout: it blocks until the node is back, or about 60 s "
-        "(AmqpLink.run waits max(30 s, 4 x broker_connection_timeout) per attempt); a settle "
-        "in flight when the connection drops waits as long"
-    ),
-}
-
-
-@pytest.fixture(
-    params=[
-        pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=False))
-        if name in KNOWN_GAPS
-        else name
-        for name in PRIVATE
-    ]
-)
+@pytest.fixture(params=list(PRIVATE))
 def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, object]]:
     reason = servers.available(request.param)
     if reason is not None:
