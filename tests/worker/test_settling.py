@@ -94,12 +94,12 @@ def test_child_events_cross_the_pipe_in_whole_lines(broker):
     writer, reader = EventWriter(write_fd), EventReader(read_fd)
     writer.start(delivery, 1.5, 2.0, thread=3)
     writer.settling(delivery)
-    os.write(write_fd, b'{"e":"end","id":"x"')  # half a line: kept for the next read
+    os.write(write_fd, b'["e", "x"')  # half a line: kept for the next read
     events, eof = reader.read()
     assert [e.kind for e in events] == ["start", "settling"] and not eof
     assert events[0].delivery == delivery
     assert (events[0].soft, events[0].hard, events[0].thread) == (1.5, 2.0, 3)
-    os.write(write_fd, b',"tok":"y"}\n')
+    os.write(write_fd, b', "y"]\n')
     os.close(write_fd)
     events, eof = reader.read()
     assert [(e.kind, e.task_id, e.token) for e in events] == [("end", "x", "y")] and eof
