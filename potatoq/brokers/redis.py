@@ -407,6 +407,7 @@ class RedisBroker(Broker):
         # Each thread's own connection for the script calls (see _run)
         self._script_conns: ProcessLocal[Connection] = ProcessLocal(self._script_connection, _disconnect)
         self._checked = False
+        self._claim_tails: dict[tuple[tuple[str, ...], WorkerRef], tuple[str, ...]] = {}
         self._check_lock = threading.Lock()
         self._waiting_lock = threading.Lock()
         self._waiting: set[str] = set()  # wake keys of threads blocked in wait()
@@ -503,10 +504,18 @@ class RedisBroker(Broker):
             self._run_many("enqueue", calls)
 
     def _claim_args(self, queues: Sequence[str], worker: WorkerRef) -> list[str | bytes]:
-        names = [validate_queue_name(q) for q in queues]
-        token = os.urandom(8).hex()
-        lease = str(_ms(self.config.dead_after))
-        return [token, lease, worker.node, str(worker.pid), str(len(names)), *names]
+        # Everything after the token is the same for every claim of a worker's slot (one
+        # entry per queue rotation): validated and formatted once, not per task.
+        key = (tuple(queues), worker)
+        tail = self._claim_tails.get(key)
+        if tail is None:
+            names = [validate_queue_name(q) for q in queues]
+            lease = str(_ms(self.config.dead_after))
+            tail = (lease, worker.node, str(worker.pid), str(len(names)), *names)
+            if len(self._claim_tails) >= 256:  # many callers' refs (tests, tools): stay small
+                self._claim_tails.clear()
+            self._claim_tails[key] = tail
+        return [os.urandom(8).hex(), *tail]
 
     @staticmethod
     def _delivery(reply: Sequence[Any], worker: WorkerRef) -> Delivery:
