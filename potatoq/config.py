@@ -62,7 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "worker_concurrency": None,  # None: CPUs actually available
     "worker_threads": 1,
     "worker_pool": "prefork",
-    "worker_max_tasks_per_child": 1000,
+    "worker_max_tasks_per_child": None,  # None: never recycle (as Celery)
     "worker_max_memory_per_child": None,
     "worker_shutdown_timeout": 25.0,
     "worker_heartbeat_interval": 5.0,

@@ -117,7 +117,21 @@ def run_demo(out: TextIO = sys.stdout) -> int:
     env = {**os.environ, "POTATOQ_DEMO_DIR": str(directory), "PYTHONUNBUFFERED": "1"}
     with log_path.open("wb") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "potatoq.cli", "-A", "potatoq.demo", "-b", url, "worker", "-c", "2"],
+            # -l info: the log the demo points to shows every task
+            [
+                sys.executable,
+                "-m",
+                "potatoq.cli",
+                "-A",
+                "potatoq.demo",
+                "-b",
+                url,
+                "worker",
+                "-c",
+                "2",
+                "-l",
+                "info",
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("potatoq.task")
 
+#: Return values the encoder always accepts: no trial encoding of them on every task.
+_ALWAYS_JSON: frozenset[type] = frozenset({type(None), bool, int, float, str})
+
 
 class _TaskFailed(Exception):
     """Internal: carries an exception that should fail the task without running it."""
@@ -238,7 +241,8 @@ class Executor:
         runtime: float,
     ) -> Outcome:
         try:
-            dumps(retval, where=f"return value of {task.name}")
+            if type(retval) not in _ALWAYS_JSON:
+                dumps(retval, where=f"return value of {task.name}")
         except TypeError as exc:
             return self._failure(message, task, request, exc, f"{type(exc).__name__}: {exc}\n", dead=True)
         headers = message.headers

@@ -66,6 +66,8 @@ class SoftLimits:
         # main-thread (signal) state
         self._armed_token: int | None = None
         self._armed_seconds = 0.0
+        self._armed_deadline = 0.0  # time.monotonic() at which the armed task's limit passes
+        self._timer_at: float | None = None  # when the pending SIGALRM fires (None: none)
         self._signal_installed = False
         # thread (watchdog) state: token -> (thread id, seconds); heap of (deadline, token)
         self._armed: dict[int, tuple[int, float]] = {}
@@ -91,7 +93,12 @@ class SoftLimits:
     # -- main thread: SIGALRM ----------------------------------------------------------------
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        self._timer_at = None
         if self._armed_token is None:
+            return
+        remaining = self._armed_deadline - time.monotonic()
+        if remaining > 0:  # the timer was set for an earlier task's limit: wait for this one's
+            self._set_timer(remaining)
             return
         self._armed_token = None
         message = f"soft time limit ({self._armed_seconds:g}s) exceeded"
@@ -105,19 +112,30 @@ class SoftLimits:
             return
         raise SoftTimeLimitExceeded(message)
 
+    def _set_timer(self, seconds: float) -> None:
+        seconds = max(seconds, 0.001)  # setitimer(0) would disarm instead
+        self._timer_at = time.monotonic() + seconds
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
     @contextlib.contextmanager
     def _signal_guard(self, seconds: float) -> Iterator[None]:
+        # The timer is left running when a task ends: the next task (the same limit,
+        # usually) finds it pending no later than its own deadline and sets nothing, so
+        # a busy worker makes no setitimer calls per task. When it fires for a limit
+        # that is over, the handler just sets it again for the running task's deadline.
         if not self._signal_installed:
             signal.signal(signal.SIGALRM, self._on_alarm)
             self._signal_installed = True
         self._armed_seconds = seconds
+        self._armed_deadline = time.monotonic() + seconds
         self._armed_token = next(self._counter)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        timer_at = self._timer_at
+        if timer_at is None or timer_at > self._armed_deadline:
+            self._set_timer(seconds)
         try:
             yield
         finally:
-            self._armed_token = None  # a SIGALRM already in flight now does nothing
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._armed_token = None  # a SIGALRM from now on does nothing
 
     # -- other threads: watchdog + async exception ---------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 
 from potatoq.brokers.base import Delivery, RunningTask
 
@@ -15,17 +16,36 @@ Key = tuple[str, str]  # (task id, fencing token)
 
 @dataclasses.dataclass(slots=True)
 class Running:
-    delivery: Delivery
+    key: Key
     pid: int
     soft: float | None
     hard: float | None
+    # The delivery, or how to decode it: the supervisor hears of every task but needs the
+    # delivery itself only for a lost child, a lease extension or a heartbeat.
+    source: Delivery | Callable[[], Delivery]
     started: float = dataclasses.field(default_factory=time.monotonic)  # for the hard limit
     started_at: float = dataclasses.field(default_factory=time.time)  # for humans
     settling: bool = False  # ran to the end; its settle is being retried (no hard limit now)
 
+    @classmethod
+    def of(
+        cls,
+        delivery: Delivery,
+        pid: int,
+        soft: float | None,
+        hard: float | None,
+        started: float | None = None,
+    ) -> Running:
+        item = cls((delivery.id, delivery.token), pid, soft, hard, delivery)
+        if started is not None:
+            item.started = started
+        return item
+
     @property
-    def key(self) -> Key:
-        return (self.delivery.id, self.delivery.token)
+    def delivery(self) -> Delivery:
+        if not isinstance(self.source, Delivery):
+            self.source = self.source()
+        return self.source
 
     def hard_deadline(self) -> float | None:
         if self.hard is None or self.settling:
@@ -36,7 +56,7 @@ class Running:
         message = self.delivery.message
         return RunningTask(
             pid=self.pid,
-            task_id=self.delivery.id,
+            task_id=self.key[0],
             task=message.task if message is not None else "",
             started_at=self.started_at,
         )
@@ -88,7 +108,7 @@ class TableReporter:
         self.pid = pid
 
     def start(self, delivery: Delivery, soft: float | None, hard: float | None, thread: int = 0) -> None:
-        self.table.add(Running(delivery, self.pid, soft, hard))
+        self.table.add(Running.of(delivery, self.pid, soft, hard))
 
     def settling(self, delivery: Delivery) -> None:
         self.table.mark_settling((delivery.id, delivery.token))

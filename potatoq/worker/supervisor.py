@@ -3,7 +3,8 @@
 One single-threaded loop (so ``fork()`` never copies a lock held by another thread) waits
 on the children's event pipes and a signal wake-up pipe, and in each turn:
 
-1. reads the children's events (``ipc``): which deliveries each one holds;
+1. reads the children's events (``ipc``): which deliveries each one holds (a read is
+   followed by a short pause, so that one wake-up reads the events of many tasks);
 2. reaps children that exited. Whatever a dead child still held is settled at once:
    ``Requeue(crashed=True)``, or, once the delivery count reached ``task_max_deliveries``,
    the executor's lost outcome (dead letter, FAILURE result with ``WorkerLostError``,
@@ -29,6 +30,7 @@ import dataclasses
 import errno
 import logging
 import os
+import select
 import selectors
 import signal
 import sys
@@ -42,7 +44,7 @@ from potatoq.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .child import child_main
 from .chores import Chores
-from .ipc import ChildEvent, EventReader
+from .ipc import ChildEvent, EventReader, widen_pipe
 from .options import WorkerOptions
 from .running import Running, RunningTable
 from .settling import connection_errors, describe
@@ -54,6 +56,10 @@ logger = logging.getLogger("potatoq.worker.supervisor")
 # Why the supervisor killed a child; decides what its deliveries become.
 KILLED_AT_SHUTDOWN = "shutdown"
 KILLED_AT_HARD_LIMIT = "hard time limit"
+
+#: After reading children's events, wait this long for more before reading again
+#: (signals still wake the supervisor at once).
+EVENT_BATCH_WINDOW = 0.02
 
 
 @dataclasses.dataclass(eq=False)
@@ -124,11 +130,13 @@ class Supervisor:
         while True:
             now = time.monotonic()
             timeout = max(0.0, min(self._next_deadline(now, next_chores), now + 1.0) - now)
+            heard = False
             for key, _ in self.selector.select(timeout):
                 if key.data is None:
                     self._drain_wakeup()
                 else:
                     self._read_events(key.data)
+                    heard = True
             self._handle_signals()
             self._reap()
             self._enforce_hard_limits()
@@ -142,6 +150,20 @@ class Supervisor:
                     self._kill_all(KILLED_AT_SHUTDOWN)
             else:
                 self._replace_children()
+                if heard:
+                    self._gather_events()
+
+    def _gather_events(self) -> None:
+        """Let the children's events pile up for a moment before the next read.
+
+        A busy child reports every task (an end and a start); waking for each one cost the
+        supervisor about 60 us per task, as much as a third of the child's own work. The
+        events keep in the pipe meanwhile (a child's start carries its own clock, so the
+        hard limit isn't delayed), and a signal (a child's death, a shutdown) still ends
+        the pause at once through the wake-up pipe.
+        """
+        with contextlib.suppress(InterruptedError):
+            select.select([self._wakeup_r], [], [], EVENT_BATCH_WINDOW)
 
     def _next_deadline(self, now: float, next_chores: float) -> float:
         deadline = next_chores
@@ -178,6 +200,7 @@ class Supervisor:
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.close(write_fd)
+        widen_pipe(read_fd)  # a batched read leaves more events in the pipe
         child = Child(pid=pid, reader=EventReader(read_fd), index=index)
         self.children[pid] = child
         self.selector.register(read_fd, selectors.EVENT_READ, child)
@@ -194,14 +217,26 @@ class Supervisor:
 
     def _read_events(self, child: Child) -> None:
         events, _eof = child.reader.read()
+        # A busy child's batch is mostly tasks that started and ended within it: those
+        # need no tracking at all.
+        ended = {event.key for event in events if event.kind == "end"}
         for event in events:
-            self._apply(child, event)
+            if event.kind == "start" and event.key in ended:
+                child.ever_ran = True
+                self.finished += 1  # (its end then finds nothing to remove)
+            else:
+                self._apply(child, event)
 
     def _apply(self, child: Child, event: ChildEvent) -> None:
         if event.kind == "start":
-            assert event.delivery is not None
+            assert event.load is not None
             child.ever_ran = True
-            child.running.add(Running(event.delivery, child.pid, event.soft, event.hard))
+            item = Running((event.task_id, event.token), child.pid, event.soft, event.hard, event.load)
+            if event.started is not None:  # the child's clock: a batched read doesn't delay the limit
+                item.started = event.started
+            # started_at (for humans) is now minus the time the event waited in the pipe
+            item.started_at -= max(0.0, time.monotonic() - item.started)
+            child.running.add(item)
         elif event.kind == "end":
             if child.running.remove((event.task_id, event.token)) is not None:
                 self.finished += 1
@@ -275,7 +310,7 @@ class Supervisor:
             logger.warning(
                 "%s was claimed by child %d, which died before reporting it", describe(delivery), child.pid
             )
-            outcome = self._outcome_for_lost(child, Running(delivery, child.pid, None, None), how)
+            outcome = self._outcome_for_lost(child, Running.of(delivery, child.pid, None, None), how)
             if outcome is not None:
                 self.chores.settle_later(delivery, outcome)
 

@@ -7,6 +7,7 @@ import datetime as dt
 import time
 import uuid
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -415,3 +416,27 @@ def test_update_state_progress_reaches_on_message(app: Potatoq) -> None:
     seen: list[str] = []
     assert r.get(timeout=1, on_message=lambda m: seen.append(m["status"])) == "finished"
     assert seen[-1] == "SUCCESS"
+
+
+@pytest.mark.parametrize("value", [None, True, 7, 10**30, "text", 1.5, [1, "a"], {"k": (1, 2)}])
+def test_json_return_values_are_stored(app: Potatoq, value: Any) -> None:
+    @app.task(name="returns")
+    def returns() -> Any:
+        return value
+
+    r = returns.delay()
+    drain(app)
+    assert r.state == states.SUCCESS
+    assert r.get(timeout=1) == value
+
+
+@pytest.mark.parametrize("value", [object(), [1, object()]])
+def test_a_return_value_json_cannot_hold_fails_the_task(app: Potatoq, value: Any) -> None:
+    @app.task(name="returns_odd")
+    def returns_odd() -> Any:
+        return value
+
+    r = returns_odd.delay()
+    drain(app)
+    assert r.state == states.FAILURE
+    assert [d.id for d in app.broker.list_dead()] == [r.id]

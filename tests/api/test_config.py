@@ -24,7 +24,7 @@ def test_defaults_are_the_safe_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     assert conf.task_time_limit == 1800
     assert conf.task_max_retries == 3 and conf.task_retry_backoff == 10 and conf.task_retry_backoff_max == 600
     assert conf.task_retry_jitter is True and conf.task_max_deliveries == 5
-    assert conf.worker_max_tasks_per_child == 1000 and conf.worker_max_memory_per_child is None
+    assert conf.worker_max_tasks_per_child is None and conf.worker_max_memory_per_child is None
     assert conf.worker_shutdown_timeout == 25 and conf.worker_heartbeat_interval == 5
     assert conf.worker_dead_after == 60 and conf.dead_letter_max == 10000
     assert conf.dead_letter_ttl == 30 * 86400

@@ -20,8 +20,8 @@ def _fire_times(env) -> collections.Counter[str]:
 
 def test_two_workers_send_each_one_second_fire_time_once(broker_env):
     env = broker_env
-    first = env.worker("-c", "1", env=BEAT)
-    second = env.worker("-c", "1", env=BEAT)
+    first = env.worker("-c", "1", "-l", "info", env=BEAT)
+    second = env.worker("-c", "1", "-l", "info", env=BEAT)
     wait_for(lambda: len(_fire_times(env)) >= 5, timeout=30, what="five fire times")
     assert first.stop() == 0
     assert second.stop() == 0
@@ -34,8 +34,8 @@ def test_two_workers_send_each_one_second_fire_time_once(broker_env):
 
 
 def test_beat_command_runs_only_the_scheduler(env, client):
-    beat = env.worker(env=BEAT, command="beat")
-    worker = env.worker("-c", "1", "--without-beat")
+    beat = env.worker("-l", "info", env=BEAT, command="beat")
+    worker = env.worker("-c", "1", "--without-beat", "-l", "info")
     wait_for(lambda: len(_fire_times(env)) >= 2, timeout=30, what="two fire times")
     assert beat.stop() == 0
     assert worker.stop() == 0

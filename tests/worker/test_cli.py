@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -88,3 +89,19 @@ def test_split_queues():
 def test_no_command_prints_help_and_exits_2(capsys):
     assert main([]) == 2
     assert "worker" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("given", "level"), [(None, logging.WARNING), ("info", logging.INFO)])
+def test_log_level_defaults_to_warning_as_in_celery(given, level):
+    from potatoq import Potatoq
+    from potatoq.cli import setup_logging
+
+    target = logging.getLogger("potatoq")
+    saved = (target.level, list(target.handlers), target.propagate)
+    try:
+        setup_logging(Potatoq("p"), given)
+        assert target.level == level
+    finally:
+        target.setLevel(saved[0])
+        target.handlers[:] = saved[1]
+        target.propagate = saved[2]

@@ -62,3 +62,37 @@ def test_thread_guard_disarmed_on_exit():
     thread.join(20)
     limits.close()
     assert outcome == ["no exception"]
+
+
+def test_back_to_back_guards_set_the_timer_once(monkeypatch):
+    # A busy worker runs one guard per task: the pending timer is reused, not set again.
+    import signal
+
+    calls: list[float] = []
+    real = signal.setitimer
+
+    def counting(which: int, seconds: float, interval: float = 0.0) -> tuple[float, float]:
+        calls.append(seconds)
+        return real(which, seconds, interval)
+
+    monkeypatch.setattr(signal, "setitimer", counting)
+    limits = SoftLimits()
+    for _ in range(50):
+        with limits.guard(30.0):
+            pass
+    assert len(calls) == 1
+    with limits.guard(0.05), pytest.raises(SoftTimeLimitExceeded):
+        time.sleep(30)  # a shorter limit than the pending timer's sets it earlier
+    assert len(calls) == 2
+    real(signal.ITIMER_REAL, 0)
+
+
+def test_a_timer_set_for_an_earlier_task_waits_on_for_the_running_one():
+    limits = SoftLimits()
+    with limits.guard(0.05):
+        pass  # the timer stays set for this task's limit
+    started = time.monotonic()
+    with pytest.raises(SoftTimeLimitExceeded), limits.guard(0.3):
+        time.sleep(30)  # the first alarm comes early: set again, then raises at 0.3 s
+    # never before its own limit (a lower bound: a slow machine only makes it later)
+    assert time.monotonic() - started >= 0.3

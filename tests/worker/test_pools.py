@@ -18,7 +18,7 @@ def test_child_is_recycled_after_max_tasks_per_child(env, client):
 
 
 def test_child_is_recycled_above_max_memory_per_child(env, client):
-    worker = env.worker("-c", "1", "--max-memory-per-child", "1K")  # every child is above 1 KiB
+    worker = env.worker("-c", "1", "--max-memory-per-child", "1K", "-l", "info")  # every child is above 1 KiB
     pids = [client.pid.delay().get(timeout=30) for _ in range(3)]
     assert len(set(pids)) == 3
     assert worker.stop() == 0

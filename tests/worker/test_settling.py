@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import pytest
 
 from potatoq.brokers import create_broker
-from potatoq.brokers.base import BrokerConfig, Complete, ResultRecord, WorkerRef
+from potatoq.brokers.base import BrokerConfig, Complete, ResultRecord, WorkerRef, decode_delivery
 from potatoq.exceptions import OperationalError
 from potatoq.message import Message, new_id
 from potatoq.worker.ipc import EventReader, EventWriter
@@ -94,13 +95,45 @@ def test_child_events_cross_the_pipe_in_whole_lines(broker):
     writer, reader = EventWriter(write_fd), EventReader(read_fd)
     writer.start(delivery, 1.5, 2.0, thread=3)
     writer.settling(delivery)
-    os.write(write_fd, b'{"e":"end","id":"x"')  # half a line: kept for the next read
+    os.write(write_fd, b'["e", "x"')  # half a line: kept for the next read
     events, eof = reader.read()
     assert [e.kind for e in events] == ["start", "settling"] and not eof
     assert events[0].delivery == delivery
     assert (events[0].soft, events[0].hard, events[0].thread) == (1.5, 2.0, 3)
-    os.write(write_fd, b',"tok":"y"}\n')
+    os.write(write_fd, b', "y"]\n')
     os.close(write_fd)
     events, eof = reader.read()
     assert [(e.kind, e.task_id, e.token) for e in events] == [("end", "x", "y")] and eof
+    os.close(read_fd)
+
+
+@pytest.mark.parametrize("handle", [None, 7, 'tag "x"'])
+def test_child_events_keep_any_task_id_and_the_childs_clock(handle):
+    # Task ids are the caller's (apply_async(task_id=...)): quotes, newlines, non-ASCII.
+    odd_id = 'a"b\\c\nd\té—' + "\u2028"
+    message = Message(id=odd_id, task="t.add", args=(1, 2))
+    delivery = decode_delivery(
+        id=odd_id,
+        queue="default",
+        raw=message.encode(),
+        token="tok",
+        deliveries=2,
+        worker=WorkerRef("node\n1", 42),
+        handle=handle,
+        claimed_at=1234.5,
+    )
+    read_fd, write_fd = os.pipe()
+    writer, reader = EventWriter(write_fd), EventReader(read_fd)
+    before = time.monotonic()
+    writer.end_and_start(delivery, delivery, None, 3.0, thread=1)
+    events, _eof = reader.read()
+    assert [(e.kind, e.task_id, e.token) for e in events] == [
+        ("end", odd_id, "tok"),
+        ("start", odd_id, "tok"),
+    ]
+    start = events[1]
+    assert start.delivery == delivery
+    assert (start.soft, start.hard, start.thread) == (None, 3.0, 1)
+    assert start.started is not None and before <= start.started <= time.monotonic()
+    os.close(write_fd)
     os.close(read_fd)
