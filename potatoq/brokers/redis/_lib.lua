@@ -1,5 +1,9 @@
--- _lib.lua: helpers shared by every potatoq script. The loader (RedisBroker) prepends
--- this file to each transition script, so each script stays one EVALSHA call.
+-- _lib.lua: helpers shared by every potatoq script. The loader (potatoq/brokers/redis.py,
+-- _load_scripts) prepends this header and the helpers each transition script uses to
+-- it, so each script stays one EVALSHA call. A script defines its helper closures again
+-- on every call, so it carries only those it needs: each top-level `local` statement
+-- (with the comment lines right above it) is one helper, included when the body or an
+-- included helper names it. Keep helpers at column 0, one `local` statement each.
 --
 -- Key layout (the Python side documents the same layout in potatoq/brokers/redis.py;
 -- P is ARGV[1], the global_keyprefix followed by ":"):
