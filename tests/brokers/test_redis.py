@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
+import re
 import threading
 import time
 import uuid
@@ -20,6 +21,7 @@ import redis
 import redis.connection
 
 from potatoq.brokers import create_broker
+from potatoq.brokers import redis as redis_module
 from potatoq.brokers.base import (
     BrokerConfig,
     ChordJoin,
@@ -36,6 +38,8 @@ from potatoq.brokers.redis import (
     ENQUEUE_BATCH,
     SCRIPTS,
     RedisBroker,
+    _parse_lib,
+    _source,
     check_server,
     cluster_enabled,
     redis_url,
@@ -185,9 +189,47 @@ def test_every_script_names_its_keys_and_argv() -> None:
     assert len(SCRIPTS) >= 12
     for script in SCRIPTS.values():
         header = [line for line in script.body.splitlines() if line.startswith("--")]
-        assert header[0].startswith(f"-- {script.name}:"), script.name
+        assert header[0].startswith(f"-- {script.name.split('.')[0]}:"), script.name
         assert any(line.startswith("-- KEYS:") for line in header), script.name
         assert any(line.startswith("-- ARGV:") for line in header), script.name
+
+
+def _defined_helpers(source: str) -> set[str]:
+    return set(re.findall(r"^local function (\w+)", source, re.MULTILINE))
+
+
+def test_each_script_carries_only_the_helpers_it_uses(broker: RedisBroker) -> None:
+    """Every script compiles on the server with its trimmed helper set, the hot settle
+    variant leaves out the other kinds' helpers, and a body calling a helper the trimmed
+    source lacks is refused by the server (so a too-eager trim can't pass)."""
+    client = raw_client(broker)
+    for script in SCRIPTS.values():
+        assert client.script_load(script.source) == script.sha, script.name
+    lib = Path(redis_module.__file__).with_name("redis").joinpath("_lib.lua").read_text()
+    hot = _defined_helpers(SCRIPTS["settle_and_claim.complete"].source)
+    assert hot >= {"settle_complete", "claim", "fenced"}
+    assert not hot & {"settle_dead", "settle_retry", "settle_requeue", "add_dead"}
+    assert _defined_helpers(SCRIPTS["heartbeat"].source) == {"now_ms"}
+    assert _defined_helpers(SCRIPTS["dead_purge"].source) == set()
+    for script in SCRIPTS.values():  # the key-layout comment stays in every source
+        assert "-- Key layout" in script.source
+        assert _defined_helpers(script.source[: -len(script.body)]) <= _defined_helpers(lib)
+    header, helpers = _parse_lib(lib)
+    # Without a helper it calls (here promote, which claim needs), a script is refused
+    # by the server when it runs: the closure above is what keeps every call working.
+    body = "return claim_from_argv(2, now_ms())"
+    lacking = _source(header, [h for h in helpers if "promote" not in h.names], body)
+    assert "local function claim(" in lacking
+    with pytest.raises(redis.exceptions.ResponseError, match="promote"):
+        client.eval(lacking, 0, broker.keys.prefix, "t", "1000", "n", "1", "1", "default")
+    # Named in code, it is included with everything it needs, and runs.
+    full = _source(header, helpers, body)
+    assert client.eval(full, 0, broker.keys.prefix, "t", "1000", "n", "1", "1", "default") is None
+
+
+def test_settle_and_claim_variant_refuses_another_kind(broker: RedisBroker) -> None:
+    with pytest.raises(redis.exceptions.ResponseError, match="outcome kind dead"):
+        broker._run("settle_and_claim.complete", ["dead"])
 
 
 # ----------------------------------------------------------------------------- keys

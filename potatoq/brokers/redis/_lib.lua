@@ -1,5 +1,9 @@
--- _lib.lua: helpers shared by every potatoq script. The loader (RedisBroker) prepends
--- this file to each transition script, so each script stays one EVALSHA call.
+-- _lib.lua: helpers shared by every potatoq script. The loader (potatoq/brokers/redis.py,
+-- _load_scripts) prepends this header and the helpers each transition script uses to
+-- it, so each script stays one EVALSHA call. A script defines its helper closures again
+-- on every call, so it carries only those it needs: each top-level `local` statement
+-- (with the comment lines right above it) is one helper, included when the body or an
+-- included helper names it. Keep helpers at column 0, one `local` statement each.
 --
 -- Key layout (the Python side documents the same layout in potatoq/brokers/redis.py;
 -- P is ARGV[1], the global_keyprefix followed by ":"):
@@ -138,12 +142,13 @@ local function claim(queues, token, lease_ms, node, pid, now)
       if #popped == 0 then break end
       local id = popped[1]
       local jk = k_job(id)
-      local job = redis.call('HMGET', jk, 'payload', 'state')
+      local job = redis.call('HMGET', jk, 'payload', 'state', 'deliveries')
       -- A missing hash (revoked, or evicted by a misconfigured server) is skipped.
       if job[1] and job[2] == 'ready' then
-        local deliveries = redis.call('HINCRBY', jk, 'deliveries', 1)
-        redis.call('HSET', jk, 'state', 'active', 'token', token, 'node', node, 'pid', pid,
-          'claimed', now)
+        -- One HSET with the count read above (one call less than HINCRBY + HSET).
+        local deliveries = (tonumber(job[3]) or 0) + 1
+        redis.call('HSET', jk, 'state', 'active', 'deliveries', deliveries, 'token', token,
+          'node', node, 'pid', pid, 'claimed', now)
         redis.call('ZADD', k_active(q), now + lease_ms, id)
         -- Re-arm while work remains, so wake-ups chain from worker to worker.
         if redis.call('ZCARD', rk) > 0 or promoted >= PROMOTE_BATCH then arm(q) end
@@ -204,7 +209,9 @@ local function settle_tail(id, pos, now)
     local cb = {ARGV[pos + 6], ARGV[pos + 7], ARGV[pos + 8], ARGV[pos + 9], ARGV[pos + 10]}
     chord_join(group, ARGV[pos + 3], ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 1], cb, now)
   end
-  local followups, nextpos = read_messages(pos + 12, tonumber(ARGV[pos + 11]))
+  local count = tonumber(ARGV[pos + 11])
+  if count == 0 then return pos + 12 end  -- the usual case: no tables to build
+  local followups, nextpos = read_messages(pos + 12, count)
   enqueue_many(followups, now)
   return nextpos
 end
