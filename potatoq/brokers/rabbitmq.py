@@ -315,17 +315,32 @@ class RabbitMQBroker(Broker):
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
     ) -> tuple[bool, Delivery | None]:
         """Settle, then the delivery RabbitMQ pushed meanwhile (see
-        :meth:`.Intake.settle_claim_op`): one round trip for a busy worker. None when
-        nothing was pushed yet; the worker's ``wait`` then returns on the push."""
+        :meth:`.Intake.settle_claim_op`): no barrier round trip, and with nothing to
+        publish no wait for the I/O thread at all. None when nothing was pushed yet; the
+        worker's ``wait`` then returns on the push."""
         for queue in queues:
             validate_queue_name(queue, allow_dots=False)
         state = self._process()
         prepared = self._prepare_settle(state, delivery, outcome)
         if prepared is None:
             return False, self.claim(queues, worker)
-        applied, pending = state.link.run(
-            state.intake.settle_claim_op, delivery.token, *prepared, list(queues)
-        )
+        publishes, action = prepared
+        intake = state.intake
+        pending: Pending | None
+        if (
+            not publishes
+            and action == "ack"
+            and not intake.draining
+            and state.session.declared.issuperset(queues)
+            and state.link.post(intake.ack_resume_op, delivery.token, list(queues))
+        ):
+            # Nothing to confirm: the ack goes to the I/O thread without waiting for it,
+            # and the next delivery is taken here (or pushed, once RabbitMQ has the ack).
+            applied, pending = True, intake.take_buffered(queues)
+        else:
+            applied, pending = state.link.run(
+                intake.settle_claim_op, delivery.token, publishes, action, list(queues)
+            )
         if pending is None:
             return applied, None
         following = self._delivery(state, pending, worker)

@@ -5,11 +5,12 @@ for one process.
   by ``wait``, and by ``settle_and_claim`` on a busy worker), on the work channel. Pushed
   deliveries go to this process's buffer; a claim takes the best one there: potatoq queues
   in the order given, bands highest first, then arrival order.
-* A busy worker's cycle is ``settle_and_claim``: ack, then one round trip on the work
-  channel (a channel's methods are processed in order, so its reply proves the ack was
-  processed), then the best buffered delivery. Acking frees the consumer's prefetch slot,
-  so RabbitMQ pushes that band's next message; if it isn't there yet, the worker waits for
-  it (``wait`` returns as soon as it is pushed). No ready counts, no ``basic.get``.
+* A busy worker's cycle is ``settle_and_claim``: publish follow-ups (confirmed), ack,
+  then the best buffered delivery. Acking frees the consumer's prefetch slot, so RabbitMQ
+  pushes that band's next message once it has processed the ack (the push proves it: no
+  barrier round trip); if it isn't there yet, the worker waits for it (``wait`` returns
+  as soon as it is pushed). With nothing to publish, the ack is posted to the I/O thread
+  without waiting for it. No ready counts, no ``basic.get``.
 * ``claim`` on an empty buffer of a process not consuming yet (a worker's first claim, a
   test) is exact: it asks the band queues' ready counts (passive declares, all at once)
   and takes one with ``basic.get``. While consumers run for the queues asked, a claim
@@ -311,6 +312,11 @@ class Intake:
             return None
         return True
 
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`interrupt` asked the next settle to give back what was pushed."""
+        return self._draining
+
     def consuming(self, queues: Sequence[str]) -> bool:
         """Whether a consumer runs on every band queue of ``queues`` (any thread)."""
         current = self._consuming
@@ -363,23 +369,31 @@ class Intake:
     def settle_claim_op(
         self, token: str, publishes: Sequence[Outgoing], action: str, queues: Sequence[str]
     ) -> Op[tuple[bool, Pending | None]]:
-        """A busy worker's cycle: settle, make sure the consumers of ``queues`` run, one
-        round trip (the ack's barrier), then the best delivery pushed meanwhile (None if
-        nothing has arrived yet: the worker then waits for the push)."""
+        """A busy worker's cycle: settle, make sure the consumers of ``queues`` run, then
+        the best delivery pushed meanwhile (None if nothing has arrived yet: the worker
+        then waits for the push).
+
+        No barrier after the ack: with prefetch 1, RabbitMQ pushes the band's next message
+        only once it has processed the ack, so that delivery proves it. An ack lost with
+        the connection only means a redelivery (a settle of it is fenced); a process
+        exiting right after its settle uses :meth:`settle_op`, which keeps the barrier."""
         work = yield from self._settle(token, publishes, action, 0)
         for queue in queues:
             yield from self.session.ensure(queue)
-        order = self._order(queues)
-        pending = self._pop_buffered(order)
+        pending = self._pop_buffered(self._order(queues))
         if pending is None and not self._draining:
             self._resume(queues)
-        try:
-            yield self.link.verify()
-        except ChannelLost:
-            return False, None
-        if pending is None:
-            pending = self._pop_buffered(order)
         return work is not None, None if pending is None else self._hand_out(pending)
+
+    def ack_resume_op(self, token: str, queues: Sequence[str]) -> Op[None]:
+        """Posted without waiting (see ``RabbitMQBroker.settle_and_claim``): ack the delivery
+        of ``token``, then start the consumers of ``queues`` unless a delivery for them is
+        buffered already. The caller has checked that ``queues`` are declared."""
+        yield from self._settle(token, (), "ack", 0)
+        with self.cond:
+            buffered = self._has_buffered(queues)
+        if not buffered and not self._draining:
+            self._resume(queues)
 
     def _settle(
         self, token: str, publishes: Sequence[Outgoing], action: str, forget: int

@@ -258,6 +258,19 @@ class AmqpLink:
         self._start()
         self._ioloop.add_callback_threadsafe(fn)
 
+    def post(self, op: Callable[..., Op[Any]], *args: Any) -> bool:
+        """Start ``op(*args)`` on the I/O thread without waiting for it (errors are logged).
+        False, starting nothing, while the connection is down: the caller uses :meth:`run`."""
+        if self._thread is None or self._fatal is not None or not self._ready.is_set():
+            return False
+
+        def submit() -> None:
+            if self._fatal is None and self._ready.is_set():
+                self.spawn(op(*args))
+
+        self._ioloop.add_callback_threadsafe(submit)
+        return True
+
     @property
     def is_ready(self) -> bool:
         return self._ready.is_set() and self._fatal is None

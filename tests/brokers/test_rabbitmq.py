@@ -467,7 +467,9 @@ def test_wait_wakes_on_a_push_and_consumers_pause_while_a_task_runs(rabbit: Rabb
 
 def test_a_busy_worker_is_handed_the_next_task_as_it_settles(rabbit: Rabbit) -> None:
     """settle_and_claim acks, and the ack frees the consumer's prefetch: RabbitMQ pushes the
-    band's next message, which the worker gets with no basic.get and no ready counts."""
+    band's next message, which the worker gets with no basic.get and no ready counts. With
+    nothing to publish, the ack is posted to the I/O thread without waiting for a reply and
+    without a barrier round trip: the push after it proves RabbitMQ processed it."""
     broker, producer = rabbit(), rabbit()
     sent = [msg("busy") for _ in range(20)]
     producer.enqueue(sent)
@@ -476,6 +478,7 @@ def test_a_busy_worker_is_handed_the_next_task_as_it_settles(rabbit: Rabbit) -> 
     got = [delivery.id]
     link = broker._process().link
     gets = _count_calls(link, "get")
+    verifies, runs, posts = (_count_calls(link, name) for name in ("verify", "run", "post"))
     while len(got) < len(sent):
         applied, following = broker.settle_and_claim(delivery, Complete(), ["busy"], WORKER)
         assert applied
@@ -484,10 +487,45 @@ def test_a_busy_worker_is_handed_the_next_task_as_it_settles(rabbit: Rabbit) -> 
             following = claim_soon(broker, ["busy"])
         delivery = following
         got.append(delivery.id)
+    settled = len(sent) - 1
+    assert (verifies(), runs(), posts()) == (0, 0, settled), "hops to the I/O thread per task"
     assert broker.settle(delivery, Complete())
+    assert verifies() == 1, "a plain settle (a process may exit next) keeps the ack's barrier"
     assert got == [m.id for m in sent]  # FIFO, one consumer
     assert gets() == 0, "a busy worker fell back to basic.get"
     assert ready_count(broker, broker.topology.queue_for("busy", 0)) == 0
+
+
+def test_a_busy_worker_with_follow_ups_waits_for_their_confirms_but_not_for_a_barrier(
+    rabbit: Rabbit,
+) -> None:
+    """Follow-ups are published (confirmed) before the ack, in one round trip per task; the
+    ack then needs no barrier (the next push proves it), so no passive declare is sent."""
+    broker, producer = rabbit(), rabbit()
+    sent = [msg("chain") for _ in range(10)]
+    producer.enqueue(sent)
+    broker.wait(["chain"], 10)
+    delivery = claim_soon(broker, ["chain"])
+    link = broker._process().link
+    verifies, runs, posts = (_count_calls(link, name) for name in ("verify", "run", "post"))
+    followups = []
+    for _ in range(len(sent)):
+        followup = msg("chain-next")
+        followups.append(followup.id)
+        applied, following = broker.settle_and_claim(
+            delivery, Complete(followups=(followup,)), ["chain"], WORKER
+        )
+        assert applied
+        if len(followups) == len(sent):
+            break
+        if following is None:
+            broker.wait(["chain"], 10)
+            following = claim_soon(broker, ["chain"])
+        delivery = following
+    assert (verifies(), runs(), posts()) == (0, len(sent), 0)
+    other = rabbit()
+    assert [claim_soon(other, ["chain-next"]).id for _ in followups] == followups
+    assert ready_count(broker, broker.topology.queue_for("chain", 0)) == 0
 
 
 def _count_calls(link: Any, name: str) -> Callable[[], int]:
