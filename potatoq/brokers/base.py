@@ -144,6 +144,15 @@ class Delivery:
         )
 
 
+def _decode_raw(raw: bytes | str) -> tuple[bytes, Message | None, str | None]:
+    """``raw`` as bytes, and its decoded message or why it couldn't be decoded."""
+    data = raw.encode() if isinstance(raw, str) else bytes(raw)
+    try:
+        return data, Message.decode(data), None
+    except MessageDecodeError as exc:
+        return data, None, exc.reason
+
+
 def decode_delivery(
     *,
     id: str,  # noqa: A002 - mirrors Delivery.id
@@ -156,13 +165,7 @@ def decode_delivery(
     claimed_at: float | None = None,
 ) -> Delivery:
     """Build a :class:`Delivery`, decoding ``raw``; a decode failure is recorded, not raised."""
-    data = raw.encode() if isinstance(raw, str) else bytes(raw)
-    message: Message | None = None
-    error: str | None = None
-    try:
-        message = Message.decode(data)
-    except MessageDecodeError as exc:
-        error = exc.reason
+    data, message, error = _decode_raw(raw)
     return Delivery(
         id=id,
         queue=queue,
@@ -209,13 +212,7 @@ def decode_queued(
 ) -> QueuedTask:
     """Build a :class:`QueuedTask`, decoding ``raw``; a decode failure is recorded, not raised
     (the page that shows it must still work for a row a worker will dead-letter)."""
-    data = raw.encode() if isinstance(raw, str) else bytes(raw)
-    message: Message | None = None
-    error: str | None = None
-    try:
-        message = Message.decode(data)
-    except MessageDecodeError as exc:
-        error = exc.reason
+    data, message, error = _decode_raw(raw)
     return QueuedTask(
         id=id,
         queue=queue,

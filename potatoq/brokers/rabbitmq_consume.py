@@ -340,18 +340,14 @@ class Intake:
         for half the heartbeat timeout may have lost its connection without having seen it
         yet, and RabbitMQ may have handed the message to another worker: a round trip on
         the work channel then decides (it fails on a connection the server closed)."""
-        pending = self.owned(token)
-        if pending is None:
+        current = self.is_current_now(token)
+        if current is not None:
+            return current
+        try:
+            yield self.link.verify()
+        except ChannelLost:
             return False
-        heartbeat = self.link.heartbeat
-        held = time.monotonic() - pending.handed_at
-        if self.link.stalled_since(pending.handed_at) or (heartbeat and held > heartbeat / 2):
-            try:
-                yield self.link.verify()
-            except ChannelLost:
-                return False
-            return self.owned(token) is not None
-        return True
+        return self.owned(token) is not None
 
     def settle_op(self, token: str, publishes: Sequence[Outgoing], action: str, forget: int = 0) -> Op[bool]:
         """Publish ``publishes`` (confirmed), then ``action`` the delivery, then a round trip
