@@ -18,7 +18,6 @@ from .exceptions import ImproperlyConfigured, MessageTooLarge, NotRegistered, Op
 from .message import Message, new_id
 from .result import AsyncResult as _AsyncResult
 from .result import GroupResult as _GroupResult
-from .serialization import check_serializable
 from .task import Task as BaseTask
 from .task import make_task_class
 from .utils import mask_url
@@ -347,7 +346,6 @@ class Potatoq:
         """The message for one call: routing, defaults and argument checks applied."""
         args = tuple(args)
         kwargs = dict(kwargs or {})
-        check_serializable(args, kwargs)
         task = self.tasks.get(task_name)
         explicit = {k: v for k, v in (("queue", queue), ("priority", priority)) if v is not None}
         if task is not None:
@@ -412,8 +410,10 @@ class Potatoq:
                 messages = hook(messages)
                 if not messages:
                     return
-        for message in messages:
-            signals.before_task_publish.send(sender=message.task, body=message, headers=message.headers)
+        if signals.before_task_publish.receivers:
+            for message in messages:
+                signals.before_task_publish.send(sender=message.task, body=message, headers=message.headers)
+                message.forget_encoding()  # a receiver may have changed the headers
         if retry is None:
             retry = bool(self.conf.task_publish_retry)
         policy = retry_policy if retry_policy is not None else self.conf.get("task_publish_retry_policy")

@@ -179,7 +179,9 @@ class Signature(dict[str, Any]):
 
         if _id is not None:
             self.options["task_id"] = _id
-        task_id = self.options.setdefault("task_id", new_id())
+        task_id = self.options.get("task_id")
+        if not task_id:
+            task_id = self.options["task_id"] = new_id()
         if group_id is not None:
             self.options["group_id"] = group_id
         return AsyncResult(task_id, app=self.app, task_name=self.task, ignored=self._ignores_result())
@@ -627,8 +629,12 @@ def build_messages(
 ) -> list[Message]:
     """The messages that start ``sig`` (frozen: ids fixed), given what runs after it."""
     sig = maybe_signature(sig, app=app)
-    sig.freeze()
     kind = sig.subtask_type
+    if kind is None:  # a plain call only needs its id fixed, not a result handle
+        if not sig.options.get("task_id"):
+            sig.options["task_id"] = new_id()
+    else:
+        sig.freeze()
     inherited = dict(inherited or {})
     errbacks = list(sig.options.get("link_error") or [])
     if kind == "chain":

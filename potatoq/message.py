@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import serialization
-from .exceptions import MessageDecodeError
+from .exceptions import MessageDecodeError, SerializationError
 
 VERSION = 1
 
@@ -44,9 +44,15 @@ class Message:
     expires: float | None = None  # epoch seconds; a delivery after this is dropped as REVOKED
     retries: int = 0
     headers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The bytes of the first encode(): sending encodes each message for the size check and
+    # again in the broker, so the second costs nothing. Not an init field, so
+    # dataclasses.replace() starts the copy without it.
+    _encoded: bytes | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def encode(self) -> bytes:
-        """The message as compact UTF-8 JSON bytes."""
+        """The message as compact UTF-8 JSON bytes (computed once, then reused)."""
+        if self._encoded is not None:
+            return self._encoded
         body = {
             "v": VERSION,
             "id": self.id,
@@ -60,7 +66,18 @@ class Message:
             "r": self.retries,
             "h": dict(self.headers),
         }
-        return serialization.dumps(body, where=f"message for task {self.task!r}").encode()
+        try:
+            encoded = serialization.dumps(body, where=f"message for task {self.task!r}").encode()
+        except SerializationError:
+            # Name the argument that can't be encoded, not just the message.
+            serialization.check_serializable(self.args, dict(self.kwargs), owner=f"task {self.task!r}")
+            raise
+        object.__setattr__(self, "_encoded", encoded)
+        return encoded
+
+    def forget_encoding(self) -> None:
+        """Drop the cached bytes (after something may have changed the headers in place)."""
+        object.__setattr__(self, "_encoded", None)
 
     @classmethod
     def decode(cls, data: bytes | str) -> Message:

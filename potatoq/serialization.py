@@ -103,9 +103,11 @@ def loads(data: str | bytes) -> Any:
 _decoder = json.JSONDecoder(object_hook=_untag)
 
 
-def check_serializable(args: Any, kwargs: dict[str, Any]) -> None:
-    """Raise a :class:`SerializationError` naming the first argument that can't be encoded."""
+def check_serializable(args: Any, kwargs: dict[str, Any], *, owner: str = "") -> None:
+    """Raise a :class:`SerializationError` naming the first argument that can't be encoded
+    (``owner``, e.g. "task 'proj.add'", says whose argument it is)."""
+    of = f" of {owner}" if owner else ""
     for i, value in enumerate(args):
-        dumps(value, where=f"argument {i} ({type(value).__name__})")
+        dumps(value, where=f"argument {i} ({type(value).__name__}){of}")
     for name, value in kwargs.items():
-        dumps(value, where=f"keyword argument {name!r} ({type(value).__name__})")
+        dumps(value, where=f"keyword argument {name!r} ({type(value).__name__}){of}")

@@ -313,6 +313,25 @@ def test_oversized_message_is_refused(app: Potatoq) -> None:
         t.delay("x" * 2000)
 
 
+def test_headers_set_by_before_task_publish_reach_the_broker(app: Potatoq) -> None:
+    # The size check encodes the message before the signal runs; the broker must not be
+    # given those earlier bytes.
+    @app.task
+    def t() -> None:
+        return None
+
+    def stamp(headers: dict[str, Any], **_: Any) -> None:
+        headers["tenant"] = "acme"
+
+    potatoq.signals.before_task_publish.connect(stamp)
+    try:
+        r = t.delay()
+    finally:
+        potatoq.signals.before_task_publish.disconnect(stamp)
+    queued = app.broker.queued_task(r.id)
+    assert queued is not None and queued.message.headers["tenant"] == "acme"
+
+
 def test_custom_task_base_class(app: Potatoq) -> None:
     events: list[str] = []
 
