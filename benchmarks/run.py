@@ -330,6 +330,24 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
     return result
 
 
+def rabbitmq_ceiling(url: str) -> dict[str, float]:
+    """Bare pika consumers' rate on a quorum queue, prefetch 1 and 4 (see benchmarks.ceiling)."""
+    print("rabbitmq: bare pika ceiling ...", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.ceiling", url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        return {k: float(v) for k, v in json.loads(proc.stdout).items()}
+    except (subprocess.SubprocessError, ValueError) as exc:
+        print(f"  failed: {exc!r}", file=sys.stderr, flush=True)
+        return {}
+
+
 def _has_batch(case: Case) -> bool:
     return case.system not in ("arq", "huey")
 
@@ -388,7 +406,11 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
 
 
 def report(
-    results: list[Result], servers: dict[str, str], info: dict[str, str], args: argparse.Namespace
+    results: list[Result],
+    servers: dict[str, str],
+    info: dict[str, str],
+    args: argparse.Namespace,
+    ceiling: dict[str, float] | None = None,
 ) -> str:
     out = [
         (
@@ -452,10 +474,20 @@ def report(
                 ),
             ]
         if broker == "rabbitmq":
-            out += [
-                "",
-                RABBITMQ_NOTE,
-            ]
+            out += ["", RABBITMQ_NOTE]
+            if ceiling:
+                line = (
+                    f"Ceiling in the same run (`benchmarks.ceiling`): bare pika consumers that do no "
+                    f"work and ack each delivery on arrival, {PROCESSES} processes on one quorum queue, "
+                    f"reach {_rate(ceiling.get('1'))}/s with prefetch 1 and {_rate(ceiling.get('4'))}/s "
+                    "with prefetch 4"
+                )
+                if ours:
+                    line += (
+                        f"; potatoq's processed/s is {_ratio(ours.processed_per_s, ceiling.get('1'))} "
+                        "the prefetch-1 ceiling"
+                    )
+                out.append(line + ".")
         notes = [f"{r.label}: {note}" for r in rows for note in r.notes]
         errors = [f"{r.label}: {r.error}" for r in rows if r.error]
         if any(r.processed < r.n and not r.error for r in rows):
@@ -519,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     info["start_load"] = info["load"]
     results: list[Result] = []
     versions: dict[str, str] = {}
+    ceiling: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="potatoq-bench-") as tmpdir:
         tmp = Path(tmpdir)
         servers: dict[str, Server] = {}
@@ -546,13 +579,17 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 results.append(result)
+            if servers.get("rabbitmq") is not None and any(
+                r.broker == "rabbitmq" and r.system == "potatoq" for r in results
+            ):
+                ceiling = rabbitmq_ceiling(args.rabbitmq_url)
         finally:
             for server in servers.values():
                 if server is not None:
                     with contextlib.suppress(Exception):
                         server.close()
     info.update(machine() | {"date": info["date"], "start_load": info["start_load"]})
-    text = report(results, versions, info, args)
+    text = report(results, versions, info, args, ceiling)
     if skipped:
         text += "\n\nSkipped: " + "; ".join(skipped)
     print(text)
@@ -561,7 +598,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(
             json.dumps(
-                {"machine": info, "servers": versions, "results": [dataclasses.asdict(r) for r in results]},
+                {
+                    "machine": info,
+                    "servers": versions,
+                    "results": [dataclasses.asdict(r) for r in results],
+                    "rabbitmq_ceiling": ceiling,
+                },
                 indent=2,
             )
         )

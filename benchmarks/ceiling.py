@@ -1,0 +1,93 @@
+"""What a late-acking consumer can reach on a RabbitMQ 4 quorum queue, whatever it runs.
+
+    python -m benchmarks.ceiling URL [-n 6000]
+
+A bare pika consumer does no work at all: it acks each delivery the moment it arrives.
+With prefetch 1 the server sends the next message only once it has processed that ack
+(on a quorum queue, a Raft command), so each process gets at most one message per round
+trip. Two processes consume the same quorum queue with prefetch 1 (potatoq's setting),
+then with prefetch 4 (Celery's default multiplier), and the combined rate of each is
+printed as JSON. ``benchmarks.run`` puts the figures beside potatoq's processed/s on
+RabbitMQ: the gap between them is what any prefetch-1 worker gives up, not potatoq's
+own cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import time
+from typing import Any
+
+import pika
+
+QUEUE = "potatoq_bench_ceiling"
+PROCESSES = 2
+
+
+def _consume(url: str, prefetch: int, count: int, out: Any) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    got = 0
+    first: float | None = None
+
+    def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
+        nonlocal got, first
+        if first is None:
+            first = time.perf_counter()
+        ch.basic_ack(method.delivery_tag)
+        got += 1
+        if got >= count:
+            ch.stop_consuming()
+
+    channel.basic_consume(QUEUE, on_message)
+    channel.start_consuming()
+    assert first is not None
+    # (count - 1) intervals between the first delivery and the last
+    out.put((count - 1) / max(time.perf_counter() - first, 1e-9))
+    connection.close()
+
+
+def measure(url: str, prefetch: int, n: int) -> float:
+    """Combined deliveries/s of PROCESSES bare consumers with ``prefetch``, on n messages."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        channel.queue_delete(QUEUE)
+        channel.queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+        channel.confirm_delivery()
+        body = b"x" * 200  # about the size of a potatoq no-op message
+        for _ in range(n):
+            channel.basic_publish("", QUEUE, body)
+        out: Any = multiprocessing.get_context("spawn").Queue()
+        procs = [
+            multiprocessing.get_context("spawn").Process(
+                target=_consume, args=(url, prefetch, n // PROCESSES, out)
+            )
+            for _ in range(PROCESSES)
+        ]
+        for proc in procs:
+            proc.start()
+        rates = [out.get(timeout=120) for _ in procs]
+        for proc in procs:
+            proc.join(30)
+        return float(sum(rates))
+    finally:
+        try:
+            connection.channel().queue_delete(QUEUE)
+        finally:
+            connection.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("url")
+    parser.add_argument("-n", type=int, default=6000)
+    args = parser.parse_args()
+    print(json.dumps({str(p): measure(args.url, p, args.n) for p in (1, 4)}))
+
+
+if __name__ == "__main__":
+    main()
