@@ -6,7 +6,10 @@ completion, ``stamp(sent)`` reports how late it started; both through
 
 * ``send(task, *args)``: one enqueue call, the way an application sends one task;
 * ``send_many(task, args_list)``: the system's batch or group API, or ``None`` where it has
-  none.
+  none;
+* optionally ``prepare()``: import what the first send would import lazily (potatoq's
+  broker client library, kombu's transport), without connecting; the producer calls it
+  before it starts the clock.
 
 The broker URL comes from ``BENCH_URL`` (set by the harness for each run), so one module
 serves every broker the system supports. Peers run with their defaults.

@@ -29,6 +29,13 @@ def stamp(sent: float) -> None:
 TASKS = {"noop": noop, "stamp": stamp}
 
 
+def prepare() -> None:
+    """Load kombu's transport for the URL (importing its client library) without connecting."""
+    app.loader.import_default_modules()
+    with app.connection_for_write() as connection:
+        _ = connection.transport
+
+
 def send(task: str, *args: Any) -> None:
     TASKS[task].delay(*args)
 

@@ -37,6 +37,11 @@ def stamp(sent: float) -> None:
 TASKS = {"noop": noop, "stamp": stamp}
 
 
+def prepare() -> None:
+    """Make the broker object (importing its client library) without connecting."""
+    _ = app.broker
+
+
 def send(task: str, *args: Any) -> None:
     TASKS[task].delay(*args)
 
