@@ -409,6 +409,20 @@ class group(Signature):
         self["kwargs"]["tasks"] = tasks
         return GroupResult(gid, results, app=self.app)
 
+    def fix_ids(self) -> None:
+        """What :meth:`freeze` fixes (the group's and its members' ids), without building the
+        result handles: sending a group needs the ids, and apply_async made the handles."""
+        gid = self.options.setdefault("group_id", new_id())
+        tasks = self.tasks
+        for t in tasks:
+            if t.subtask_type is None:
+                t.options["group_id"] = gid
+                if not t.options.get("task_id"):
+                    t.options["task_id"] = new_id()
+            else:
+                t.freeze(group_id=gid)
+        self["kwargs"]["tasks"] = tasks
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.apply_async(args, kwargs)
 
@@ -630,9 +644,12 @@ def build_messages(
     """The messages that start ``sig`` (frozen: ids fixed), given what runs after it."""
     sig = maybe_signature(sig, app=app)
     kind = sig.subtask_type
-    if kind is None:  # a plain call only needs its id fixed, not a result handle
+    # Only the ids need fixing here, not result handles
+    if kind is None:
         if not sig.options.get("task_id"):
             sig.options["task_id"] = new_id()
+    elif isinstance(sig, group):
+        sig.fix_ids()
     else:
         sig.freeze()
     inherited = dict(inherited or {})
