@@ -24,6 +24,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel.uninstrument()  # instrument() is idempotent: an earlier caller's (a docs example's) would stay
     otel.instrument(tracer_provider=provider)
     yield exporter
     otel.uninstrument()
