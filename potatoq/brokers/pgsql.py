@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping
 
 from psycopg import sql
@@ -73,6 +74,13 @@ def compact(text: str) -> str:
     )
 
 
+# An array parameter with an explicit cast (``%(m_ids)s::text[]``): psycopg 3 may send it in
+# binary. Its text dumper quotes and escapes every element in Python, about 30 us per
+# message of a batch (bytea payloads are the worst); the binary one about 2 us. Without
+# the cast the server would need the text form to infer the type, so only these change.
+_CAST_ARRAY_PARAM = re.compile(rb"%\((\w+)\)s(::\w+\[\])")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Statement:
     """One rendered statement, in the two forms the drivers take."""
@@ -83,7 +91,7 @@ class Statement:
 
     @classmethod
     def of(cls, name: str, text: str) -> Statement:
-        return cls(name, text, text.encode())
+        return cls(name, text, _CAST_ARRAY_PARAM.sub(rb"%(\1)b\2", text.encode()))
 
 
 class Statements:
