@@ -98,6 +98,8 @@ class Intake:
         self._by_tag: dict[str, tuple[str, int, str]] = {}  # consumer tag -> (queue, band, amqp)
         self._handed: dict[int, Pending] = {}  # delivery tag -> delivery (current generation)
         self._wanted: list[tuple[str, int, str]] = []  # what wait() consumes
+        self._orders: dict[tuple[str, ...], list[tuple[str, int, str]]] = {}  # see _order
+        self._ranks: dict[int, dict[str, int]] = {}  # id(an order in _orders) -> amqp -> index
         # The potatoq queues whose every band has a live consumer (None: paused); read by
         # waiting threads without the I/O thread, written on the I/O thread.
         self._consuming: frozenset[str] | None = None
@@ -108,14 +110,25 @@ class Intake:
     # ------------------------------------------------------------------ order of queues
 
     def _order(self, queues: Sequence[str]) -> list[tuple[str, int, str]]:
-        return [
-            (queue, band, amqp)
-            for queue in queues
-            for band, amqp in self.session.topo.bands_high_first(queue)
-        ]
+        """(queue, band, AMQP queue) in claim order. Computed once per list of queues (a
+        worker asks with the same few lists before every task); callers never modify it."""
+        key = tuple(queues)
+        order = self._orders.get(key)
+        if order is None:
+            order = [
+                (queue, band, amqp)
+                for queue in queues
+                for band, amqp in self.session.topo.bands_high_first(queue)
+            ]
+            if len(self._orders) >= 64:  # many callers with different lists: stay small
+                self._orders.clear()
+                self._ranks.clear()
+            self._orders[key] = order
+            self._ranks[id(order)] = {amqp: i for i, (_q, _b, amqp) in enumerate(order)}
+        return order
 
     def _pop_buffered(self, order: list[tuple[str, int, str]]) -> Pending | None:
-        rank = {amqp: i for i, (_q, _b, amqp) in enumerate(order)}
+        rank = self._ranks.get(id(order)) or {amqp: i for i, (_q, _b, amqp) in enumerate(order)}
         with self.cond:
             best: Pending | None = None
             for item in self._buffer:
