@@ -179,12 +179,18 @@ class Signature(dict[str, Any]):
 
         if _id is not None:
             self.options["task_id"] = _id
-        task_id = self.options.get("task_id")
-        if not task_id:
-            task_id = self.options["task_id"] = new_id()
+        task_id = self.fix_id()
         if group_id is not None:
             self.options["group_id"] = group_id
         return AsyncResult(task_id, app=self.app, task_name=self.task, ignored=self._ignores_result())
+
+    def fix_id(self) -> str:
+        """This call's task id, made now if it has none (what freeze() fixes, without the
+        result handle)."""
+        task_id: str | None = self.options.get("task_id")
+        if not task_id:
+            task_id = self.options["task_id"] = new_id()
+        return task_id
 
     def _ignores_result(self) -> bool:
         if "ignore_result" in self.options:
@@ -417,8 +423,7 @@ class group(Signature):
         for t in tasks:
             if t.subtask_type is None:
                 t.options["group_id"] = gid
-                if not t.options.get("task_id"):
-                    t.options["task_id"] = new_id()
+                t.fix_id()
             else:
                 t.freeze(group_id=gid)
         self["kwargs"]["tasks"] = tasks
@@ -646,8 +651,7 @@ def build_messages(
     kind = sig.subtask_type
     # Only the ids need fixing here, not result handles
     if kind is None:
-        if not sig.options.get("task_id"):
-            sig.options["task_id"] = new_id()
+        sig.fix_id()
     elif isinstance(sig, group):
         sig.fix_ids()
     else:

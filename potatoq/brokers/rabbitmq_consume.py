@@ -98,8 +98,7 @@ class Intake:
         self._by_tag: dict[str, tuple[str, int, str]] = {}  # consumer tag -> (queue, band, amqp)
         self._handed: dict[int, Pending] = {}  # delivery tag -> delivery (current generation)
         self._wanted: list[tuple[str, int, str]] = []  # what wait() consumes
-        self._orders: dict[tuple[str, ...], list[tuple[str, int, str]]] = {}  # see _order
-        self._ranks: dict[int, dict[str, int]] = {}  # id(an order in _orders) -> amqp -> index
+        self._orders: dict[tuple[str, ...], tuple[list[tuple[str, int, str]], dict[str, int]]] = {}
         # The potatoq queues whose every band has a live consumer (None: paused); read by
         # waiting threads without the I/O thread, written on the I/O thread.
         self._consuming: frozenset[str] | None = None
@@ -109,12 +108,13 @@ class Intake:
 
     # ------------------------------------------------------------------ order of queues
 
-    def _order(self, queues: Sequence[str]) -> list[tuple[str, int, str]]:
-        """(queue, band, AMQP queue) in claim order. Computed once per list of queues (a
-        worker asks with the same few lists before every task); callers never modify it."""
+    def _ordered(self, queues: Sequence[str]) -> tuple[list[tuple[str, int, str]], dict[str, int]]:
+        """(queue, band, AMQP queue) in claim order, and each AMQP queue's rank in it.
+        Computed once per list of queues (a worker asks with the same few lists before
+        every task); callers never modify them."""
         key = tuple(queues)
-        order = self._orders.get(key)
-        if order is None:
+        cached = self._orders.get(key)
+        if cached is None:
             order = [
                 (queue, band, amqp)
                 for queue in queues
@@ -122,13 +122,14 @@ class Intake:
             ]
             if len(self._orders) >= 64:  # many callers with different lists: stay small
                 self._orders.clear()
-                self._ranks.clear()
-            self._orders[key] = order
-            self._ranks[id(order)] = {amqp: i for i, (_q, _b, amqp) in enumerate(order)}
-        return order
+            cached = self._orders[key] = (order, {amqp: i for i, (_q, _b, amqp) in enumerate(order)})
+        return cached
 
-    def _pop_buffered(self, order: list[tuple[str, int, str]]) -> Pending | None:
-        rank = self._ranks.get(id(order)) or {amqp: i for i, (_q, _b, amqp) in enumerate(order)}
+    def _order(self, queues: Sequence[str]) -> list[tuple[str, int, str]]:
+        return self._ordered(queues)[0]
+
+    def _pop_buffered(self, queues: Sequence[str]) -> Pending | None:
+        rank = self._ordered(queues)[1]
         with self.cond:
             best: Pending | None = None
             for item in self._buffer:
@@ -151,7 +152,7 @@ class Intake:
         for queue in queues:
             yield from self.session.ensure(queue)
         order = self._order(queues)
-        pending = self._pop_buffered(order)
+        pending = self._pop_buffered(queues)
         if pending is None and self.consuming(queues):
             # Consumers run for these queues: a ready message is pushed to them (the worker
             # waits for it). A basic.get now would race that push, and the pushed message
@@ -341,7 +342,7 @@ class Intake:
         declared = self.session.declared
         if not all(queue in declared for queue in queues):
             return None
-        pending = self._pop_buffered(self._order(queues))
+        pending = self._pop_buffered(queues)
         if pending is None:
             return None
         self._draining = False
@@ -389,7 +390,7 @@ class Intake:
         work = yield from self._settle(token, publishes, action, 0)
         for queue in queues:
             yield from self.session.ensure(queue)
-        pending = self._pop_buffered(self._order(queues))
+        pending = self._pop_buffered(queues)
         if pending is None and not self._draining:
             self._resume(queues)
         return work is not None, None if pending is None else self._hand_out(pending)
