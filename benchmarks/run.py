@@ -18,6 +18,9 @@ For each broker and each system (potatoq first, then the peers on the same serve
 
 On PostgreSQL potatoq runs a second time with 10,000 far-future ETAs waiting in the table
 (sent before the N ready tasks), to show that they don't slow the claims of ready tasks.
+After the PostgreSQL systems, ``benchmarks.pg_floor`` measures the idle latency of a bare
+psycopg producer and LISTEN consumer on the same server; after the RabbitMQ systems,
+``benchmarks.ceiling`` the rate of bare prefetch-1 consumers: what no system can beat here.
 
 Every phase is bounded (``--max-seconds`` of processing, ``--latency-seconds`` of latency
 samples): a slow peer reports the rate of what it finished, marked as partial. Everything
@@ -330,6 +333,40 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
     return result
 
 
+def postgres_floor(url: str, args: argparse.Namespace) -> dict[str, float]:
+    """Bare psycopg producer and LISTEN consumer, paced as the latency samples are (see
+    benchmarks.pg_floor): p50 / p99 of their idle latency and of the producer's commit."""
+    print("postgres: bare psycopg latency floor ...", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.pg_floor",
+                url,
+                f"--samples={args.latency_samples}",
+                f"--seconds={args.latency_seconds}",
+                f"--gap-ms={args.latency_gap_ms}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=args.latency_seconds + 120,
+            check=True,
+        )
+        raw = json.loads(proc.stdout)
+    except (subprocess.SubprocessError, ValueError) as exc:
+        print(f"  failed: {exc!r}", file=sys.stderr, flush=True)
+        return {}
+    floor: dict[str, float] = {"samples": float(len(raw["latency"]))}
+    for name in ("latency", "commit"):
+        values = sorted(x * 1000 for x in raw[name])
+        if values:
+            floor[f"{name}_p50_ms"] = statistics.median(values)
+            floor[f"{name}_p99_ms"] = _percentile(values, 99)
+    return floor
+
+
 def rabbitmq_ceiling(url: str) -> dict[str, float]:
     """Bare pika consumers' rate on a quorum queue, prefetch 1 and 4 (see benchmarks.ceiling)."""
     print("rabbitmq: bare pika ceiling ...", file=sys.stderr, flush=True)
@@ -411,6 +448,7 @@ def report(
     info: dict[str, str],
     args: argparse.Namespace,
     ceiling: dict[str, float] | None = None,
+    floor: dict[str, float] | None = None,
 ) -> str:
     out = [
         (
@@ -473,6 +511,21 @@ def report(
                     "its rate without them."
                 ),
             ]
+        if broker == "postgres" and floor and "latency_p99_ms" in floor:
+            line = (
+                f"Floor in the same run (`benchmarks.pg_floor`): a bare psycopg producer (one INSERT "
+                f"and pg_notify statement, durable commit) and a bare LISTEN consumer that claims with "
+                f"one UPDATE ... SKIP LOCKED, no queue library: idle latency p50 / p99 "
+                f"{_ms(floor['latency_p50_ms'])} / {_ms(floor['latency_p99_ms'])} ms "
+                f"({floor['samples']:.0f}), of which the producer's commit "
+                f"{_ms(floor['commit_p50_ms'])} / {_ms(floor['commit_p99_ms'])} ms"
+            )
+            if ours and ours.latency_p99_ms:
+                line += (
+                    f"; potatoq's p50 / p99 are {_ratio(ours.latency_p50_ms, floor['latency_p50_ms'])} / "
+                    f"{_ratio(ours.latency_p99_ms, floor['latency_p99_ms'])} the floor's"
+                )
+            out += ["", line + "."]
         if broker == "rabbitmq":
             out += ["", RABBITMQ_NOTE]
             if ceiling:
@@ -552,11 +605,12 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     versions: dict[str, str] = {}
     ceiling: dict[str, float] = {}
+    floor: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="potatoq-bench-") as tmpdir:
         tmp = Path(tmpdir)
         servers: dict[str, Server] = {}
         try:
-            for case in cases:
+            for index, case in enumerate(cases):
                 if case.broker not in servers:
                     try:
                         servers[case.broker] = SERVERS[case.broker](
@@ -579,6 +633,13 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 results.append(result)
+                following = cases[index + 1 :]
+                if (
+                    case.broker == "postgres"
+                    and not any(c.broker == "postgres" for c in following)
+                    and any(r.broker == "postgres" and r.system == "potatoq" for r in results)
+                ):
+                    floor = postgres_floor(args.postgres_url, args)
             if servers.get("rabbitmq") is not None and any(
                 r.broker == "rabbitmq" and r.system == "potatoq" for r in results
             ):
@@ -589,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
                     with contextlib.suppress(Exception):
                         server.close()
     info.update(machine() | {"date": info["date"], "start_load": info["start_load"]})
-    text = report(results, versions, info, args, ceiling)
+    text = report(results, versions, info, args, ceiling, floor)
     if skipped:
         text += "\n\nSkipped: " + "; ".join(skipped)
     print(text)
@@ -603,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
                     "servers": versions,
                     "results": [dataclasses.asdict(r) for r in results],
                     "rabbitmq_ceiling": ceiling,
+                    "postgres_floor": floor,
                 },
                 indent=2,
             )

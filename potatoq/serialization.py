@@ -57,14 +57,21 @@ def _tag(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__module__}.{type(obj).__qualname__}")
 
 
+# Values that can hold no tuple: returned as they are, before any isinstance() walk (most
+# of a message's fields are these).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _mark_tuples(obj: Any) -> Any:
     """``json`` turns tuples into lists before ``default`` sees them; tag them first."""
+    if type(obj) in _LEAVES:
+        return obj
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
         return {TAG: "tup", "v": [_mark_tuples(x) for x in obj]}
     if isinstance(obj, list):
-        return [_mark_tuples(x) for x in obj]
+        return [x if type(x) in _LEAVES else _mark_tuples(x) for x in obj]
     if isinstance(obj, dict):
-        return {k: _mark_tuples(v) for k, v in obj.items()}
+        return {k: v if type(v) in _LEAVES else _mark_tuples(v) for k, v in obj.items()}
     return obj
 
 
