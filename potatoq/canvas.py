@@ -288,7 +288,7 @@ def check_arguments(app: Potatoq, sig: Signature) -> None:
     fun = getattr(task, "__header__", None) or task.run
     try:
         params = _signature_of(fun)
-    except TypeError:  # an unhashable callable: not cached
+    except TypeError:  # an unhashable callable object as the task's function: not cached
         params = _signature_of.__wrapped__(fun)
     if params is None:
         return

@@ -459,3 +459,39 @@ def test_a_return_value_json_cannot_hold_fails_the_task(app: Potatoq, value: Any
     drain(app)
     assert r.state == states.FAILURE
     assert [d.id for d in app.broker.list_dead()] == [r.id]
+
+
+def test_argument_check_of_a_class_based_task(app: Potatoq) -> None:
+    # The check caches each task function's signature: here a bound run(), which hashes
+    # and compares by its instance, so each call finds the same entry.
+    class Resize(Task):
+        name = "resize"
+
+        def run(self, path: str, *, width: int = 100) -> str:
+            return f"{path}@{width}"
+
+    task = app.register_task(Resize)
+    for _ in range(2):  # the second call uses the cached signature
+        with pytest.raises(TypeError, match=r"resize\(\): missing a required argument: 'path'"):
+            task.delay(width=3)
+    result = task.delay("a.png", width=3)
+    drain(app)
+    assert result.get(timeout=5) == "a.png@3"
+
+
+def test_argument_check_follows_a_replaced_task_function(app: Potatoq) -> None:
+    @app.task(name="swap")
+    def first(x: int) -> int:
+        return x
+
+    first.delay(1)
+    with pytest.raises(TypeError, match="swap"):
+        first.delay(1, 2)
+
+    @app.task(name="swap")
+    def second(x: int, y: int) -> int:
+        return x + y
+
+    second.delay(1, 2)  # the new function's signature, not the cached one of the first
+    with pytest.raises(TypeError, match="swap"):
+        second.delay(1)
