@@ -179,13 +179,29 @@ class Settings(MutableMapping[str, Any]):
     def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
         object.__setattr__(self, "_data", dict(DEFAULTS))
         object.__setattr__(self, "_changed", set())
+        for name in DEFAULTS:
+            self._mirror(name)
         if initial:
             self.update(initial)
 
+    def _mirror(self, name: str) -> None:
+        """Keep the instance attribute ``name`` equal to the setting, so ``conf.name`` is a
+        plain attribute read: through ``__getattr__`` it costs about 1 us (Python first
+        raises and catches an AttributeError), and a worker reads several settings per task.
+        Names that aren't identifiers, or that a method of this class has, aren't mirrored."""
+        if not name.isidentifier() or hasattr(type(self), name):
+            return
+        if name in self._data:
+            self.__dict__[name] = self._data[name]
+        else:
+            self.__dict__.pop(name, None)
+
     # -- mapping --------------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
-        name = translate(key) or key
-        return self._data[name]
+        data: dict[str, Any] = self._data
+        if key in data:  # a current name (or an unknown key stored as given): as translate() would
+            return data[key]
+        return data[translate(key) or key]
 
     def __setitem__(self, key: str, value: Any) -> None:
         name = translate(key) or key
@@ -193,6 +209,7 @@ class Settings(MutableMapping[str, Any]):
             logger.debug("setting %s=%r is not needed with potatoq and is ignored", key, value)
         self._data[name] = value
         self._changed.add(name)
+        self._mirror(name)
 
     def __delitem__(self, key: str) -> None:
         name = translate(key) or key
@@ -200,6 +217,7 @@ class Settings(MutableMapping[str, Any]):
             self._data[name] = DEFAULTS[name]
         else:
             del self._data[name]
+        self._mirror(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
@@ -209,8 +227,13 @@ class Settings(MutableMapping[str, Any]):
 
     # -- attributes -----------------------------------------------------------------------
     def __getattr__(self, key: str) -> Any:
+        data = self.__dict__.get("_data")
+        if data is None:  # not initialised yet (copy, unpickling): no settings at all
+            raise AttributeError(key)
+        # Current names are instance attributes (see _mirror): this is for Celery's names
+        # (conf.CELERY_TASK_TIME_LIMIT) and names that couldn't be mirrored.
         try:
-            return self[key]
+            return data[translate(key) or key]
         except KeyError:
             raise AttributeError(f"no setting named {key!r}") from None
 

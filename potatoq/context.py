@@ -40,6 +40,14 @@ class Context:
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
 
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> Context:
+        """A context whose attributes are ``fields``, taken as they are (not copied): a worker
+        builds one per task, and ``Context(**fields)`` would copy the dict twice."""
+        ctx = cls.__new__(cls)
+        ctx.__dict__ = fields
+        return ctx
+
     def update(self, **fields: Any) -> None:
         self.__dict__.update(fields)
 

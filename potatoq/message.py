@@ -21,6 +21,7 @@ from typing import Any
 
 from . import serialization
 from .exceptions import MessageDecodeError, SerializationError
+from .utils.frozen import positional_builder
 
 VERSION = 1
 
@@ -92,21 +93,26 @@ class Message:
         if version != VERSION:
             raise MessageDecodeError(f"unknown message version {version!r} (this worker reads {VERSION})")
         try:
-            msg = cls(
-                id=_str(body, "id"),
-                task=_str(body, "task"),
-                args=tuple(_typed(body, "a", list, [])),
-                kwargs=_typed(body, "k", dict, {}),
-                queue=_str(body, "q"),
-                priority=int(body.get("p") or 0),
-                eta=_opt_float(body.get("eta")),
-                expires=_opt_float(body.get("exp")),
-                retries=int(body.get("r") or 0),
-                headers=_typed(body, "h", dict, {}),
+            fields = (
+                _str(body, "id"),
+                _str(body, "task"),
+                tuple(_typed(body, "a", list, [])),
+                _typed(body, "k", dict, {}),
+                _str(body, "q"),
+                int(body.get("p") or 0),
+                _opt_float(body.get("eta")),
+                _opt_float(body.get("exp")),
+                int(body.get("r") or 0),
+                _typed(body, "h", dict, {}),
             )
         except (TypeError, ValueError) as exc:
             raise MessageDecodeError(f"malformed message: {exc}") from None
-        return msg
+        if cls is not Message:  # a subclass gets its own __init__
+            return cls(*fields)
+        # Every field checked above: built without the dataclass __init__ (a worker decodes
+        # one message per task). The bytes decoded aren't kept as the encoding: encode()
+        # writes its own canonical form.
+        return _build_message(*fields, None)
 
     def replace(self, **changes: Any) -> Message:
         """A copy with some fields changed."""
@@ -114,6 +120,9 @@ class Message:
 
     def is_due(self, now: float | None = None) -> bool:
         return self.eta is None or self.eta <= (time.time() if now is None else now)
+
+
+_build_message = positional_builder(Message)
 
 
 def _str(body: dict[str, Any], key: str) -> str:

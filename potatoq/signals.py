@@ -45,6 +45,8 @@ class Signal:
         return [r for r, _ in self._receivers]
 
     def send(self, sender: Any = None, **kwargs: Any) -> list[tuple[Receiver, Any]]:
+        if not self._receivers:  # the usual case, several times per task in a worker
+            return []
         responses: list[tuple[Receiver, Any]] = []
         for receiver, wanted in list(self._receivers):
             if wanted is not None and wanted is not sender and wanted != getattr(sender, "name", sender):

@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from .. import serialization
 from ..exceptions import InvalidName, MessageDecodeError, OperationalError
 from ..message import Message
+from ..utils.frozen import positional_builder
 
 __all__ = [
     "Broker",
@@ -166,18 +167,22 @@ def decode_delivery(
 ) -> Delivery:
     """Build a :class:`Delivery`, decoding ``raw``; a decode failure is recorded, not raised."""
     data, message, error = _decode_raw(raw)
-    return Delivery(
-        id=id,
-        queue=queue,
-        raw=data,
-        token=str(token),
-        deliveries=int(deliveries),
-        worker=worker,
-        message=message,
-        error=error,
-        handle=handle,
-        claimed_at=time.time() if claimed_at is None else claimed_at,
+    # Positionally, without the dataclass __init__: a worker builds one per task.
+    return _build_delivery(
+        id,
+        queue,
+        data,
+        str(token),
+        int(deliveries),
+        worker,
+        message,
+        error,
+        handle,
+        time.time() if claimed_at is None else claimed_at,
     )
+
+
+_build_delivery = positional_builder(Delivery)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -175,7 +175,8 @@ class ChildRunner:
 
     def _execute(self, delivery: Delivery, soft: float | None) -> Outcome:
         started = time.perf_counter()
-        logger.debug("%s starting (delivery %d)", describe(delivery), delivery.deliveries)
+        if logger.isEnabledFor(logging.DEBUG):  # describe() isn't free, and this runs per task
+            logger.debug("%s starting (delivery %d)", describe(delivery), delivery.deliveries)
         outcome: Outcome | None = None
         try:
             with self.limits.guard(soft):
@@ -247,7 +248,7 @@ def _log_outcome(delivery: Delivery, outcome: Outcome, seconds: float) -> None:
         )
     elif result is not None and state == "FAILURE":
         logger.error("%s FAILURE in %.3fs: %s", describe(delivery), seconds, _short(result.result))
-    else:  # the executor logs each run at INFO with its return value
+    elif logger.isEnabledFor(logging.DEBUG):  # the executor logs each run at INFO with its value
         logger.debug("%s %s in %.3fs", describe(delivery), state, seconds)
 
 

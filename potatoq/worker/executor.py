@@ -19,6 +19,7 @@ import threading
 import time
 import traceback as tb_module
 from collections.abc import Callable, Mapping, Sequence
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from .. import context, signals, states
@@ -111,10 +112,20 @@ class Executor:
         conf = self.app.conf
         task = self.app.tasks.get(message.task) if message is not None else None
         headers = message.headers if message is not None else {}
-        hard = _first(headers.get("time_limit"), getattr(task, "time_limit", None), conf.task_time_limit)
-        soft = _first(
-            headers.get("soft_time_limit"), getattr(task, "soft_time_limit", None), conf.task_soft_time_limit
-        )
+        # The first that is set of: the call's header, the task's option, the setting.
+        # Spelled out rather than through a helper taking *values: this runs for every task.
+        hard = headers.get("time_limit")
+        if hard is None:
+            hard = getattr(task, "time_limit", None)
+            if hard is None:
+                hard = conf.task_time_limit
+        soft = headers.get("soft_time_limit")
+        if soft is None:
+            soft = getattr(task, "soft_time_limit", None)
+            if soft is None:
+                soft = conf.task_soft_time_limit
+        hard = None if hard is None else float(hard)
+        soft = None if soft is None else float(soft)
         if soft is None and hard is not None:
             soft = hard - min(30.0, hard * 0.05)  # "a little before the hard one"
         return soft, hard
@@ -210,7 +221,7 @@ class Executor:
 
     def _call(self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         retval = task.run(*args, **kwargs)
-        if inspect.iscoroutine(retval):
+        if isinstance(retval, CoroutineType):  # inspect.iscoroutine, without its call
             return self._await(retval)
         return retval
 
@@ -248,20 +259,24 @@ class Executor:
         headers = message.headers
         followups: list[Message] = []
         chord: ChordJoin | None = None
-        lineage: dict[str, Any] = {"parent_id": message.id, "root_id": headers.get("root_id") or message.id}
-        chain = list(headers.get("chain") or [])
+        chain = headers.get("chain")
         chord_info = headers.get("chord")
-        if chain:
-            nxt = maybe_signature(chain[0], app=self.app)
-            followups += build_messages(
-                self.app, nxt, prepend=(retval,), chain_rest=chain[1:], chord_info=chord_info, **lineage
-            )
-        elif chord_info:
-            chord = self._chord_join(chord_info, {"ok": True, "v": retval}, lineage)
-        for link in headers.get("link") or ():
-            followups += build_messages(
-                self.app, maybe_signature(link, app=self.app), prepend=(retval,), **lineage
-            )
+        links = headers.get("link")
+        if chain or chord_info or links:  # most tasks have no follow-up: skip building lineage
+            root = headers.get("root_id") or message.id
+            lineage: dict[str, Any] = {"parent_id": message.id, "root_id": root}
+            chain = list(chain or [])
+            if chain:
+                nxt = maybe_signature(chain[0], app=self.app)
+                followups += build_messages(
+                    self.app, nxt, prepend=(retval,), chain_rest=chain[1:], chord_info=chord_info, **lineage
+                )
+            elif chord_info:
+                chord = self._chord_join(chord_info, {"ok": True, "v": retval}, lineage)
+            for link in links or ():
+                followups += build_messages(
+                    self.app, maybe_signature(link, app=self.app), prepend=(retval,), **lineage
+                )
         children = tuple(m.id for m in followups) + ((chord.callback.id,) if chord else ())
         record = None
         if self._stores_result(task, message, failed=False):
@@ -516,43 +531,38 @@ class Executor:
 
     def _request(self, message: Message, delivery: Delivery) -> Context:
         headers = dict(message.headers)
-        return Context(
-            id=message.id,
-            task=message.task,
-            args=tuple(message.args),
-            kwargs=dict(message.kwargs),
-            retries=message.retries,
-            deliveries=delivery.deliveries,
-            delivery_count=delivery.deliveries,
-            eta=message.eta,
-            expires=message.expires,
-            parent_id=headers.get("parent_id"),
-            root_id=headers.get("root_id") or message.id,
-            group=headers.get("group_id"),
-            group_index=headers.get("group_index"),
-            chord=headers.get("chord"),
-            chain=headers.get("chain"),
-            callbacks=headers.get("link"),
-            errbacks=headers.get("link_error"),
-            headers=headers,
-            hostname=self.hostname,
-            is_eager=False,
-            ignore_result=bool(headers.get("ignore_result")),
-            timelimit=(headers.get("time_limit"), headers.get("soft_time_limit")),
-            delivery_info={
-                "queue": delivery.queue,
-                "priority": message.priority,
-                "redelivered": delivery.deliveries > 1,
-            },
-            called_directly=False,
+        return Context.of(
+            {
+                "id": message.id,
+                "task": message.task,
+                "args": tuple(message.args),
+                "kwargs": dict(message.kwargs),
+                "retries": message.retries,
+                "deliveries": delivery.deliveries,
+                "delivery_count": delivery.deliveries,
+                "eta": message.eta,
+                "expires": message.expires,
+                "parent_id": headers.get("parent_id"),
+                "root_id": headers.get("root_id") or message.id,
+                "group": headers.get("group_id"),
+                "group_index": headers.get("group_index"),
+                "chord": headers.get("chord"),
+                "chain": headers.get("chain"),
+                "callbacks": headers.get("link"),
+                "errbacks": headers.get("link_error"),
+                "headers": headers,
+                "hostname": self.hostname,
+                "is_eager": False,
+                "ignore_result": bool(headers.get("ignore_result")),
+                "timelimit": (headers.get("time_limit"), headers.get("soft_time_limit")),
+                "delivery_info": {
+                    "queue": delivery.queue,
+                    "priority": message.priority,
+                    "redelivered": delivery.deliveries > 1,
+                },
+                "called_directly": False,
+            }
         )
-
-
-def _first(*values: Any) -> float | None:
-    for value in values:
-        if value is not None:
-            return float(value)
-    return None
 
 
 def _accepts_request(task: Task) -> bool:

@@ -119,17 +119,35 @@ def _number(value: float | None) -> str:
     return "null" if value is None else repr(float(value))  # finite: a time or a limit
 
 
+@functools.lru_cache(maxsize=256)
+def _limit(value: float | None) -> str:
+    """``_number`` of a time limit: the same few values task after task, so formatted once."""
+    return _number(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _quoted_name(name: str) -> str:
+    """A queue or node name as a JSON string: a child has one node and a few queues."""
+    return _quote(name)
+
+
+def _time(value: float) -> str:
+    # The child's monotonic clock to the microsecond (for the hard limit): cheaper than
+    # the shortest repr(). The claim time keeps repr(): the delivery round-trips exactly.
+    return f"{value:.6f}"
+
+
 def _start_line(delivery: Delivery, soft: float | None, hard: float | None, thread: int) -> bytes:
     # Formatted by hand, not json.dumps'd: a child writes one per task, and this costs a
     # few microseconds less. Every string goes through the JSON string encoder.
     handle = delivery.handle
     raw = binascii.b2a_base64(delivery.raw, newline=False).decode("ascii")
     return (
-        f'["s",{int(thread)},{_number(soft)},{_number(hard)},{time.monotonic()!r},'
+        f'["s",{int(thread)},{_limit(soft)},{_limit(hard)},{_time(time.monotonic())},'
         f"{_quote(delivery.id)},{_quote(delivery.token)},{int(delivery.deliveries)},"
-        f"{_quote(delivery.queue)},"
+        f"{_quoted_name(delivery.queue)},"
         f"{'null' if handle is None else _quote(handle) if isinstance(handle, str) else int(handle)},"
-        f"{_number(delivery.claimed_at)},{_quote(delivery.worker.node)},{int(delivery.worker.pid)},"
+        f"{_number(delivery.claimed_at)},{_quoted_name(delivery.worker.node)},{int(delivery.worker.pid)},"
         f'"{raw}"]\n'
     ).encode()
 

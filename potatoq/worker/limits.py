@@ -76,6 +76,8 @@ class SoftLimits:
         self._wakeup = threading.Condition(self._lock)
         self._watchdog: threading.Thread | None = None
         self._stopped = False
+        # A signal handler only runs in the main thread: the thread whose tasks get SIGALRM.
+        self._main_ident = threading.main_thread().ident
 
     @contextlib.contextmanager
     def guard(self, seconds: float | None) -> Iterator[None]:
@@ -83,12 +85,17 @@ class SoftLimits:
         if seconds is None or seconds <= 0:
             yield
             return
-        if threading.current_thread() is threading.main_thread():
-            with self._signal_guard(seconds):
-                yield
-        else:
+        if threading.get_ident() != self._main_ident:
             with self._thread_guard(seconds):
                 yield
+            return
+        # The main thread's guard is written out here rather than nested as a second
+        # context manager: a busy worker enters it for every task.
+        self._arm_signal(seconds)
+        try:
+            yield
+        finally:
+            self._armed_token = None  # a SIGALRM from now on does nothing
 
     # -- main thread: SIGALRM ----------------------------------------------------------------
 
@@ -117,8 +124,7 @@ class SoftLimits:
         self._timer_at = time.monotonic() + seconds
         signal.setitimer(signal.ITIMER_REAL, seconds)
 
-    @contextlib.contextmanager
-    def _signal_guard(self, seconds: float) -> Iterator[None]:
+    def _arm_signal(self, seconds: float) -> None:
         # The timer is left running when a task ends: the next task (the same limit,
         # usually) finds it pending no later than its own deadline and sets nothing, so
         # a busy worker makes no setitimer calls per task. When it fires for a limit
@@ -132,10 +138,6 @@ class SoftLimits:
         timer_at = self._timer_at
         if timer_at is None or timer_at > self._armed_deadline:
             self._set_timer(seconds)
-        try:
-            yield
-        finally:
-            self._armed_token = None  # a SIGALRM from now on does nothing
 
     # -- other threads: watchdog + async exception ---------------------------------------------
 
