@@ -46,6 +46,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import record
 from .servers import ROOT, SERVERS, Server
@@ -333,30 +334,40 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
     return result
 
 
-def postgres_floor(url: str, args: argparse.Namespace) -> dict[str, float]:
-    """Bare psycopg producer and LISTEN consumer, paced as the latency samples are (see
-    benchmarks.pg_floor): p50 / p99 of their idle latency and of the producer's commit."""
-    print("postgres: bare psycopg latency floor ...", file=sys.stderr, flush=True)
+def _bare(label: str, args: Sequence[str], timeout: float) -> Any:
+    """Run ``python -m benchmarks.<args>`` (a bare-client measurement) and return the JSON it
+    prints, or None if it failed (said on stderr; the report then leaves it out)."""
+    print(f"{label} ...", file=sys.stderr, flush=True)
     try:
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.pg_floor",
-                url,
-                f"--samples={args.latency_samples}",
-                f"--seconds={args.latency_seconds}",
-                f"--gap-ms={args.latency_gap_ms}",
-            ],
+            [sys.executable, "-m", *args],
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=args.latency_seconds + 120,
+            timeout=timeout,
             check=True,
         )
-        raw = json.loads(proc.stdout)
+        return json.loads(proc.stdout)
     except (subprocess.SubprocessError, ValueError) as exc:
         print(f"  failed: {exc!r}", file=sys.stderr, flush=True)
+        return None
+
+
+def postgres_floor(url: str, args: argparse.Namespace) -> dict[str, float]:
+    """Bare psycopg producer and LISTEN consumer, paced as the latency samples are (see
+    benchmarks.pg_floor): p50 / p99 of their idle latency and of the producer's commit."""
+    raw = _bare(
+        "postgres: bare psycopg latency floor",
+        [
+            "benchmarks.pg_floor",
+            url,
+            f"--samples={args.latency_samples}",
+            f"--seconds={args.latency_seconds}",
+            f"--gap-ms={args.latency_gap_ms}",
+        ],
+        timeout=args.latency_seconds + 120,
+    )
+    if raw is None:
         return {}
     floor: dict[str, float] = {"samples": float(len(raw["latency"]))}
     for name in ("latency", "commit"):
@@ -369,20 +380,8 @@ def postgres_floor(url: str, args: argparse.Namespace) -> dict[str, float]:
 
 def rabbitmq_ceiling(url: str) -> dict[str, float]:
     """Bare pika consumers' rate on a quorum queue, prefetch 1 and 4 (see benchmarks.ceiling)."""
-    print("rabbitmq: bare pika ceiling ...", file=sys.stderr, flush=True)
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.ceiling", url],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-        )
-        return {k: float(v) for k, v in json.loads(proc.stdout).items()}
-    except (subprocess.SubprocessError, ValueError) as exc:
-        print(f"  failed: {exc!r}", file=sys.stderr, flush=True)
-        return {}
+    raw = _bare("rabbitmq: bare pika ceiling", ["benchmarks.ceiling", url], timeout=300)
+    return {} if raw is None else {k: float(v) for k, v in raw.items()}
 
 
 def _has_batch(case: Case) -> bool:

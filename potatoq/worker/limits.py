@@ -76,8 +76,6 @@ class SoftLimits:
         self._wakeup = threading.Condition(self._lock)
         self._watchdog: threading.Thread | None = None
         self._stopped = False
-        # A signal handler only runs in the main thread: the thread whose tasks get SIGALRM.
-        self._main_ident = threading.main_thread().ident
 
     @contextlib.contextmanager
     def guard(self, seconds: float | None) -> Iterator[None]:
@@ -85,7 +83,8 @@ class SoftLimits:
         if seconds is None or seconds <= 0:
             yield
             return
-        if threading.get_ident() != self._main_ident:
+        # Signal handlers run in the main thread only: its tasks get SIGALRM, others the watchdog.
+        if threading.get_ident() != threading.main_thread().ident:
             with self._thread_guard(seconds):
                 yield
             return
