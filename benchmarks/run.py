@@ -22,6 +22,12 @@ After the PostgreSQL systems, ``benchmarks.pg_floor`` measures the idle latency 
 psycopg producer and LISTEN consumer on the same server; after the RabbitMQ systems,
 ``benchmarks.ceiling`` the rate of bare prefetch-1 consumers: what no system can beat here.
 
+Every case runs ``--rounds`` times (3 by default), the rounds of one broker in turn (round
+1 of every system, then round 2 of every system, ...): this VM's speed drifts by tens of
+percent over minutes, and a single run per system let a slow spell land on one system
+only. The report gives the median rate of the rounds, latency percentiles over all
+rounds' samples, and potatoq's processed ratio to each peer round by round.
+
 Every phase is bounded (``--max-seconds`` of processing, ``--latency-seconds`` of latency
 samples): a slow peer reports the rate of what it finished, marked as partial. Everything
 runs on loopback and everything created (files, databases, keys, queues) is removed.
@@ -106,6 +112,8 @@ class Result:
     worker_cpu_us: float | None = None  # worker CPU time per processed task
     error: str = ""
     notes: list[str] = dataclasses.field(default_factory=list)
+    rounds: int = 1  # how many runs of the case this result summarizes
+    latency_ms: list[float] = dataclasses.field(default_factory=list, repr=False)  # the samples
 
 
 # ----------------------------------------------------------------------------- workers
@@ -260,6 +268,8 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
         # 3. the real worker on those N tasks
         done_path = tmp / f"{slug}.done"
         started_path = tmp / f"{slug}.started"
+        for path in (done_path, started_path):  # an earlier round's records
+            path.unlink(missing_ok=True)
         env = {**env, record.DONE_ENV: str(done_path), record.STARTED_ENV: str(started_path)}
         workers = Workers(case, env, tmp / f"{slug}.log", shlex.split(args.potatoq_args))
         t0 = time.monotonic()
@@ -314,11 +324,7 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
             )
         except RuntimeError as exc:  # keep the samples taken so far, and say what happened
             result.notes.append(f"latency sampling stopped: {str(exc).splitlines()[-1]}")
-        samples = sorted(float(x) * 1000 for x in started_path.read_bytes().split())
-        result.latency_samples = len(samples)
-        if samples:
-            result.latency_p50_ms = statistics.median(samples)
-            result.latency_p99_ms = _percentile(samples, 99)
+        _set_latency(result, [float(x) * 1000 for x in started_path.read_bytes().split()])
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         if workers is not None:
@@ -332,6 +338,44 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
             except Exception as exc:
                 result.notes.append(f"cleanup failed: {exc!r}")
     return result
+
+
+def _set_latency(result: Result, samples_ms: list[float]) -> None:
+    result.latency_ms = sorted(samples_ms)
+    result.latency_samples = len(samples_ms)
+    if samples_ms:
+        result.latency_p50_ms = statistics.median(result.latency_ms)
+        result.latency_p99_ms = _percentile(result.latency_ms, 99)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def combine(runs: Sequence[Result]) -> Result:
+    """One row for the report from the rounds of one case: the median of each rate and of
+    the CPU per task, and the latency percentiles of all rounds' samples pooled. A round
+    that failed is left out (and named in the notes); the row fails only if all did."""
+    ok = [r for r in runs if not r.error]
+    first = runs[0]
+    row = Result(first.broker, first.system, first.label, first.version, first.n, rounds=len(ok))
+    row.load = statistics.mean(r.load for r in runs)
+    row.notes = [note for r in runs for note in r.notes]
+    if not ok:
+        row.error = first.error
+        return row
+    row.version = next((r.version for r in ok if r.version), "")
+    row.enqueue_per_s = _median([r.enqueue_per_s for r in ok])
+    row.batch_per_s = _median([r.batch_per_s for r in ok])
+    row.processed_per_s = _median([r.processed_per_s for r in ok])
+    row.processed = min(r.processed for r in ok)
+    row.worker_cpu_us = _median([r.worker_cpu_us for r in ok])
+    _set_latency(row, [x for r in ok for x in r.latency_ms])
+    for index, r in enumerate(runs, 1):
+        if r.error:
+            row.notes.append(f"round {index} failed: {r.error.splitlines()[0][:200]}")
+    return row
 
 
 def _bare(label: str, args: Sequence[str], timeout: float) -> Any:
@@ -353,9 +397,9 @@ def _bare(label: str, args: Sequence[str], timeout: float) -> Any:
         return None
 
 
-def postgres_floor(url: str, args: argparse.Namespace) -> dict[str, float]:
+def postgres_floor(url: str, args: argparse.Namespace) -> dict[str, list[float]]:
     """Bare psycopg producer and LISTEN consumer, paced as the latency samples are (see
-    benchmarks.pg_floor): p50 / p99 of their idle latency and of the producer's commit."""
+    benchmarks.pg_floor): their idle latencies and the producer's commit times, in seconds."""
     raw = _bare(
         "postgres: bare psycopg latency floor",
         [
@@ -367,11 +411,14 @@ def postgres_floor(url: str, args: argparse.Namespace) -> dict[str, float]:
         ],
         timeout=args.latency_seconds + 120,
     )
-    if raw is None:
-        return {}
-    floor: dict[str, float] = {"samples": float(len(raw["latency"]))}
+    return {} if raw is None else {name: [float(x) for x in raw[name]] for name in ("latency", "commit")}
+
+
+def floor_summary(runs: Sequence[dict[str, list[float]]]) -> dict[str, float]:
+    """p50 / p99 of the floor's latency and commit times, all rounds' samples pooled."""
+    floor: dict[str, float] = {"samples": float(sum(len(run.get("latency", [])) for run in runs))}
     for name in ("latency", "commit"):
-        values = sorted(x * 1000 for x in raw[name])
+        values = sorted(x * 1000 for run in runs for x in run.get(name, []))
         if values:
             floor[f"{name}_p50_ms"] = statistics.median(values)
             floor[f"{name}_p99_ms"] = _percentile(values, 99)
@@ -441,6 +488,15 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
     return f"{ratio:.2f}×" if ratio >= 0.1 else f"{ratio:.3f}×"  # noqa: RUF001 - a multiplication sign
 
 
+def _round_ratios(ours: Sequence[Result], theirs: Sequence[Result]) -> str:
+    """potatoq's processed/s over the peer's, each round with its own (n/a for a failed one)."""
+    ratios = [
+        _ratio(a.processed_per_s, b.processed_per_s) if not (a.error or b.error) else "n/a"
+        for a, b in zip(ours, theirs, strict=False)
+    ]
+    return " · ".join(ratios) or "n/a"
+
+
 def report(
     results: list[Result],
     servers: dict[str, str],
@@ -448,7 +504,9 @@ def report(
     args: argparse.Namespace,
     ceiling: dict[str, float] | None = None,
     floor: dict[str, float] | None = None,
+    runs: dict[tuple[str, str], list[Result]] | None = None,
 ) -> str:
+    runs = runs or {}
     out = [
         (
             f"Run {info['date']} on {info['cpu']}, {info['memory']}, {info['os']}, "
@@ -461,6 +519,12 @@ def report(
             f"sent {args.latency_gap_ms.replace(',', ' to ')} ms apart."
         ),
     ]
+    if args.rounds > 1:
+        out.append(
+            f"Every system ran {args.rounds} times, in turn (round 1 of each, then round 2 of each, ...): "
+            "rates and CPU per task are the median of the rounds, latency percentiles are over all "
+            "rounds' samples, and the processed ratio is also given round by round."
+        )
     for broker in BROKERS:
         rows = [r for r in results if r.broker == broker]
         if not rows:
@@ -489,14 +553,18 @@ def report(
                 "",
                 "potatoq ÷ peer (above 1 is potatoq ahead for rates; for latency below 1 is potatoq ahead):",
                 "",
-                "| peer | enqueue | batched enqueue | processed | latency p50 | latency p99 |",
-                "|---|---:|---:|---:|---:|---:|",
+                (
+                    "| peer | enqueue | batched enqueue | processed | processed, round by round "
+                    "| latency p50 | latency p99 |"
+                ),
+                "|---|---:|---:|---:|---:|---:|---:|",
             ]
             for r in peers:
                 out.append(
                     f"| {r.label} | {_ratio(ours.enqueue_per_s, r.enqueue_per_s)} "
                     f"| {_ratio(ours.batch_per_s, r.batch_per_s)} "
                     f"| {_ratio(ours.processed_per_s, r.processed_per_s)} "
+                    f"| {_round_ratios(runs.get((broker, ours.label), []), runs.get((broker, r.label), []))} "
                     f"| {_ratio(ours.latency_p50_ms, r.latency_p50_ms)} "
                     f"| {_ratio(ours.latency_p99_ms, r.latency_p99_ms)} |"
                 )
@@ -575,12 +643,54 @@ def plan(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
     return cases, skipped
 
 
+def _run_broker(
+    broker: str,
+    cases: Sequence[Case],
+    server: Server,
+    args: argparse.Namespace,
+    tmp: Path,
+    runs: dict[tuple[str, str], list[Result]],
+    floors: list[dict[str, list[float]]],
+) -> None:
+    """Every case of one broker, ``--rounds`` times over in turn (round 1 of each system,
+    then round 2 of each, ...), so that a slow spell of the machine falls on every system
+    rather than on whichever one ran during it; PostgreSQL's floor is measured each round."""
+    for round_no in range(1, args.rounds + 1):
+        for case in cases:
+            tag = f" (round {round_no} of {args.rounds})" if args.rounds > 1 else ""
+            print(f"{broker}: {case.label}{tag} ...", file=sys.stderr, flush=True)
+            started = time.monotonic()
+            result = run_case(case, server, args, tmp)
+            print(
+                f"  {time.monotonic() - started:.0f} s  "
+                + (result.error.splitlines()[0] if result.error else "ok"),
+                file=sys.stderr,
+                flush=True,
+            )
+            runs.setdefault((broker, case.label), []).append(result)
+        potatoq_ran = any(not r.error for r in runs.get((broker, "potatoq"), []))
+        if broker == "postgres" and potatoq_ran:
+            floor = postgres_floor(args.postgres_url, args)
+            if floor:
+                floors.append(floor)
+
+
+def _plain(result: Result) -> dict[str, Any]:
+    """A result for the JSON file, without its latency samples."""
+    data = dataclasses.asdict(result)
+    data.pop("latency_ms")
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--brokers", default=",".join(BROKERS))
     parser.add_argument("--systems", default="", help="comma-separated subset, e.g. potatoq,celery")
     parser.add_argument("-n", type=int, default=5000, help="tasks per system (default 5000)")
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="runs of every case, in turn; the report shows medians"
+    )
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument(
@@ -601,55 +711,30 @@ def main(argv: list[str] | None = None) -> int:
     cases, skipped = plan(args)
     info = machine()
     info["start_load"] = info["load"]
-    results: list[Result] = []
+    runs: dict[tuple[str, str], list[Result]] = {}
     versions: dict[str, str] = {}
     ceiling: dict[str, float] = {}
-    floor: dict[str, float] = {}
+    floors: list[dict[str, list[float]]] = []
     with tempfile.TemporaryDirectory(prefix="potatoq-bench-") as tmpdir:
         tmp = Path(tmpdir)
-        servers: dict[str, Server] = {}
-        try:
-            for index, case in enumerate(cases):
-                if case.broker not in servers:
-                    try:
-                        servers[case.broker] = SERVERS[case.broker](
-                            getattr(args, f"{case.broker}_url", ""), tmp
-                        )
-                        versions[case.broker] = servers[case.broker].version()
-                    except Exception as exc:
-                        skipped.append(f"{case.broker}: server unreachable ({exc!r})")
-                        servers[case.broker] = None  # type: ignore[assignment]
-                server = servers[case.broker]
-                if server is None:
-                    continue
-                print(f"{case.broker}: {case.label} ...", file=sys.stderr, flush=True)
-                started = time.monotonic()
-                result = run_case(case, server, args, tmp)
-                print(
-                    f"  {time.monotonic() - started:.0f} s  "
-                    + (result.error.splitlines()[0] if result.error else "ok"),
-                    file=sys.stderr,
-                    flush=True,
-                )
-                results.append(result)
-                following = cases[index + 1 :]
-                if (
-                    case.broker == "postgres"
-                    and not any(c.broker == "postgres" for c in following)
-                    and any(r.broker == "postgres" and r.system == "potatoq" for r in results)
-                ):
-                    floor = postgres_floor(args.postgres_url, args)
-            if servers.get("rabbitmq") is not None and any(
-                r.broker == "rabbitmq" and r.system == "potatoq" for r in results
-            ):
+        for broker in dict.fromkeys(case.broker for case in cases):
+            try:
+                server = SERVERS[broker](getattr(args, f"{broker}_url", ""), tmp)
+                versions[broker] = server.version()
+            except Exception as exc:
+                skipped.append(f"{broker}: server unreachable ({exc!r})")
+                continue
+            try:
+                _run_broker(broker, [c for c in cases if c.broker == broker], server, args, tmp, runs, floors)
+            finally:
+                with contextlib.suppress(Exception):
+                    server.close()
+            if broker == "rabbitmq" and any(not r.error for r in runs.get((broker, "potatoq"), [])):
                 ceiling = rabbitmq_ceiling(args.rabbitmq_url)
-        finally:
-            for server in servers.values():
-                if server is not None:
-                    with contextlib.suppress(Exception):
-                        server.close()
+    results = [combine(rounds) for rounds in runs.values()]
+    floor = floor_summary(floors) if floors else {}
     info.update(machine() | {"date": info["date"], "start_load": info["start_load"]})
-    text = report(results, versions, info, args, ceiling, floor)
+    text = report(results, versions, info, args, ceiling, floor, runs)
     if skipped:
         text += "\n\nSkipped: " + "; ".join(skipped)
     print(text)
@@ -661,9 +746,11 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "machine": info,
                     "servers": versions,
-                    "results": [dataclasses.asdict(r) for r in results],
+                    "results": [_plain(r) for r in results],
+                    "rounds": [_plain(r) for rounds in runs.values() for r in rounds],
                     "rabbitmq_ceiling": ceiling,
                     "postgres_floor": floor,
+                    "postgres_floor_rounds": [floor_summary([run]) for run in floors],
                 },
                 indent=2,
             )
