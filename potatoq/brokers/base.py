@@ -397,6 +397,7 @@ class Capabilities:
         True  # result_backend=None means "the broker" (databases) or "none" (Redis, AMQP)
     )
     supervisor_settles: bool = True  # the supervisor may settle a dead child's delivery
+    lists_holders: bool = True  # held_by() lists exactly what one worker process holds
     exact_priorities: bool = True  # any int priority orders exactly (AMQP: bands)
     leases: bool = False  # claims expire unless extend() is called
     revoke_deletes: bool = True  # revoke() removes a waiting task from storage
@@ -595,8 +596,10 @@ class Broker(abc.ABC):
         it. The supervisor settles each delivery returned like a reported delivery of a dead
         child (fenced on its token, so a race with recovery is harmless). Read-only.
 
-        Brokers whose claims end with their holder on their own (leases the supervisor stops
-        extending, AMQP channels that close) may keep this default, which returns nothing.
+        A broker that lists exactly (``capabilities.lists_holders``) lets a worker's
+        children skip reporting each task to their supervisor: it asks this instead, for
+        leases and heartbeats too. Brokers whose claims end with their holder on their own
+        (AMQP channels that close) may keep this default, which returns nothing.
         """
         return []
 

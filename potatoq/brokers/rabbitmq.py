@@ -124,6 +124,7 @@ class RabbitMQBroker(Broker):
         stores_results=False,  # results need config.result_backend
         results_by_default=False,
         supervisor_settles=False,  # only the channel a delivery came on can ack it
+        lists_holders=False,  # a channel's unacked deliveries can't be listed from outside
         exact_priorities=False,  # priority bands, FIFO inside a band
         leases=False,
         revoke_deletes=False,  # revoked ids are recorded and skipped at claim

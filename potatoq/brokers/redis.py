@@ -10,6 +10,7 @@ same names inside the scripts)::
     q:<queue>:marker    ZSET  one member                         wake-up: idle workers BZPOPMIN it
     job:<id>            HASH  payload, queue, priority, seq, state, deliveries, token, node,
                               pid, claimed, ready_at, due
+    held:<node>:<pid>   SET   ids that worker process holds: :meth:`RedisBroker.held_by`
     result:<id>         STRING  encoded ResultRecord, PX result_expires
     waiting:<id>        STRING  how many ``.get()`` callers wait (with expiry)
     notify:<id>         LIST    one element per waiter, pushed when the result is written
@@ -726,6 +727,10 @@ class RedisBroker(Broker):
         ]
         requeued, dead = self._run("reap", args)
         return RecoverReport(requeued=int(requeued), dead=int(dead))
+
+    def held_by(self, worker: WorkerRef) -> list[Delivery]:
+        reply = self._run("held_by", [worker.node, str(worker.pid)])
+        return [self._delivery(row, worker) for row in reply]
 
     def extend(self, deliveries: Sequence[Delivery], ttl: float) -> None:
         if not deliveries:

@@ -281,7 +281,11 @@ def child_main(
         from .ipc import EventWriter
 
         signals.worker_process_init.send(sender=app)
-        runner = ChildRunner(app, options, EventWriter(write_fd), Executor(app))
+        class _Null:
+            def start(self, *a, **k): pass
+            settling = end = end_and_start = retire = start
+        rep = _Null() if os.environ.get("EXP_NULLREP") else EventWriter(write_fd)
+        runner = ChildRunner(app, options, rep, Executor(app))
 
         def on_term(signum: int, frame: FrameType | None) -> None:
             runner.request_stop()

@@ -350,6 +350,37 @@ def test_reaping_after_max_deliveries_dead_letters_with_worker_lost(
     assert result.result["exc_type"] == "WorkerLostError"
 
 
+def test_held_set_follows_every_way_a_claim_ends(make: Callable[..., RedisBroker]) -> None:
+    """held_by reads a per-process set that claim adds to: each way a claim ends (complete,
+    retry, requeue, dead letter, a reaped lease) takes the id out again, so the set holds
+    exactly the running tasks and an idle process leaves no key behind."""
+    broker = make(dead_after=0.2)
+    held_key = f"{broker.keys.prefix}held:{WORKER.node}:{WORKER.pid}"
+    client = raw_client(broker)
+    broker.enqueue([msg() for _ in range(5)])
+    claims = [claim_one(broker) for _ in range(5)]
+    assert client.scard(held_key) == 5
+    assert sorted(d.id for d in broker.held_by(WORKER)) == sorted(d.id for d in claims)
+    assert [d.claimed_at for d in broker.held_by(WORKER)] == sorted(d.claimed_at for d in claims)
+    done, retried, requeued, dead, reaped = claims
+    retry = RetryLater(message=retried.message.replace(retries=1, eta=time.time() + 60))  # type: ignore[union-attr]
+    assert broker.settle(done, Complete())
+    assert broker.settle(retried, retry)
+    assert broker.settle(requeued, Requeue(crashed=True))
+    assert broker.settle(dead, DeadLetter(reason="bad"))
+    assert [d.id for d in broker.held_by(WORKER)] == [reaped.id]
+    deadline = time.monotonic() + 10
+    while broker.recover(0.2, 5).requeued == 0:  # the lease of the last one runs out
+        assert time.monotonic() < deadline, "expired lease never reaped"
+        time.sleep(0.05)
+    assert broker.held_by(WORKER) == []
+    assert client.exists(held_key) == 0
+    again = claim_one(broker)  # the requeued or the reaped one, held again
+    assert [d.token for d in broker.held_by(WORKER)] == [again.token]
+    assert broker.held_by(WorkerRef(WORKER.node, WORKER.pid + 1)) == []
+    assert broker.settle(again, Complete())
+
+
 def test_graceful_requeue_keeps_place_and_does_not_count(broker: RedisBroker) -> None:
     first, second = msg(), msg()
     broker.enqueue([first, second])

@@ -1,8 +1,9 @@
 """``Broker.held_by``: what a supervisor asks after a child died, on every broker.
 
-Brokers without leases (SQLite, PostgreSQL) must list exactly the deliveries an exact
-(node, pid) holds, fenced by their tokens; lease brokers (Redis) and brokers whose claims
-end with their connection (RabbitMQ, where the supervisor can't settle) may list nothing.
+Brokers that say they list holders (SQLite, PostgreSQL, Redis) must list exactly the
+deliveries an exact (node, pid) holds, fenced by their tokens: their workers' children don't
+report each task to their supervisor, which asks this instead. Brokers whose claims end
+with their connection (RabbitMQ, where the supervisor can't settle) may list nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def test_held_by_lists_one_holders_claims_and_they_settle(make_broker: BrokerMak
     mine = [_claim(broker, CHILD), _claim(broker, CHILD)]
     other = _claim(broker, SIBLING)
     held = broker.held_by(CHILD)
-    must_list = not broker.capabilities.leases and broker.capabilities.supervisor_settles
+    must_list = broker.capabilities.lists_holders and broker.capabilities.supervisor_settles
     if not must_list:  # their claims end on their own: nothing to check but that it answers
         for delivery in (*mine, other):
             broker.settle(delivery, Complete())

@@ -11,6 +11,7 @@
 --   P..'q:'..queue..':delayed'  ZSET  id -> due time (ms, server clock)
 --   P..'q:'..queue..':active'   ZSET  id -> lease deadline (ms, server clock)
 --   P..'q:'..queue..':marker'   ZSET  one member; idle workers BZPOPMIN it
+--   P..'held:'..node..':'..pid  SET   ids that worker process holds (its supervisor asks: held_by)
 --   P..'job:'..id               HASH  payload queue priority seq state deliveries token
 --                                     node pid claimed ready_at due
 --   P..'result:'..id            STRING encoded ResultRecord, PX result_expires
@@ -39,6 +40,7 @@ local function k_job(id) return P .. 'job:' .. id end
 local function k_result(id) return P .. 'result:' .. id end
 local function k_waiting(id) return P .. 'waiting:' .. id end
 local function k_notify(id) return P .. 'notify:' .. id end
+local function k_held(node, pid) return P .. 'held:' .. node .. ':' .. pid end
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -150,6 +152,7 @@ local function claim(queues, token, lease_ms, node, pid, now)
         redis.call('HSET', jk, 'state', 'active', 'deliveries', deliveries, 'token', token,
           'node', node, 'pid', pid, 'claimed', now)
         redis.call('ZADD', k_active(q), now + lease_ms, id)
+        redis.call('SADD', k_held(node, pid), id)
         -- Re-arm while work remains, so wake-ups chain from worker to worker.
         if redis.call('ZCARD', rk) > 0 or promoted >= PROMOTE_BATCH then arm(q) end
         return {id, q, job[1], deliveries, token, now}
@@ -162,10 +165,10 @@ end
 -- The running job `id` if `token` still holds its claim, else nil (a stale delivery).
 local function fenced(id, token)
   local job = redis.call('HMGET', k_job(id), 'token', 'state', 'queue', 'payload', 'priority',
-    'seq', 'deliveries')
+    'seq', 'deliveries', 'node', 'pid')
   if job[1] ~= token or job[2] ~= 'active' then return nil end
   return {queue = job[3], payload = job[4], priority = job[5], seq = job[6],
-          deliveries = tonumber(job[7]) or 0}
+          deliveries = tonumber(job[7]) or 0, node = job[8], pid = job[9]}
 end
 
 -- Wake every .get() caller waiting on id; costs one EXISTS-like read when nobody waits.
@@ -220,9 +223,15 @@ local function settle_tail_skip(pos)
   return pos + 12 + 5 * tonumber(ARGV[pos + 11])
 end
 
-local function remove_running(id, q)
+-- Forget that worker process (node, pid) holds id (its claim ended).
+local function release(id, node, pid)
+  if node and pid then redis.call('SREM', k_held(node, pid), id) end
+end
+
+local function remove_running(id, q, node, pid)
   redis.call('ZREM', k_active(q), id)
   redis.call('DEL', k_job(id))
+  release(id, node, pid)
 end
 
 -- Add a dead letter, then trim the dead set by age and count (with its payloads).
@@ -259,7 +268,7 @@ local function settle_complete(pos, now)
   local id, token = ARGV[pos], ARGV[pos + 1]
   local job = fenced(id, token)
   if not job then return 0, settle_tail_skip(pos + 2) end
-  remove_running(id, job.queue)
+  remove_running(id, job.queue, job.node, job.pid)
   return 1, settle_tail(id, pos + 2, now)
 end
 
@@ -268,7 +277,7 @@ local function settle_dead(pos, now)
   local id, token = ARGV[pos], ARGV[pos + 1]
   local job = fenced(id, token)
   if not job then return 0, settle_tail_skip(pos + 5) end
-  remove_running(id, job.queue)
+  remove_running(id, job.queue, job.node, job.pid)
   add_dead(id, job.queue, job.payload, ARGV[pos + 2], job.deliveries, job.priority, now,
     tonumber(ARGV[pos + 3]), tonumber(ARGV[pos + 4]))
   return 1, settle_tail(id, pos + 5, now)
@@ -280,7 +289,7 @@ local function settle_retry(pos, now)
   local job = fenced(id, token)
   local nextpos = pos + 8
   if not job then return 0, nextpos end
-  remove_running(id, job.queue)
+  remove_running(id, job.queue, job.node, job.pid)
   enqueue_many({{id, ARGV[pos + 4], ARGV[pos + 5], ARGV[pos + 6], ARGV[pos + 7]}}, now)
   write_result(id, ARGV[pos + 2], ARGV[pos + 3])
   return 1, nextpos
@@ -293,6 +302,7 @@ local function settle_requeue(pos, now)
   if not job then return 0, pos + 3 end
   local jk = k_job(id)
   redis.call('ZREM', k_active(job.queue), id)
+  release(id, job.node, job.pid)
   if ARGV[pos + 2] ~= '1' then redis.call('HINCRBY', jk, 'deliveries', -1) end
   redis.call('HDEL', jk, 'token', 'node', 'pid', 'claimed')
   make_ready(id, job.queue, job.priority, job.seq, now)

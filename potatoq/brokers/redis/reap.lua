@@ -22,17 +22,18 @@ for qi = 1, #queues do
   for i = 1, #expired do
     local id = expired[i]
     local jk = k_job(id)
-    local job = redis.call('HMGET', jk, 'payload', 'deliveries', 'priority', 'seq', 'state')
+    local job = redis.call('HMGET', jk, 'payload', 'deliveries', 'priority', 'seq', 'state', 'node', 'pid')
     if not job[1] or job[5] ~= 'active' then
       redis.call('ZREM', k_active(q), id)
     elseif tonumber(job[2]) >= max_deliveries then
-      remove_running(id, q)
+      remove_running(id, q, job[6], job[7])
       add_dead(id, q, job[1], ARGV[7], tonumber(job[2]), job[3], now, tonumber(ARGV[5]),
         tonumber(ARGV[6]))
       write_result(id, template ~= '' and fill(id) or '', ttl)
       dead = dead + 1
     else
       redis.call('ZREM', k_active(q), id)
+      release(id, job[6], job[7])
       redis.call('HDEL', jk, 'token', 'node', 'pid', 'claimed')
       make_ready(id, q, job[3], job[4], now)
       arm(q)
