@@ -9,8 +9,10 @@ in the broker can still be taken by any other idle worker.
 Claims rotate over the ``-Q`` queues (each claim starts one queue further along), so a
 queue that always has work can't starve the others.
 
-The child reports every delivery it holds to its supervisor (``ipc.EventWriter``) before it
-runs it, so a child that dies mid-task has its task settled by the supervisor at once.
+The child reports the deliveries it holds to its supervisor (``ipc.EventWriter``) before it
+runs them (on brokers that can list a process's claims, only those with a hard time limit:
+the supervisor asks the broker for the rest), so a child that dies mid-task has its task
+settled by the supervisor at once.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from potatoq import signals
 from potatoq.brokers.base import Delivery, Outcome, WorkerRef
 from potatoq.exceptions import SoftTimeLimitExceeded
 
+from .ipc import Tally
 from .limits import SOFT_LIMIT_CANCEL, SoftLimits
 from .options import WorkerOptions
 from .procinfo import rss_kib
@@ -261,7 +264,12 @@ def _short(value: Any) -> str:
 
 
 def child_main(
-    app: Any, options: WorkerOptions, write_fd: int, inherited_fds: Sequence[int], index: int = 1
+    app: Any,
+    options: WorkerOptions,
+    write_fd: int,
+    inherited_fds: Sequence[int],
+    index: int = 1,
+    tally: Tally | None = None,
 ) -> None:
     """The body of a forked child; never returns (``os._exit``)."""
     code = 0
@@ -278,14 +286,11 @@ def child_main(
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
         from .executor import Executor
-        from .ipc import EventWriter
+        from .ipc import EventWriter, reports_every_task
 
         signals.worker_process_init.send(sender=app)
-        class _Null:
-            def start(self, *a, **k): pass
-            settling = end = end_and_start = retire = start
-        rep = _Null() if os.environ.get("EXP_NULLREP") else EventWriter(write_fd)
-        runner = ChildRunner(app, options, rep, Executor(app))
+        every_task = reports_every_task(app.broker.capabilities)
+        runner = ChildRunner(app, options, EventWriter(write_fd, tally, every_task=every_task), Executor(app))
 
         def on_term(signum: int, frame: FrameType | None) -> None:
             runner.request_stop()

@@ -20,7 +20,7 @@ class Running:
     pid: int
     soft: float | None
     hard: float | None
-    # The delivery, or how to decode it: the supervisor hears of every task but needs the
+    # The delivery, or how to decode it: the supervisor hears of many tasks but needs the
     # delivery itself only for a lost child, a lease extension or a heartbeat.
     source: Delivery | Callable[[], Delivery]
     started: float = dataclasses.field(default_factory=time.monotonic)  # for the hard limit

@@ -4,7 +4,10 @@ One single-threaded loop (so ``fork()`` never copies a lock held by another thre
 on the children's event pipes and a signal wake-up pipe, and in each turn:
 
 1. reads the children's events (``ipc``): which deliveries each one holds (a read is
-   followed by a short pause, so that one wake-up reads the events of many tasks);
+   followed by a short pause, so that one wake-up reads the events of many tasks). On a
+   broker that lists what one process holds (``held_by``), children report only their
+   hard-limited tasks, and the supervisor asks the broker for the others when it needs
+   them: a dead child's tasks, lease extensions, the running tasks of a heartbeat;
 2. reaps children that exited. Whatever a dead child still held is settled at once:
    ``Requeue(crashed=True)``, or, once the delivery count reached ``task_max_deliveries``,
    the executor's lost outcome (dead letter, FAILURE result with ``WorkerLostError``,
@@ -44,7 +47,7 @@ from potatoq.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .child import child_main
 from .chores import Chores
-from .ipc import ChildEvent, EventReader, widen_pipe
+from .ipc import ChildEvent, EventReader, Tally, reports_every_task, widen_pipe
 from .options import WorkerOptions
 from .running import Running, RunningTable
 from .settling import connection_errors, describe
@@ -73,6 +76,11 @@ class Child:
     victims: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # hard-limit victims
     retired: str | None = None
     ever_ran: bool = False
+    tally: Tally = dataclasses.field(default_factory=Tally)  # tasks it finished
+
+    @property
+    def finished(self) -> int:
+        return self.tally.value
 
 
 class Supervisor:
@@ -86,7 +94,9 @@ class Supervisor:
         self.stopping = False
         self.stop_deadline: float | None = None
         self.interrupts = 0
-        self.finished = 0  # tasks the children reported done
+        self._finished_by_exited = 0  # tasks finished by children that are gone
+        # Whether children report every task, or only hard-limited ones (see ipc).
+        self.every_task = reports_every_task(app.broker.capabilities)
         self.chores = Chores(app, options, self._running, processed=lambda: self.finished)
         self._executor: Any = None
         self._signals: list[int] = []
@@ -95,6 +105,11 @@ class Supervisor:
         self._respawn_at = 0.0
 
     # -- public ----------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> int:
+        """Tasks the children finished, counted by the children themselves."""
+        return self._finished_by_exited + sum(child.finished for child in self.children.values())
 
     def run(self) -> int:
         finalize = getattr(self.app, "finalize", None)
@@ -193,15 +208,16 @@ class Supervisor:
         # SIGTERM stays blocked in the child until it has its own handler (child_main
         # unblocks it): a shutdown that starts right now must not hit the inherited one.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        tally = Tally()
         try:
             pid = os.fork()
             if pid == 0:  # the child
-                child_main(self.app, self.options, write_fd, inherited, index)
+                child_main(self.app, self.options, write_fd, inherited, index, tally)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.close(write_fd)
         widen_pipe(read_fd)  # a batched read leaves more events in the pipe
-        child = Child(pid=pid, reader=EventReader(read_fd), index=index)
+        child = Child(pid=pid, reader=EventReader(read_fd), index=index, tally=tally)
         self.children[pid] = child
         self.selector.register(read_fd, selectors.EVENT_READ, child)
         logger.debug("started child %d", pid)
@@ -222,8 +238,7 @@ class Supervisor:
         ended = {event.key for event in events if event.kind == "end"}
         for event in events:
             if event.kind == "start" and event.key in ended:
-                child.ever_ran = True
-                self.finished += 1  # (its end then finds nothing to remove)
+                child.ever_ran = True  # (its end then finds nothing to remove)
             else:
                 self._apply(child, event)
 
@@ -238,8 +253,7 @@ class Supervisor:
             item.started_at -= max(0.0, time.monotonic() - item.started)
             child.running.add(item)
         elif event.kind == "end":
-            if child.running.remove((event.task_id, event.token)) is not None:
-                self.finished += 1
+            child.running.remove((event.task_id, event.token))
         elif event.kind == "settling":
             child.running.mark_settling((event.task_id, event.token))
         elif event.kind == "retire":
@@ -265,7 +279,11 @@ class Supervisor:
         self._read_events(child)  # whatever it wrote before dying is still in the pipe
         self.selector.unregister(child.reader.fd)
         os.close(child.reader.fd)
+        finished = child.finished
+        self._finished_by_exited += finished
+        child.tally.close()
         held = child.running.pop_all()
+        held += self._unreported(child, {item.key for item in held})
         how = _describe_status(status)
         if child.killed is None and (held or os.waitstatus_to_exitcode(status) != 0):
             logger.error("child %d %s while running %d task(s)", child.pid, how, len(held))
@@ -275,10 +293,10 @@ class Supervisor:
             outcome = self._outcome_for_lost(child, item, how)
             if outcome is not None:
                 self.chores.settle_later(item.delivery, outcome)
-        self._settle_unreported(child, {item.key for item in held}, how)
         # Don't fork-bomb when children die at start (a failing worker_process_init, say).
         lived = time.monotonic() - child.started
-        if os.waitstatus_to_exitcode(status) != 0 and not child.ever_ran and lived < 2.0 and not child.killed:
+        ran = child.ever_ran or finished > 0
+        if os.waitstatus_to_exitcode(status) != 0 and not ran and lived < 2.0 and not child.killed:
             self._quick_failures += 1
             delay = min(10.0, 0.25 * 2**self._quick_failures)
             self._respawn_at = time.monotonic() + delay
@@ -286,33 +304,33 @@ class Supervisor:
         else:
             self._quick_failures = 0
 
-    def _settle_unreported(self, child: Child, reported: set[tuple[str, str]], how: str) -> None:
-        """Settle the claims a dead child made but didn't live to report.
+    def _unreported(self, child: Child, reported: set[tuple[str, str]]) -> list[Running]:
+        """The claims a dead child held that it didn't report, to be settled like reported ones.
 
-        A child killed between a claim's commit and its report over the pipe (a window of a
-        broker round trip's reply) holds a task the supervisor doesn't know of, and this
-        node keeps heartbeating, so no recovery would ever free it. The broker still records
-        the dead pid as its holder: ask it, and settle those like reported ones.
+        A child reports only hard-limited tasks where the broker can list what a process
+        holds, and even one that reports every task can be killed between a claim's commit
+        and its report. This node keeps heartbeating, so no recovery would ever free such
+        a claim; the broker still records the dead pid as its holder: ask it.
         """
         broker = self.app.broker
         try:
-            unreported = [
-                d
-                for d in broker.held_by(WorkerRef(self.options.node, child.pid))
-                if (d.id, d.token) not in reported
-            ]
+            found = broker.held_by(WorkerRef(self.options.node, child.pid))
         except connection_errors(broker) as exc:
             logger.warning(
-                "could not ask the broker for unreported tasks of child %d (unreachable: %r)", child.pid, exc
+                "could not ask the broker for the unreported tasks of child %d (unreachable: %r)",
+                child.pid,
+                exc,
             )
-            return
-        for delivery in unreported:
-            logger.warning(
-                "%s was claimed by child %d, which died before reporting it", describe(delivery), child.pid
-            )
-            outcome = self._outcome_for_lost(child, Running.of(delivery, child.pid, None, None), how)
-            if outcome is not None:
-                self.chores.settle_later(delivery, outcome)
+            return []
+        unreported = [_holding(d, child.pid) for d in found if (d.id, d.token) not in reported]
+        if self.every_task:
+            for item in unreported:
+                logger.warning(
+                    "%s was claimed by child %d, which died before reporting it",
+                    describe(item.delivery),
+                    child.pid,
+                )
+        return unreported
 
     def _outcome_for_lost(self, child: Child, item: Running, how: str) -> Outcome | None:
         delivery = item.delivery
@@ -387,7 +405,22 @@ class Supervisor:
         return self._executor
 
     def _running(self) -> list[Running]:
-        return [item for child in self.children.values() for item in child.running.items()]
+        """What the children run now: as reported, and (when they don't report every task)
+        as the broker lists it, one held_by per child: for heartbeats and lease extension."""
+        items = [item for child in self.children.values() for item in child.running.items()]
+        if self.every_task:
+            return items
+        known = {item.key for item in items}
+        broker = self.app.broker
+        for child in list(self.children.values()):
+            try:
+                found = broker.held_by(WorkerRef(self.options.node, child.pid))
+            except Exception as exc:  # noqa: BLE001 - a heartbeat or a log line must not fail with it
+                level = logging.DEBUG if isinstance(exc, connection_errors(broker)) else logging.WARNING
+                logger.log(level, "could not list the tasks of child %d: %r", child.pid, exc)
+                continue
+            items += [_holding(d, child.pid) for d in found if (d.id, d.token) not in known]
+        return items
 
     # -- time limits and kills -----------------------------------------------------------------
 
@@ -439,14 +472,17 @@ class Supervisor:
             os.kill(child.pid, signal.SIGKILL)
 
     def _kill_all(self, why: str) -> None:
+        running: dict[int, int] = {}
+        for item in self._running():
+            running[item.pid] = running.get(item.pid, 0) + 1
         for child in self.children.values():
             if child.killed is None:
-                if len(child.running):
+                if running.get(child.pid):
                     logger.warning(
                         "child %d still running %d task(s) at the end of the grace period: killing it, "
                         "its tasks are requeued",
                         child.pid,
-                        len(child.running),
+                        running[child.pid],
                     )
                 self._before_kill(child, {})
                 self._kill(child, why)
@@ -520,6 +556,13 @@ class Supervisor:
                 os.close(fd)
         signals.worker_shutdown.send(sender=self.app, node=self.options.node)
         logger.info("worker %s stopped after %d task(s)", self.options.node, self.finished)
+
+
+def _holding(delivery: Delivery, pid: int) -> Running:
+    """A delivery the broker says process ``pid`` holds, as the supervisor tracks one."""
+    item = Running.of(delivery, pid, None, None)
+    item.started_at = delivery.claimed_at  # when it was claimed (so, about when it started)
+    return item
 
 
 def _describe_status(status: int) -> str:

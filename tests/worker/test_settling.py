@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig, Complete, ResultRecord, WorkerRef, decode_delivery
 from potatoq.exceptions import OperationalError
 from potatoq.message import Message, new_id
-from potatoq.worker.ipc import EventReader, EventWriter
+from potatoq.worker.ipc import EventReader, EventWriter, Tally
 from potatoq.worker.settling import settle_reliably
 
 
@@ -137,3 +138,47 @@ def test_child_events_keep_any_task_id_and_the_childs_clock(handle):
     assert start.started is not None and before <= start.started <= time.monotonic()
     os.close(write_fd)
     os.close(read_fd)
+
+
+def test_a_child_that_need_not_report_every_task_reports_only_hard_limited_ones(broker):
+    # On a broker that lists what a process holds, the supervisor asks it for the rest;
+    # the hard limit's clock has to start with the task, so those are still reported.
+    quiet, limited = _claimed(broker), _claimed(broker)
+    read_fd, write_fd = os.pipe()
+    tally = Tally()
+    writer, reader = EventWriter(write_fd, tally, every_task=False), EventReader(read_fd)
+    writer.start(quiet, 1.0, None)
+    writer.settling(quiet)
+    writer.end_and_start(quiet, limited, None, 5.0, thread=2)
+    writer.settling(limited)
+    writer.end(limited)
+    events, _eof = reader.read()
+    assert [(e.kind, e.task_id) for e in events] == [
+        ("start", limited.id),
+        ("settling", limited.id),
+        ("end", limited.id),
+    ]
+    assert events[0].hard == 5.0 and events[0].thread == 2
+    assert tally.value == 2  # both counted, reported or not
+    writer.end_and_start(limited, quiet, None, None)  # an end already sent isn't sent again
+    os.close(write_fd)
+    assert reader.read() == ([], True)
+    assert tally.value == 3
+    os.close(read_fd)
+    tally.close()
+
+
+def test_the_tally_a_child_keeps_is_read_by_its_parent():
+    tally = Tally()
+    pid = os.fork()
+    if pid == 0:  # the child: count from several threads, as a child's slots do
+        threads = [threading.Thread(target=lambda: [tally.add() for _ in range(500)]) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert tally.value == 2000
+    tally.close()
