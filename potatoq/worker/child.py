@@ -9,10 +9,10 @@ in the broker can still be taken by any other idle worker.
 Claims rotate over the ``-Q`` queues (each claim starts one queue further along), so a
 queue that always has work can't starve the others.
 
-The child reports the deliveries it holds to its supervisor (``ipc.EventWriter``) before it
-runs them (on brokers that can list a process's claims, only those with a hard time limit:
-the supervisor asks the broker for the rest), so a child that dies mid-task has its task
-settled by the supervisor at once.
+The child tells its supervisor what each thread runs before running it (``ipc``: over a
+pipe, or, on brokers that can list a process's claims, in shared memory, the supervisor
+asking the broker for the deliveries themselves), so a child that dies mid-task has its
+task settled by the supervisor at once, and one past its hard time limit is killed.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from potatoq import signals
 from potatoq.brokers.base import Delivery, Outcome, WorkerRef
 from potatoq.exceptions import SoftTimeLimitExceeded
 
-from .ipc import Tally
+from .ipc import SlotBoard, Tally
 from .limits import SOFT_LIMIT_CANCEL, SoftLimits
 from .options import WorkerOptions
 from .procinfo import rss_kib
@@ -270,6 +270,7 @@ def child_main(
     inherited_fds: Sequence[int],
     index: int = 1,
     tally: Tally | None = None,
+    board: SlotBoard | None = None,
 ) -> None:
     """The body of a forked child; never returns (``os._exit``)."""
     code = 0
@@ -286,11 +287,10 @@ def child_main(
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
         from .executor import Executor
-        from .ipc import EventWriter, reports_every_task
+        from .ipc import EventWriter
 
         signals.worker_process_init.send(sender=app)
-        every_task = reports_every_task(app.broker.capabilities)
-        runner = ChildRunner(app, options, EventWriter(write_fd, tally, every_task=every_task), Executor(app))
+        runner = ChildRunner(app, options, EventWriter(write_fd, tally, board), Executor(app))
 
         def on_term(signum: int, frame: FrameType | None) -> None:
             runner.request_stop()

@@ -18,11 +18,15 @@ codec (no object hooks), and the supervisor decodes a start's message only when 
 the delivery itself (a lost child, a lease extension, a heartbeat), not for every task.
 
 Cheaper still is not writing at all. On a broker that can list what one process holds
-(``held_by``) and lets the supervisor settle it, a child reports only the tasks with a hard
-time limit (the supervisor's clock has to start with them): for the others the supervisor
-asks the broker when it needs them (a dead child, leases, heartbeats). Writing, waking the
-supervisor and parsing cost about a sixth of a no-op task's CPU. Either way a child counts
-the tasks it finished in a word of memory it shares with its supervisor (``Tally``).
+(``held_by``) and lets the supervisor settle it, a child writes what each of its threads
+runs into memory it shares with its supervisor (``SlotBoard``: task id, fencing token,
+start and hard time limit, no system call), and the supervisor reads that for the hard
+limits and asks the broker for the deliveries themselves when it needs them (a dead
+child, leases, heartbeats). Writing to the pipe, waking the supervisor and parsing cost
+about a sixth of a no-op task's CPU. The pipe still carries a task whose hard limit is
+shorter than ``PIPE_UNDER`` (the supervisor reads the board only about once a second) or
+whose id doesn't fit a slot. Either way a child counts the tasks it finished in a word of
+shared memory (``Tally``).
 
 A child writes whole lines under a lock (several threads share one pipe); the supervisor
 reads without blocking and keeps an incomplete tail for the next read. A line cut short by
@@ -38,8 +42,10 @@ import errno
 import fcntl
 import functools
 import json
+import math
 import mmap
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +53,16 @@ from typing import Any, NamedTuple
 
 from potatoq.brokers.base import Delivery, WorkerRef, decode_delivery
 
-__all__ = ["ChildEvent", "EventReader", "EventWriter", "Tally", "reports_every_task", "widen_pipe"]
+__all__ = [
+    "PIPE_UNDER",
+    "ChildEvent",
+    "EventReader",
+    "EventWriter",
+    "SlotBoard",
+    "Tally",
+    "reports_every_task",
+    "widen_pipe",
+]
 
 #: Room for a burst of events while the supervisor batches its reads (Linux lets an
 #: unprivileged process grow a pipe to /proc/sys/fs/pipe-max-size, 1 MiB by default).
@@ -63,8 +78,9 @@ def widen_pipe(fd: int) -> None:
 
 
 def reports_every_task(capabilities: Any) -> bool:
-    """Whether a child must tell its supervisor of every task, or only of hard-limited ones
-    (the supervisor can then ask the broker which deliveries a child holds, and settle them)."""
+    """Whether a child must tell its supervisor of every task over the pipe, or can use a
+    ``SlotBoard`` (the supervisor can then ask the broker which deliveries a child holds,
+    and settle them)."""
     return not (capabilities.supervisor_settles and capabilities.lists_holders)
 
 
@@ -91,6 +107,81 @@ class Tally:
         self._map.close()
 
 
+#: Hard time limits shorter than this (seconds) are reported over the pipe: the supervisor
+#: reads the board at least once a second, and must see a task before its limit is up.
+PIPE_UNDER = 2.0
+
+
+class SlotBoard:
+    """What each thread of a child runs now: one slot per thread in an anonymous shared
+    mapping, made by the supervisor before the fork. The child writes, the supervisor
+    reads; a sequence number (odd while a write is under way) lets the reader detect a
+    slot caught mid-write and read it again (a seqlock: x86 and ARM keep one thread's
+    stores in order for this purpose once they reach memory through the same mapping)."""
+
+    # seq, started (the child's monotonic clock), hard limit (NaN: none, or the clock was
+    # stopped: the task is settling), id length, token length, id, token (UTF-8)
+    _LAYOUT = struct.Struct("<QddHH256s64s")
+    _SEQ = struct.Struct("<Q")
+    _SIZE = 352  # _LAYOUT.size rounded up to 8 bytes
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._map = mmap.mmap(-1, max(mmap.PAGESIZE, threads * self._SIZE))
+        self._seq = [0] * threads  # the writer's own counts (one writer per slot)
+
+    @classmethod
+    def fits(cls, delivery: Delivery) -> bool:
+        return len(delivery.id.encode()) <= 256 and len(delivery.token.encode()) <= 64
+
+    def _write(self, thread: int, started: float, hard: float, task_id: bytes, token: bytes) -> None:
+        offset = thread * self._SIZE
+        seq = self._seq[thread] + 1
+        self._SEQ.pack_into(self._map, offset, seq)  # odd: being written
+        self._LAYOUT.pack_into(
+            self._map, offset, seq, started, hard, len(task_id), len(token), task_id, token
+        )
+        self._seq[thread] = seq + 1
+        self._SEQ.pack_into(self._map, offset, seq + 1)
+
+    def set(self, thread: int, delivery: Delivery, started: float, hard: float | None) -> None:
+        """(child) ``thread`` runs ``delivery`` since ``started``, with this hard limit."""
+        self._write(
+            thread, started, math.nan if hard is None else hard, delivery.id.encode(), delivery.token.encode()
+        )
+
+    def stop_clock(self, thread: int) -> None:
+        """(child) the task in ``thread`` ran; its settle is being retried: no hard limit now."""
+        current = self.read(thread)
+        if current is not None:
+            task_id, token, started, _hard = current
+            self._write(thread, started, math.nan, task_id.encode(), token.encode())
+
+    def clear(self, thread: int) -> None:
+        """(child) ``thread`` runs nothing."""
+        self._write(thread, 0.0, math.nan, b"", b"")
+
+    def read(self, thread: int) -> tuple[str, str, float, float | None] | None:
+        """(task id, token, started, hard limit) of what ``thread`` runs, or None."""
+        offset = thread * self._SIZE
+        for _ in range(100):
+            seq, started, hard, id_len, token_len, task_id, token = self._LAYOUT.unpack_from(
+                self._map, offset
+            )
+            if seq % 2 == 0 and self._SEQ.unpack_from(self._map, offset)[0] == seq:
+                if not id_len:
+                    return None
+                limit = None if math.isnan(hard) else hard
+                return task_id[:id_len].decode(), token[:token_len].decode(), started, limit
+        return None  # being rewritten all along: the next look will see it
+
+    def entries(self) -> list[tuple[str, str, float, float | None]]:
+        return [entry for thread in range(self.threads) if (entry := self.read(thread)) is not None]
+
+    def close(self) -> None:
+        self._map.close()
+
+
 class ChildEvent(NamedTuple):  # a tuple: cheap to build, the supervisor makes one per event
     kind: str  # start | settling | end | retire
     task_id: str = ""
@@ -114,15 +205,17 @@ class ChildEvent(NamedTuple):  # a tuple: cheap to build, the supervisor makes o
 class EventWriter:
     """The child's end: thread-safe, blocking writes of whole lines.
 
-    With ``every_task=False`` only deliveries with a hard time limit are reported (their
-    start and end); ``tally`` counts every finished task either way."""
+    With a ``board``, deliveries are written there instead, except those that need the
+    pipe (a hard limit under ``PIPE_UNDER``, an id too long for a slot); ``tally`` counts
+    every finished task either way."""
 
-    def __init__(self, fd: int, tally: Tally | None = None, *, every_task: bool = True) -> None:
+    def __init__(self, fd: int, tally: Tally | None = None, board: SlotBoard | None = None) -> None:
         self._fd = fd
         self._lock = threading.Lock()
         self._tally = tally
-        self._every_task = every_task
-        self._reported: set[tuple[str, str]] = set()  # when not every task: the ones reported
+        self._board = board
+        self._reported: set[tuple[str, str]] = set()  # with a board: the ones sent down the pipe
+        self._slot_of: dict[tuple[str, str], int] = {}  # with a board: the others' slots
 
     def _send(self, data: bytes) -> None:
         with self._lock:
@@ -132,19 +225,28 @@ class EventWriter:
                 view = view[written:]
 
     def _start(self, delivery: Delivery, soft: float | None, hard: float | None, thread: int) -> bytes:
-        if self._every_task:
+        board = self._board
+        if board is None:
             return _start_line(delivery, soft, hard, thread)
-        if hard is None:
-            return b""
-        self._reported.add((delivery.id, delivery.token))
-        return _start_line(delivery, soft, hard, thread)
+        key = (delivery.id, delivery.token)
+        if (hard is not None and hard < PIPE_UNDER) or not board.fits(delivery):
+            board.clear(thread)
+            self._reported.add(key)
+            return _start_line(delivery, soft, hard, thread)
+        board.set(thread, delivery, time.monotonic(), hard)
+        self._slot_of[key] = thread
+        return b""
 
-    def _end(self, delivery: Delivery) -> bytes:
+    def _end(self, delivery: Delivery, then_thread: int | None = None) -> bytes:
         if self._tally is not None:
             self._tally.add()
-        if self._every_task:
+        board = self._board
+        if board is None:
             return _end_line(delivery)
         key = (delivery.id, delivery.token)
+        thread = self._slot_of.pop(key, None)
+        if thread is not None and thread != then_thread:  # (a next task overwrites its slot)
+            board.clear(thread)
         if key not in self._reported:
             return b""
         self._reported.discard(key)
@@ -155,8 +257,13 @@ class EventWriter:
             self._send(line)
 
     def settling(self, delivery: Delivery) -> None:
-        if self._every_task or (delivery.id, delivery.token) in self._reported:
-            self._send(_line(["g", delivery.id, delivery.token]))
+        key = (delivery.id, delivery.token)
+        if self._board is not None and key not in self._reported:
+            thread = self._slot_of.get(key)
+            if thread is not None:
+                self._board.stop_clock(thread)
+            return
+        self._send(_line(["g", delivery.id, delivery.token]))
 
     def end(self, delivery: Delivery) -> None:
         if line := self._end(delivery):
@@ -166,7 +273,7 @@ class EventWriter:
         self, done: Delivery, nxt: Delivery, soft: float | None, hard: float | None, thread: int = 0
     ) -> None:
         """Both in one write: the supervisor never sees a moment with the next task unknown."""
-        if lines := self._end(done) + self._start(nxt, soft, hard, thread):
+        if lines := self._end(done, thread) + self._start(nxt, soft, hard, thread):
             self._send(lines)
 
     def retire(self, why: str) -> None:

@@ -39,7 +39,7 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 from potatoq import signals
 from potatoq.brokers.base import Delivery, Outcome, Requeue, WorkerRef
@@ -47,7 +47,7 @@ from potatoq.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .child import child_main
 from .chores import Chores
-from .ipc import ChildEvent, EventReader, Tally, reports_every_task, widen_pipe
+from .ipc import ChildEvent, EventReader, SlotBoard, Tally, reports_every_task, widen_pipe
 from .options import WorkerOptions
 from .running import Running, RunningTable
 from .settling import connection_errors, describe
@@ -73,10 +73,12 @@ class Child:
     started: float = dataclasses.field(default_factory=time.monotonic)
     running: RunningTable = dataclasses.field(default_factory=RunningTable)
     killed: str | None = None  # why we SIGKILLed it
-    victims: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # hard-limit victims
+    # hard-limit victims: (task id, token) -> the limit it passed
+    victims: dict[tuple[str, str], float] = dataclasses.field(default_factory=dict)
     retired: str | None = None
     ever_ran: bool = False
     tally: Tally = dataclasses.field(default_factory=Tally)  # tasks it finished
+    board: SlotBoard | None = None  # what its threads run, when it doesn't report every task
 
     @property
     def finished(self) -> int:
@@ -183,10 +185,9 @@ class Supervisor:
     def _next_deadline(self, now: float, next_chores: float) -> float:
         deadline = next_chores
         for child in self.children.values():
-            for item in child.running.items():
-                hard = item.hard_deadline()
-                if hard is not None and child.killed is None:
-                    deadline = min(deadline, hard)
+            if child.killed is None:
+                for limited in _limited(child):
+                    deadline = min(deadline, limited.deadline)
         if self.stopping and self.stop_deadline is not None:
             deadline = min(deadline, self.stop_deadline)
         if not self.stopping and len(self.children) < self.options.processes:
@@ -209,15 +210,16 @@ class Supervisor:
         # unblocks it): a shutdown that starts right now must not hit the inherited one.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         tally = Tally()
+        board = None if self.every_task else SlotBoard(self.options.threads)
         try:
             pid = os.fork()
             if pid == 0:  # the child
-                child_main(self.app, self.options, write_fd, inherited, index, tally)
+                child_main(self.app, self.options, write_fd, inherited, index, tally, board)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.close(write_fd)
         widen_pipe(read_fd)  # a batched read leaves more events in the pipe
-        child = Child(pid=pid, reader=EventReader(read_fd), index=index, tally=tally)
+        child = Child(pid=pid, reader=EventReader(read_fd), index=index, tally=tally, board=board)
         self.children[pid] = child
         self.selector.register(read_fd, selectors.EVENT_READ, child)
         logger.debug("started child %d", pid)
@@ -282,6 +284,8 @@ class Supervisor:
         finished = child.finished
         self._finished_by_exited += finished
         child.tally.close()
+        if child.board is not None:
+            child.board.close()
         held = child.running.pop_all()
         held += self._unreported(child, {item.key for item in held})
         how = _describe_status(status)
@@ -295,7 +299,7 @@ class Supervisor:
                 self.chores.settle_later(item.delivery, outcome)
         # Don't fork-bomb when children die at start (a failing worker_process_init, say).
         lived = time.monotonic() - child.started
-        ran = child.ever_ran or finished > 0
+        ran = child.ever_ran or finished > 0 or bool(held)  # it got as far as running a task
         if os.waitstatus_to_exitcode(status) != 0 and not ran and lived < 2.0 and not child.killed:
             self._quick_failures += 1
             delay = min(10.0, 0.25 * 2**self._quick_failures)
@@ -339,7 +343,8 @@ class Supervisor:
                 "%s lost with child %d; the broker will redeliver it", describe(delivery), child.pid
             )
             if item.key in child.victims:
-                self._record_failure(item, TimeLimitExceeded(f"hard time limit ({item.hard:g}s) exceeded"))
+                limit = child.victims[item.key]
+                self._record_failure(item, TimeLimitExceeded(f"hard time limit ({limit:g}s) exceeded"))
             elif child.killed is None and delivery.deliveries >= self.options.max_deliveries:
                 # the broker's delivery limit dead-letters it now; the result says why
                 self._record_failure(
@@ -347,8 +352,9 @@ class Supervisor:
                 )
             return None
         if item.key in child.victims:
-            logger.error("%s failed: hard time limit (%gs) exceeded", describe(delivery), item.hard or 0)
-            return self._lost(delivery, TimeLimitExceeded(f"hard time limit ({item.hard:g}s) exceeded"))
+            limit = child.victims[item.key]
+            logger.error("%s failed: hard time limit (%gs) exceeded", describe(delivery), limit)
+            return self._lost(delivery, TimeLimitExceeded(f"hard time limit ({limit:g}s) exceeded"))
         if child.killed is not None:  # killed at shutdown, or a bystander of a hard limit
             logger.info("%s requeued (%s)", describe(delivery), child.killed)
             return Requeue(crashed=False)
@@ -429,24 +435,24 @@ class Supervisor:
         for child in list(self.children.values()):
             if child.killed is not None:
                 continue
-            overdue = [i for i in child.running.items() if (d := i.hard_deadline()) is not None and d <= now]
+            overdue = [limited for limited in _limited(child) if limited.deadline <= now]
             if not overdue:
                 continue
             self._read_events(child)  # it may have finished just now
-            overdue = [i for i in child.running.items() if (d := i.hard_deadline()) is not None and d <= now]
+            overdue = [limited for limited in _limited(child) if limited.deadline <= now]
             if not overdue:
                 continue
-            for item in overdue:
+            for limited in overdue:
                 logger.error(
                     "%s passed its hard time limit (%gs): killing child %d",
-                    describe(item.delivery),
-                    item.hard or 0,
+                    describe(limited.item.delivery)
+                    if limited.item is not None
+                    else f"task [{limited.key[0]}]",
+                    limited.hard,
                     child.pid,
                 )
-                child.victims.add(item.key)
-            reasons = {
-                i.key: f"TimeLimitExceeded: hard time limit ({i.hard or 0:g}s) exceeded" for i in overdue
-            }
+                child.victims[limited.key] = limited.hard
+            reasons = {x.key: f"TimeLimitExceeded: hard time limit ({x.hard:g}s) exceeded" for x in overdue}
             self._before_kill(child, reasons)
             self._kill(child, KILLED_AT_HARD_LIMIT)
 
@@ -556,6 +562,29 @@ class Supervisor:
                 os.close(fd)
         signals.worker_shutdown.send(sender=self.app, node=self.options.node)
         logger.info("worker %s stopped after %d task(s)", self.options.node, self.finished)
+
+
+class Limited(NamedTuple):
+    """A task running under a hard time limit, as the supervisor watches it."""
+
+    key: tuple[str, str]
+    deadline: float  # on the monotonic clock (the same in every process on Linux)
+    hard: float
+    item: Running | None  # when the child reported it over the pipe
+
+
+def _limited(child: Child) -> list[Limited]:
+    """The tasks of ``child`` running under a hard limit: reported, or on its board."""
+    found = [
+        Limited(item.key, deadline, item.hard or 0.0, item)
+        for item in child.running.items()
+        if (deadline := item.hard_deadline()) is not None
+    ]
+    if child.board is not None:
+        for task_id, token, started, hard in child.board.entries():
+            if hard is not None:
+                found.append(Limited((task_id, token), started + hard, hard, None))
+    return found
 
 
 def _holding(delivery: Delivery, pid: int) -> Running:

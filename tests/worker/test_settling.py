@@ -13,7 +13,7 @@ from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig, Complete, ResultRecord, WorkerRef, decode_delivery
 from potatoq.exceptions import OperationalError
 from potatoq.message import Message, new_id
-from potatoq.worker.ipc import EventReader, EventWriter, Tally
+from potatoq.worker.ipc import PIPE_UNDER, EventReader, EventWriter, SlotBoard, Tally
 from potatoq.worker.settling import settle_reliably
 
 
@@ -140,36 +140,55 @@ def test_child_events_keep_any_task_id_and_the_childs_clock(handle):
     os.close(read_fd)
 
 
-def test_a_child_that_need_not_report_every_task_reports_only_hard_limited_ones(broker):
-    # On a broker that lists what a process holds, the supervisor asks it for the rest;
-    # the hard limit's clock has to start with the task, so those are still reported.
-    quiet, limited = _claimed(broker), _claimed(broker)
+def test_a_child_with_a_board_writes_there_and_the_pipe_carries_only_what_needs_it(broker):
+    # Where the broker lists what a process holds, a child writes what each thread runs to
+    # shared memory; a hard limit under PIPE_UNDER and an id too long for a slot still go
+    # down the pipe (the supervisor reads the board only about once a second).
+    quiet, short = _claimed(broker), _claimed(broker)
     read_fd, write_fd = os.pipe()
-    tally = Tally()
-    writer, reader = EventWriter(write_fd, tally, every_task=False), EventReader(read_fd)
-    writer.start(quiet, 1.0, None)
-    writer.settling(quiet)
-    writer.end_and_start(quiet, limited, None, 5.0, thread=2)
-    writer.settling(limited)
-    writer.end(limited)
+    tally, board = Tally(), SlotBoard(3)
+    writer, reader = EventWriter(write_fd, tally, board), EventReader(read_fd)
+    before = time.monotonic()
+    writer.start(quiet, 1700.0, 1800.0, thread=1)
+    ((task_id, token, started, hard),) = board.entries()
+    assert (task_id, token, hard) == (quiet.id, quiet.token, 1800.0)
+    assert before <= started <= time.monotonic()
+    assert board.read(0) is None and board.read(2) is None
+    writer.settling(quiet)  # its settle is being retried: the hard limit's clock stops
+    assert board.read(1) == (quiet.id, quiet.token, started, None)
+    writer.end_and_start(quiet, short, None, PIPE_UNDER / 2, thread=1)
+    assert board.entries() == []
+    writer.settling(short)
+    writer.end(short)
     events, _eof = reader.read()
     assert [(e.kind, e.task_id) for e in events] == [
-        ("start", limited.id),
-        ("settling", limited.id),
-        ("end", limited.id),
+        ("start", short.id),
+        ("settling", short.id),
+        ("end", short.id),
     ]
-    assert events[0].hard == 5.0 and events[0].thread == 2
-    assert tally.value == 2  # both counted, reported or not
-    writer.end_and_start(limited, quiet, None, None)  # an end already sent isn't sent again
+    assert events[0].hard == PIPE_UNDER / 2 and events[0].thread == 1
+    assert tally.value == 2  # both counted, on the pipe or not
+    long_id = "x" * 300
+    odd = decode_delivery(
+        id=long_id, queue="default", raw=b"{}", token="t", deliveries=1, worker=WorkerRef("n", 1)
+    )
+    writer.start(odd, None, None, thread=2)
+    writer.end_and_start(odd, quiet, None, None, thread=2)
+    assert board.entries() == [(quiet.id, quiet.token, board.entries()[0][2], None)]
+    writer.end(quiet)
+    assert board.entries() == []
     os.close(write_fd)
-    assert reader.read() == ([], True)
-    assert tally.value == 3
+    events, eof = reader.read()
+    assert [(e.kind, e.task_id) for e in events] == [("start", long_id), ("end", long_id)] and eof
+    assert tally.value == 4
     os.close(read_fd)
     tally.close()
+    board.close()
 
 
-def test_the_tally_a_child_keeps_is_read_by_its_parent():
-    tally = Tally()
+def test_the_tally_and_board_a_child_writes_are_read_by_its_parent(broker):
+    delivery = _claimed(broker)
+    tally, board = Tally(), SlotBoard(4)
     pid = os.fork()
     if pid == 0:  # the child: count from several threads, as a child's slots do
         threads = [threading.Thread(target=lambda: [tally.add() for _ in range(500)]) for _ in range(4)]
@@ -177,8 +196,11 @@ def test_the_tally_a_child_keeps_is_read_by_its_parent():
             thread.start()
         for thread in threads:
             thread.join()
+        board.set(3, delivery, 12.5, 30.0)
         os._exit(0)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert tally.value == 2000
+    assert board.entries() == [(delivery.id, delivery.token, 12.5, 30.0)]
     tally.close()
+    board.close()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from potatoq.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from potatoq.worker.ipc import PIPE_UNDER, reports_every_task
 
 pytestmark = pytest.mark.slow
 
@@ -23,6 +26,28 @@ def test_hard_time_limit_kills_the_child_and_fails_the_task_without_redelivery(b
     assert client.pid.delay().get(timeout=30) != first_pid
     assert worker.stop() == 0
     assert "hard time limit" in worker.output()
+
+
+def test_a_hard_limit_watched_through_the_shared_board_kills_in_time(broker_env, broker_client):
+    """A limit of PIPE_UNDER or more isn't reported over the pipe where the broker lists
+    what a process holds: the supervisor reads it from the child's board (about once a
+    second) and must still kill on time, then find the task with held_by to fail it."""
+    env, client = broker_env, broker_client
+    limit = PIPE_UNDER + 0.5
+    worker = env.worker("-c", "1")
+    result = client.hang.apply_async((60,), time_limit=limit, soft_time_limit=0.3)
+    env.wait_marker(f"started-{result.id}")
+    started = time.monotonic()
+    with pytest.raises(TimeLimitExceeded, match=f"hard time limit \\({limit:g}s\\) exceeded"):
+        result.get(timeout=30)
+    # The task would run for 60 s: killed at its limit (2.5 s after the start here, on an
+    # idle machine), with slack for a loaded one.
+    assert time.monotonic() - started < limit + 15
+    dead = client.app.broker.list_dead()
+    assert [(d.id, d.deliveries) for d in dead] == [(result.id, 1)]
+    assert worker.stop() == 0
+    if not reports_every_task(client.app.broker.capabilities):
+        assert f"task [{result.id}] passed its hard time limit ({limit:g}s)" in worker.output()
 
 
 def test_global_hard_time_limit_from_the_command_line(env, client):
