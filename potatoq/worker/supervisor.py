@@ -5,9 +5,10 @@ on the children's event pipes and a signal wake-up pipe, and in each turn:
 
 1. reads the children's events (``ipc``): which deliveries each one holds (a read is
    followed by a short pause, so that one wake-up reads the events of many tasks). On a
-   broker that lists what one process holds (``held_by``), children report only their
-   hard-limited tasks, and the supervisor asks the broker for the others when it needs
-   them: a dead child's tasks, lease extensions, the running tasks of a heartbeat;
+   broker that lists what one process holds (``held_by``), children write what their
+   threads run to a shared board instead (only hard limits under ``ipc.PIPE_UNDER`` use
+   the pipe), and the supervisor asks the broker for the deliveries when it needs them:
+   a dead child's tasks, lease extensions, the running tasks of a heartbeat;
 2. reaps children that exited. Whatever a dead child still held is settled at once:
    ``Requeue(crashed=True)``, or, once the delivery count reached ``task_max_deliveries``,
    the executor's lost outcome (dead letter, FAILURE result with ``WorkerLostError``,
@@ -15,7 +16,7 @@ on the children's event pipes and a signal wake-up pipe, and in each turn:
    ``TimeLimitExceeded`` (not redelivered); its other threads' tasks and the tasks of
    children killed at shutdown go back with ``Requeue(crashed=False)``;
 3. kills children whose task passed its hard time limit (SIGKILL: a task stuck in C code
-   can't be interrupted any other way);
+   can't be interrupted any other way), as reported or as on their board;
 4. runs the broker chores (``chores``): heartbeat, recovery of dead workers' tasks, lease
    extension, the periodic scheduler, settles kept because the broker was unreachable;
 5. replaces exited children (recycled ones, crashed ones) unless shutting down.
@@ -97,7 +98,7 @@ class Supervisor:
         self.stop_deadline: float | None = None
         self.interrupts = 0
         self._finished_by_exited = 0  # tasks finished by children that are gone
-        # Whether children report every task, or only hard-limited ones (see ipc).
+        # Whether children report every task over the pipe, or use a board (see ipc).
         self.every_task = reports_every_task(app.broker.capabilities)
         self.chores = Chores(app, options, self._running, processed=lambda: self.finished)
         self._executor: Any = None
