@@ -111,8 +111,9 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             "2 workers x 2 children drain the tasks while a random child is SIGKILLed every 200 ms and "
             "a whole worker (supervisor and children, its process group) is SIGKILLed twice and "
             "restarted; `worker_dead_after` = 3 s. *Extra executions* are runs beyond one per task: "
-            "each one was in a process the test killed (asserted). *Unreported claims*: tasks a child "
-            "claimed but was killed before telling its supervisor, found with `Broker.held_by`."
+            "each one was in a process the test killed (asserted). *Requeued by the supervisor*: "
+            "tasks of a killed child that its supervisor found with `Broker.held_by` and requeued at "
+            "once (on these brokers children don't report each task to their supervisor)."
         ),
         [
             "broker",
@@ -123,7 +124,7 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             "dead letters",
             "extra executions",
             "tasks run twice+",
-            "unreported claims",
+            "requeued by the supervisor",
             "time to drain",
         ],
         lambda r: [
@@ -135,7 +136,7 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             r["dead_letters"],
             r["extra_executions"],
             r["tasks_run_twice_or_more"],
-            r["unreported_claims"],
+            r["requeued_by_supervisor"],
             f"{r['drain_seconds']} s",
         ],
     ),

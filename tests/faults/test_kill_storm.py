@@ -105,8 +105,8 @@ def test_kill_storm_loses_nothing(fault_env: FaultEnv) -> None:
             "dead_letters": len(dead),
             "extra_executions": extra,
             "tasks_run_twice_or_more": sum(1 for n in per_task.values() if n > 1),
-            # claims whose child died before telling its supervisor (found with held_by)
-            "unreported_claims": env.logs().count("which died before reporting it"),
+            # tasks of killed children their supervisor found (held_by) and requeued at once
+            "requeued_by_supervisor": env.logs().count("requeued: its process was killed"),
             "drain_seconds": round(drained, 1),
         }
         report("kill storm", env.name, **figures)
