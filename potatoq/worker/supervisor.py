@@ -413,20 +413,28 @@ class Supervisor:
 
     def _running(self) -> list[Running]:
         """What the children run now: as reported, and (when they don't report every task)
-        as the broker lists it, one held_by per child: for heartbeats and lease extension."""
+        what their boards show, with the deliveries from the broker (one held_by per child):
+        for heartbeats and lease extension. A claim the broker lists but no thread runs (its
+        reply was lost with the connection) is left out, so its lease runs out and it goes
+        back to the queue instead of being extended for as long as the child lives."""
         items = [item for child in self.children.values() for item in child.running.items()]
         if self.every_task:
             return items
         known = {item.key for item in items}
         broker = self.app.broker
         for child in list(self.children.values()):
+            if child.board is None:
+                continue
+            running = {(task_id, token) for task_id, token, _started, _hard in child.board.entries()}
+            if not running - known:
+                continue
             try:
                 found = broker.held_by(WorkerRef(self.options.node, child.pid))
             except Exception as exc:  # noqa: BLE001 - a heartbeat or a log line must not fail with it
                 level = logging.DEBUG if isinstance(exc, connection_errors(broker)) else logging.WARNING
                 logger.log(level, "could not list the tasks of child %d: %r", child.pid, exc)
                 continue
-            items += [_holding(d, child.pid) for d in found if (d.id, d.token) not in known]
+            items += [_holding(d, child.pid) for d in found if (d.id, d.token) in running - known]
         return items
 
     # -- time limits and kills -----------------------------------------------------------------
