@@ -487,17 +487,14 @@ class Supervisor:
             os.kill(child.pid, signal.SIGKILL)
 
     def _kill_all(self, why: str) -> None:
-        running: dict[int, int] = {}
-        for item in self._running():
-            running[item.pid] = running.get(item.pid, 0) + 1
         for child in self.children.values():
             if child.killed is None:
-                if running.get(child.pid):
+                if running := _count_running(child):
                     logger.warning(
                         "child %d still running %d task(s) at the end of the grace period: killing it, "
                         "its tasks are requeued",
                         child.pid,
-                        running[child.pid],
+                        running,
                     )
                 self._before_kill(child, {})
                 self._kill(child, why)
@@ -537,7 +534,7 @@ class Supervisor:
             self.chores.scheduler = None  # send no new periodic runs while draining
             grace = 0.0 if fast else self.options.shutdown_timeout
             self.stop_deadline = now + grace
-            running = len(self._running())
+            running = sum(_count_running(child) for child in self.children.values())
             logger.warning(
                 "worker %s shutting down (%s): %d task(s) running, %s",
                 self.options.node,
@@ -594,6 +591,14 @@ def _limited(child: Child) -> list[Limited]:
             if hard is not None:
                 found.append(Limited((task_id, token), started + hard, hard, None))
     return found
+
+
+def _count_running(child: Child) -> int:
+    """How many tasks ``child`` runs, from what it reported and its board: no broker call
+    (only a log line needs it)."""
+    on_board = child.board.entries() if child.board is not None else []
+    reported = {item.key for item in child.running.items()}
+    return len(reported) + sum(1 for task_id, token, _s, _h in on_board if (task_id, token) not in reported)
 
 
 def _holding(delivery: Delivery, pid: int) -> Running:
