@@ -207,8 +207,8 @@ def test_each_script_carries_only_the_helpers_it_uses(broker: RedisBroker) -> No
         assert client.script_load(script.source) == script.sha, script.name
     lib = Path(redis_module.__file__).with_name("redis").joinpath("_lib.lua").read_text()
     hot = _defined_helpers(SCRIPTS["settle_and_claim.complete"].source)
-    assert hot >= {"settle_complete", "claim", "fenced"}
-    assert not hot & {"settle_dead", "settle_retry", "settle_requeue", "add_dead"}
+    assert hot >= {"settle_complete", "claim", "fenced_holder"}
+    assert not hot & {"settle_dead", "settle_retry", "settle_requeue", "add_dead", "fenced"}
     assert _defined_helpers(SCRIPTS["heartbeat"].source) == {"now_ms"}
     assert _defined_helpers(SCRIPTS["dead_purge"].source) == set()
     for script in SCRIPTS.values():  # the key-layout comment stays in every source
@@ -416,6 +416,44 @@ def test_one_enqueue_wakes_a_chain_of_idle_workers(make: Callable[..., RedisBrok
         time.sleep(0.005)
     time.sleep(0.05)  # let the last one's BZPOPMIN reach the server
     producer.enqueue([msg("chain") for _ in range(3)])  # arms the single marker once
+    for t in threads:
+        t.join(15)
+    assert not any(t.is_alive() for t in threads), "a wake-up was lost"
+    assert len(set(claimed)) == 3
+
+
+def test_a_busy_workers_claims_leave_the_wakeup_chain_intact(make: Callable[..., RedisBroker]) -> None:
+    """settle_and_claim doesn't re-arm the marker (it never popped one): the idle workers'
+    chain, started by the enqueue's one arm, still reaches every idle worker while tasks
+    remain, even when the busy worker takes tasks between the links."""
+    producer, busy = make(), make()
+    producer.ping()
+    producer.enqueue([msg("mixed")])
+    held = busy.claim(["mixed"], WORKER)
+    assert held is not None
+    claimed: list[str] = []
+    workers = [make() for _ in range(3)]
+
+    def idle_worker(broker: RedisBroker) -> None:
+        while True:
+            delivery = broker.claim(["mixed"], WORKER)
+            if delivery is not None:
+                claimed.append(delivery.id)
+                return
+            broker.wait(["mixed"], 30)
+
+    threads = [threading.Thread(target=idle_worker, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while not all(w._waiting for w in workers):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    time.sleep(0.05)  # let the last one's BZPOPMIN reach the server
+    producer.enqueue([msg("mixed") for _ in range(5)])  # arms the marker once
+    for _ in range(2):  # the busy worker takes two of them, re-arming nothing
+        settled, held = busy.settle_and_claim(held, Complete(), ["mixed"], WORKER)
+        assert settled and held is not None
     for t in threads:
         t.join(15)
     assert not any(t.is_alive() for t in threads), "a wake-up was lost"

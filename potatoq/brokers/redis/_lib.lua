@@ -134,7 +134,12 @@ end
 
 -- Claim the best ready task of the first queue in `queues` that has one.
 -- Returns {id, queue, payload, deliveries, token, claimed_ms} or nil.
-local function claim(queues, token, lease_ms, node, pid, now)
+-- `chain`: re-arm the queue's marker while work remains. A claim made after a wait
+-- passes it: that worker popped the marker, so it hands the wake-up on to the next idle
+-- one. A busy worker's claim (settle_and_claim) popped nothing and leaves the marker as it
+-- is: one call less per task, and ZCARD's too (it still arms after promoting tasks, which
+-- nobody was woken for).
+local function claim(queues, token, lease_ms, node, pid, now, chain)
   for qi = 1, #queues do
     local q = queues[qi]
     local promoted = promote(q, now)
@@ -154,7 +159,9 @@ local function claim(queues, token, lease_ms, node, pid, now)
         redis.call('ZADD', k_active(q), now + lease_ms, id)
         redis.call('SADD', k_held(node, pid), id)
         -- Re-arm while work remains, so wake-ups chain from worker to worker.
-        if redis.call('ZCARD', rk) > 0 or promoted >= PROMOTE_BATCH then arm(q) end
+        if (chain or promoted > 0) and (promoted >= PROMOTE_BATCH or redis.call('ZCARD', rk) > 0) then
+          arm(q)
+        end
         return {id, q, job[1], deliveries, token, now}
       end
     end
@@ -169,6 +176,14 @@ local function fenced(id, token)
   if job[1] ~= token or job[2] ~= 'active' then return nil end
   return {queue = job[3], payload = job[4], priority = job[5], seq = job[6],
           deliveries = tonumber(job[7]) or 0, node = job[8], pid = job[9]}
+end
+
+-- Who holds the running job `id` if `token` still holds its claim, else nil: the fields
+-- a complete needs (fenced() also reads the payload, which can be large, for the others).
+local function fenced_holder(id, token)
+  local job = redis.call('HMGET', k_job(id), 'token', 'state', 'queue', 'node', 'pid')
+  if job[1] ~= token or job[2] ~= 'active' then return nil end
+  return {queue = job[3], node = job[4], pid = job[5]}
 end
 
 -- Wake every .get() caller waiting on id; costs one EXISTS-like read when nobody waits.
@@ -266,7 +281,7 @@ end
 -- complete: id, token, <settle tail>
 local function settle_complete(pos, now)
   local id, token = ARGV[pos], ARGV[pos + 1]
-  local job = fenced(id, token)
+  local job = fenced_holder(id, token)
   if not job then return 0, settle_tail_skip(pos + 2) end
   remove_running(id, job.queue, job.node, job.pid)
   return 1, settle_tail(id, pos + 2, now)
@@ -314,9 +329,9 @@ local SETTLE = {complete = settle_complete, dead = settle_dead, retry = settle_r
                 requeue = settle_requeue}
 
 -- Claim arguments from ARGV at pos: token, lease_ms, node, pid, n_queues, queues...
-local function claim_from_argv(pos, now)
+local function claim_from_argv(pos, now, chain)
   local nq = tonumber(ARGV[pos + 4])
   local queues = {}
   for i = 1, nq do queues[i] = ARGV[pos + 4 + i] end
-  return claim(queues, ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2], ARGV[pos + 3], now)
+  return claim(queues, ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2], ARGV[pos + 3], now, chain)
 end

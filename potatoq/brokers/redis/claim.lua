@@ -3,4 +3,4 @@
 -- KEYS: none (q:<queue>:ready/delayed/active/marker and job:<id> are built from the prefix)
 -- ARGV: [1] prefix, [2] fencing token, [3] lease ms, [4] node, [5] pid, [6] n, [7..] queues
 -- Returns: {id, queue, payload, deliveries, token, claimed_ms} or nil.
-return claim_from_argv(2, now_ms())
+return claim_from_argv(2, now_ms(), true)
