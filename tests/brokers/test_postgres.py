@@ -197,6 +197,10 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
             + _prepared(stmts["job_claim"].text, ["queues", "worker", "pid", "no_flush"]).encode()
         )
         mon.execute(
+            b"PREPARE pq_claim_one AS "
+            + _prepared(stmts["job_claim_one"].text, ["queue", "worker", "pid", "no_flush"]).encode()
+        )
+        mon.execute(
             b"PREPARE pq_promote AS "
             + _prepared(stmts["job_promote"].text, ["limit", "channel_prefix", "notify"]).encode()
         )
@@ -205,11 +209,16 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
             claim_plan = "\n".join(
                 r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], 'n', 1, true)")
             )
+            claim_one_plan = "\n".join(
+                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim_one('q3', 'n', 1, true)")
+            )
             promote_plan = "\n".join(
                 r[0] for r in mon.execute("EXPLAIN EXECUTE pq_promote(1000, 'p:', true)")
             )
             assert "potatoq_jobs_ready" in claim_plan, claim_plan
             assert "Seq Scan" not in claim_plan, claim_plan
+            assert "potatoq_jobs_ready" in claim_one_plan, claim_one_plan
+            assert "Seq Scan" not in claim_one_plan, claim_one_plan
             assert "potatoq_jobs_scheduled" in promote_plan, promote_plan
             assert "potatoq_jobs_ready" not in promote_plan, promote_plan
     assert broker.claim(["q3"], WORKER) is not None  # EXPLAIN claimed nothing; the real thing works
@@ -831,3 +840,28 @@ def test_a_token_this_broker_never_issued_is_stale(make: Make) -> None:
     assert broker.settle(forged, Complete()) is False
     assert broker.settle_and_claim(forged, Complete(), ["tok"], WORKER) == (False, None)
     assert broker.settle(delivery, Complete())
+
+
+def test_a_single_enqueue_notifies_only_a_new_ready_task(make: Make, pg_url: str) -> None:
+    """One message goes through job_enqueue_one (scalar parameters): a ready task NOTIFYs
+    its queue in the same statement; a duplicate id and a scheduled task don't."""
+    broker = make(notify_debounce=0)  # every enqueue may notify inline
+    broker.migrate()
+    channel = pgwake.channel_name(broker._channel_prefix, "solo")
+    first = msg("solo")
+    with psycopg.connect(pg_url, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        broker.enqueue([first])
+        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == [channel]
+        broker.enqueue([first])  # already waiting: nothing inserted, nothing sent
+        later = msg("solo", eta=time.time() + 3600)
+        broker.enqueue([later])
+        marker = msg("solo")  # a NOTIFY that must come next if the two above sent none
+        broker.enqueue([marker])
+        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == [channel]
+        assert list(listener.notifies(timeout=0)) == []
+    scheduled = broker.queued_task(later.id)
+    assert scheduled is not None and scheduled.state == "scheduled"
+    assert broker.claim(["solo"], WORKER).id == first.id  # type: ignore[union-attr]
+    assert broker.claim(["solo"], WORKER).id == marker.id  # type: ignore[union-attr]
+    assert broker.claim(["solo"], WORKER) is None
