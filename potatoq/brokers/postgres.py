@@ -418,20 +418,21 @@ class PostgresBroker(Broker):
         }
         return params, ready
 
-    def _enqueue_statement(
+    def _enqueue_params(
         self, messages: Sequence[Message], params: dict[str, Any], channels: list[str]
-    ) -> tuple[str, dict[str, Any]]:
-        """The statement that inserts ``messages`` (already in ``params``) and NOTIFYs ``channels``."""
+    ) -> dict[str, Any]:
+        """job_enqueue's parameters for ``messages`` (already in ``params``), NOTIFYing
+        ``channels``: a single message in the scalars, a batch in the arrays."""
+        scalars = ("id", "queue", "priority", "eta", "payload")
         if len(messages) == 1:  # a single delay(): scalars, not six one-element arrays
-            return "job_enqueue_one", {
-                "id": params["m_ids"][0],
-                "queue": params["m_queues"][0],
-                "priority": params["m_priorities"][0],
-                "eta": params["m_etas"][0],
-                "payload": params["m_payloads"][0],
+            single = {name: params[array][0] for name, array in zip(scalars, _array_fields("m"), strict=True)}
+            return {
+                **dict.fromkeys(params),
+                **single,
+                "channels": None,
                 "channel": channels[0] if channels else None,
             }
-        return "job_enqueue", {**params, "channels": channels}
+        return {**params, **dict.fromkeys(scalars), "channels": channels, "channel": None}
 
     def _admit(self, queues: Iterable[str]) -> tuple[list[str], list[str]]:
         """NOTIFY channels to send inline now, and those held for the debouncer's trailing edge."""
@@ -457,7 +458,7 @@ class PostgresBroker(Broker):
             self._enqueue_through(connection, messages, params, ready)
             return
         inline, held = self._admit(ready)
-        self._run(*self._enqueue_statement(messages, params, inline))
+        self._run("job_enqueue", self._enqueue_params(messages, params, inline))
         self._defer(held)
 
     def _enqueue_through(
@@ -470,8 +471,8 @@ class PostgresBroker(Broker):
         transaction are folded by the server anyway.
         """
         channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
-        name, params = self._enqueue_statement(messages, params, channels)
-        stmt = self._statements()[name]
+        params = self._enqueue_params(messages, params, channels)
+        stmt = self._statements()["job_enqueue"]
         # Django's wrapper holds the DB-API connection (None until it connects: then its own
         # cursor(), which takes the same pyformat parameters, does)
         raw = getattr(connection, "connection", None) or connection
@@ -498,17 +499,19 @@ class PostgresBroker(Broker):
     def _promote_params(self) -> dict[str, Any]:
         return {"limit": PROMOTE_BATCH, "channel_prefix": self._channel_prefix, "notify": self.options.notify}
 
-    def _claim_statement(
+    def _claim_params(
         self, queues: list[str], worker: WorkerRef, *, no_flush: bool = False
-    ) -> tuple[str, dict[str, Any]]:
-        """The claim statement for ``queues`` and its parameters: a worker of one queue (the
-        usual case) passes it as a scalar, which is cheaper to send than a one-element array."""
-        params: dict[str, Any] = {"worker": worker.node, "pid": worker.pid, "no_flush": no_flush}
-        if len(queues) == 1:
-            params["queue"] = queues[0]
-            return "job_claim_one", params
-        params["queues"] = queues
-        return "job_claim", params
+    ) -> dict[str, Any]:
+        """job_claim's parameters: a worker of one queue (the usual case) passes it as the
+        scalar ``queue``, cheaper to send than a one-element array."""
+        one = len(queues) == 1
+        return {
+            "queues": None if one else queues,
+            "queue": queues[0] if one else None,
+            "worker": worker.node,
+            "pid": worker.pid,
+            "no_flush": no_flush,
+        }
 
     def _delivery(self, row: tuple[Any, ...] | None, worker: WorkerRef) -> Delivery | None:
         if row is None:
@@ -532,14 +535,14 @@ class PostgresBroker(Broker):
         clock = self._promotion.get()
         with self._connection() as conn:
             # no_flush: this transaction is only the claim (and a promotion); see job_claim
-            name, params = self._claim_statement(names, worker, no_flush=True)
+            params = self._claim_params(names, worker, no_flush=True)
             if clock.timed_due():
                 with conn.pipeline():  # one round trip: promote, then claim
                     promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
-                    claimed = conn.execute(stmts[name].query, params)
+                    claimed = conn.execute(stmts["job_claim"].query, params)
                 clock.promoted(_first(promoted.fetchone()))
             else:
-                claimed = conn.execute(stmts[name].query, params)
+                claimed = conn.execute(stmts["job_claim"].query, params)
             delivery = self._delivery(claimed.fetchone(), worker)
         self._claimed(delivery)
         return delivery
@@ -570,10 +573,9 @@ class PostgresBroker(Broker):
             settled = conn.execute(stmts[name].query, params)
             if names and clock.timed_due():
                 promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
-            claimed = None
-            if names:
-                claim_name, claim_params = self._claim_statement(names, worker)
-                claimed = conn.execute(stmts[claim_name].query, claim_params)
+            claimed = (
+                conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
+            )
         ok = self._settled(settled.fetchone(), held, outcome)
         if promoted is not None:
             clock.promoted(_first(promoted.fetchone()))

@@ -194,11 +194,7 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
         mon.execute(sql.SQL("ANALYZE {}.potatoq_jobs").format(sql.Identifier(schema)))
         mon.execute(
             b"PREPARE pq_claim AS "
-            + _prepared(stmts["job_claim"].text, ["queues", "worker", "pid", "no_flush"]).encode()
-        )
-        mon.execute(
-            b"PREPARE pq_claim_one AS "
-            + _prepared(stmts["job_claim_one"].text, ["queue", "worker", "pid", "no_flush"]).encode()
+            + _prepared(stmts["job_claim"].text, ["queues", "queue", "worker", "pid", "no_flush"]).encode()
         )
         mon.execute(
             b"PREPARE pq_promote AS "
@@ -207,10 +203,10 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
         for mode in ("force_custom_plan", "force_generic_plan"):
             mon.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Literal(mode)))
             claim_plan = "\n".join(
-                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], 'n', 1, true)")
+                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], NULL, 'n', 1, true)")
             )
             claim_one_plan = "\n".join(
-                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim_one('q3', 'n', 1, true)")
+                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(NULL, 'q3', 'n', 1, true)")
             )
             promote_plan = "\n".join(
                 r[0] for r in mon.execute("EXPLAIN EXECUTE pq_promote(1000, 'p:', true)")
@@ -843,8 +839,8 @@ def test_a_token_this_broker_never_issued_is_stale(make: Make) -> None:
 
 
 def test_a_single_enqueue_notifies_only_a_new_ready_task(make: Make, pg_url: str) -> None:
-    """One message goes through job_enqueue_one (scalar parameters): a ready task NOTIFYs
-    its queue in the same statement; a duplicate id and a scheduled task don't."""
+    """One message goes to job_enqueue in its scalar parameters: a ready task NOTIFYs its
+    queue in the same statement; a duplicate id and a scheduled task don't."""
     broker = make(notify_debounce=0)  # every enqueue may notify inline
     broker.migrate()
     channel = pgwake.channel_name(broker._channel_prefix, "solo")

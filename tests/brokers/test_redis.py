@@ -393,33 +393,44 @@ def test_graceful_requeue_keeps_place_and_does_not_count(broker: RedisBroker) ->
 # ----------------------------------------------------------------------------- wake-ups
 
 
+class IdleWorkers:
+    """``count`` threads, each with its own broker, that claim one task from ``queue``,
+    waiting on the marker in between; ``claimed`` gets the ids they took."""
+
+    def __init__(self, make: Callable[..., RedisBroker], queue: str, count: int) -> None:
+        self.queue = queue
+        self.claimed: list[str] = []
+        self.brokers = [make() for _ in range(count)]  # each worker its own connection
+        self.threads = [threading.Thread(target=self._run, args=(b,)) for b in self.brokers]
+        for t in self.threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while not all(b._waiting for b in self.brokers):  # all are blocking on the marker
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        time.sleep(0.05)  # let the last one's BZPOPMIN reach the server
+
+    def _run(self, broker: RedisBroker) -> None:
+        while True:
+            delivery = broker.claim([self.queue], WORKER)
+            if delivery is not None:
+                self.claimed.append(delivery.id)
+                return
+            broker.wait([self.queue], 30)
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(15)
+        assert not any(t.is_alive() for t in self.threads), "a wake-up was lost"
+
+
 def test_one_enqueue_wakes_a_chain_of_idle_workers(make: Callable[..., RedisBroker]) -> None:
     producer = make()
     producer.ping()
-    claimed: list[str] = []
-    workers = [make() for _ in range(3)]  # each worker its own broker and connection
-
-    def idle_worker(broker: RedisBroker) -> None:
-        while True:
-            delivery = broker.claim(["chain"], WORKER)
-            if delivery is not None:
-                claimed.append(delivery.id)
-                return
-            broker.wait(["chain"], 30)
-
-    threads = [threading.Thread(target=idle_worker, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 10
-    while not all(w._waiting for w in workers):  # all three are blocking on the marker
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    time.sleep(0.05)  # let the last one's BZPOPMIN reach the server
+    idle = IdleWorkers(make, "chain", 3)
     producer.enqueue([msg("chain") for _ in range(3)])  # arms the single marker once
-    for t in threads:
-        t.join(15)
-    assert not any(t.is_alive() for t in threads), "a wake-up was lost"
-    assert len(set(claimed)) == 3
+    idle.join()
+    assert len(set(idle.claimed)) == 3
 
 
 def test_a_busy_workers_claims_leave_the_wakeup_chain_intact(make: Callable[..., RedisBroker]) -> None:
@@ -431,33 +442,13 @@ def test_a_busy_workers_claims_leave_the_wakeup_chain_intact(make: Callable[...,
     producer.enqueue([msg("mixed")])
     held = busy.claim(["mixed"], WORKER)
     assert held is not None
-    claimed: list[str] = []
-    workers = [make() for _ in range(3)]
-
-    def idle_worker(broker: RedisBroker) -> None:
-        while True:
-            delivery = broker.claim(["mixed"], WORKER)
-            if delivery is not None:
-                claimed.append(delivery.id)
-                return
-            broker.wait(["mixed"], 30)
-
-    threads = [threading.Thread(target=idle_worker, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 10
-    while not all(w._waiting for w in workers):
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    time.sleep(0.05)  # let the last one's BZPOPMIN reach the server
+    idle = IdleWorkers(make, "mixed", 3)
     producer.enqueue([msg("mixed") for _ in range(5)])  # arms the marker once
     for _ in range(2):  # the busy worker takes two of them, re-arming nothing
         settled, held = busy.settle_and_claim(held, Complete(), ["mixed"], WORKER)
         assert settled and held is not None
-    for t in threads:
-        t.join(15)
-    assert not any(t.is_alive() for t in threads), "a wake-up was lost"
-    assert len(set(claimed)) == 3
+    idle.join()
+    assert len(set(idle.claimed)) == 3
 
 
 def test_wakeup_sent_before_blocking_is_not_lost(broker: RedisBroker) -> None:

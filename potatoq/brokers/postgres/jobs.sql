@@ -10,40 +10,28 @@
 -- name: job_enqueue
 -- Insert messages and NOTIFY their queues in one statement: a single delay() is one round
 -- trip and one transaction. An id that is already waiting or running is left alone.
+-- A batch comes as the m_* arrays (and channels) with the scalars NULL; a single message
+-- as the scalars (id, queue, priority, eta, payload, channel: NULL for no NOTIFY) with the
+-- arrays NULL, because psycopg adapts an array parameter in Python (about 25 us each).
 WITH inserted AS (
     INSERT INTO {schema}.potatoq_jobs (id, queue, priority, state, run_at, payload)
     SELECT m.id, m.queue, m.priority,
            CASE WHEN to_timestamp(m.eta) > now() THEN 0 ELSE 1 END,
            coalesce(to_timestamp(m.eta), now()),
            m.payload
-    FROM unnest(%(m_ids)s::text[], %(m_queues)s::text[], %(m_priorities)s::integer[],
-                %(m_etas)s::float8[], %(m_payloads)s::bytea[])
+    FROM unnest(coalesce(%(m_ids)s::text[], ARRAY[%(id)s::text]),
+                coalesce(%(m_queues)s::text[], ARRAY[%(queue)s::text]),
+                coalesce(%(m_priorities)s::integer[], ARRAY[%(priority)s::integer]),
+                coalesce(%(m_etas)s::float8[], ARRAY[%(eta)s::float8]),
+                coalesce(%(m_payloads)s::bytea[], ARRAY[%(payload)s::bytea]))
          WITH ORDINALITY AS m(id, queue, priority, eta, payload, ord)
     ORDER BY m.ord
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
 ), notified AS MATERIALIZED (
-    SELECT pg_notify(channel, '') FROM unnest(%(channels)s::text[]) AS channel
-    WHERE EXISTS (SELECT FROM inserted)
-)
-SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM notified) AS notified;
-
--- name: job_enqueue_one
--- job_enqueue for one message, in scalar parameters: what a single delay() sends. An array
--- parameter costs the client about 25 us to adapt (psycopg does it in Python), so the six
--- of job_enqueue cost a single message about 130 us more, on the path from delay() to the
--- task's start. channel is NULL when this insert sends no NOTIFY.
-WITH inserted AS (
-    INSERT INTO {schema}.potatoq_jobs (id, queue, priority, state, run_at, payload)
-    VALUES (%(id)s::text, %(queue)s::text, %(priority)s::integer,
-            CASE WHEN to_timestamp(%(eta)s::float8) > now() THEN 0 ELSE 1 END,
-            coalesce(to_timestamp(%(eta)s::float8), now()),
-            %(payload)s::bytea)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING 1
-), notified AS MATERIALIZED (
-    SELECT pg_notify(%(channel)s::text, '')
-    WHERE %(channel)s::text IS NOT NULL AND EXISTS (SELECT FROM inserted)
+    SELECT pg_notify(channel, '')
+    FROM unnest(coalesce(%(channels)s::text[], ARRAY[%(channel)s::text])) AS channel
+    WHERE channel IS NOT NULL AND EXISTS (SELECT FROM inserted)
 )
 SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM notified) AS notified;
 
@@ -84,9 +72,11 @@ FROM queues;
 -- a claim only if it comes within a fraction of a second (wal_writer_delay); the task is
 -- then ready again and runs once more, as after any lost delivery. A claim pipelined with
 -- a settle (no_flush false) leaves that transaction's durability alone.
+-- A worker of one queue (the usual case) passes it as the scalar queue, queues NULL: an
+-- array parameter costs psycopg about 25 us to adapt, on the path from enqueue to start.
 WITH picked AS MATERIALIZED (
     SELECT j.id
-    FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
+    FROM unnest(coalesce(%(queues)s::text[], ARRAY[%(queue)s::text])) WITH ORDINALITY AS q(name, ord)
     CROSS JOIN LATERAL (
         SELECT id FROM {schema}.potatoq_jobs
         WHERE state = 1 AND queue = q.name
@@ -95,26 +85,6 @@ WITH picked AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS j
     LIMIT 1
-)
-UPDATE {schema}.potatoq_jobs AS j
-SET state = 2, deliveries = j.deliveries + 1, token = gen_random_uuid(),
-    worker = %(worker)s, pid = %(pid)s, claimed_at = now()
-FROM picked
-WHERE j.id = picked.id
-  AND (NOT %(no_flush)s OR set_config('synchronous_commit', 'off', true) = 'off')
-RETURNING j.id, j.queue, j.deliveries, j.token::text AS token, j.payload,
-          extract(epoch FROM j.claimed_at)::float8 AS claimed_at;
-
--- name: job_claim_one
--- job_claim for a worker of one queue (the usual case), with the queue as a scalar: no
--- array to adapt on the client and no unnest join on the server, on the path from enqueue
--- to start. Same partial index scan, locking and fencing as job_claim.
-WITH picked AS MATERIALIZED (
-    SELECT id FROM {schema}.potatoq_jobs
-    WHERE state = 1 AND queue = %(queue)s::text
-    ORDER BY priority DESC, seq
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE {schema}.potatoq_jobs AS j
 SET state = 2, deliveries = j.deliveries + 1, token = gen_random_uuid(),
