@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -297,6 +298,7 @@ def child_main(
 
         signal.signal(signal.SIGTERM, on_term)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the supervisor's fork
+        gc.freeze()  # what worker_process_init set up stays, as the supervisor's state does
         runner.run()
     except BaseException:
         logger.exception("worker child %d crashed", os.getpid())

@@ -49,6 +49,14 @@ def pid() -> int:
     return os.getpid()
 
 
+@app.task(name="proj.gc_frozen")
+def gc_frozen() -> int:
+    """How many objects the garbage collector of this process leaves alone (gc.freeze)."""
+    import gc
+
+    return gc.get_freeze_count()
+
+
 @app.task(name="proj.block", bind=True)
 def block(self, name: str, release: str | None = None, timeout: float = 60.0) -> int:
     """Mark ``name`` as started, then wait for marker ``release`` (or ``timeout``)."""
