@@ -298,6 +298,7 @@ def child_main(
 
         signal.signal(signal.SIGTERM, on_term)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the supervisor's fork
+        gc.collect()  # only what was made since the fork: the inherited heap is frozen
         gc.freeze()  # what worker_process_init set up stays, as the supervisor's state does
         runner.run()
     except BaseException:

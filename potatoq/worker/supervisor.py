@@ -218,6 +218,10 @@ class Supervisor:
         # only what the child itself creates, a fraction of a millisecond instead of about
         # 16 ms here (a pause that lands on whatever task runs), and they no longer write
         # the GC headers of inherited objects, which copied those pages into every child.
+        # Collecting first keeps garbage cycles out of the frozen set, where they'd stay for
+        # good (the supervisor freezes again at every respawn; after the first time this
+        # collection scans only what was made since the last one).
+        gc.collect()
         gc.freeze()
         try:
             pid = os.fork()
