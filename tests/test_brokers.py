@@ -552,6 +552,27 @@ def test_recover_requeues_a_dead_workers_tasks_and_leaves_a_live_ones(make_broke
     assert broker.settle(of_dead, Complete()) is False
 
 
+def test_orphaned_lists_a_nodes_claims_held_by_none_of_the_given_pids(broker: Broker) -> None:
+    if broker.capabilities.leases or not broker.capabilities.lists_holders:
+        pytest.skip("such a claim's lease runs out, or its channel closes: the broker frees it itself")
+    live, dead, elsewhere = WORKER_A, WorkerRef(WORKER_A.node, 999), WORKER_B
+    broker.enqueue([msg(), msg(), msg(), msg()])
+    of_live = claim_soon(broker, ["default"], live)
+    first = claim_soon(broker, ["default"], dead)
+    second = claim_soon(broker, ["default"], dead)
+    claim_soon(broker, ["default"], elsewhere)
+    found = broker.orphaned(live.node, [live.pid])
+    assert [(d.id, d.token, d.worker) for d in found] == [
+        (first.id, first.token, dead),
+        (second.id, second.token, dead),
+    ]
+    assert found[0].message == first.message and found[0].deliveries == 1
+    assert broker.orphaned(live.node, [live.pid, dead.pid]) == []
+    assert [d.id for d in broker.orphaned(live.node, [])] == [of_live.id, first.id, second.id]
+    assert broker.settle(found[0], Requeue(crashed=True))  # settled like a dead child's delivery
+    assert [d.id for d in broker.orphaned(live.node, [live.pid])] == [second.id]
+
+
 def test_retry_later_makes_the_same_id_due_later(broker: Broker) -> None:
     sent = msg(args=(7,))
     broker.enqueue([sent])

@@ -603,6 +603,19 @@ class Broker(abc.ABC):
         """
         return []
 
+    def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
+        """The deliveries claimed under ``node`` by a process not in ``live_pids``, oldest first.
+
+        :meth:`held_by`, asked once when a child died, can miss a claim that commits after
+        that: a database server finishes (and commits) the statement of a client killed
+        while waiting for its reply, so the row names a dead pid from then on, under a node
+        that keeps heartbeating. The supervisor asks this every recovery round with the pids
+        of its live processes and settles what it returns like a dead child's delivery
+        (fenced on the token). Read-only. Lease brokers may keep this default, which returns
+        nothing: such a claim's lease runs out and it is reaped like any other.
+        """
+        return []
+
     def extend(self, deliveries: Sequence[Delivery], ttl: float) -> None:  # noqa: B027
         """Push the lease deadline of running deliveries ``ttl`` seconds ahead (lease brokers)."""
 

@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 from urllib.parse import urlsplit
 
@@ -416,17 +416,29 @@ class MemoryBroker(Broker):
             self._store.heartbeats.pop(node, None)
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:
+        return self._running_where(lambda holder: holder == worker)
+
+    def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
+        live = set(live_pids)
+        return self._running_where(lambda holder: holder.node == node and holder.pid not in live)
+
+    def _running_where(self, holder_matches: Callable[[WorkerRef], bool]) -> list[Delivery]:
+        """Running jobs whose holder matches, oldest claim first."""
         with self._store.lock:
             held = sorted(
-                (j for j in self._store.jobs.values() if j.state == RUNNING and j.worker == worker),
-                key=lambda j: j.claimed_at,
+                (
+                    (j, j.worker)
+                    for j in self._store.jobs.values()
+                    if j.state == RUNNING and j.worker is not None and holder_matches(j.worker)
+                ),
+                key=lambda pair: pair[0].claimed_at,
             )
-            rows = [(j.id, j.queue, j.raw, j.token or "", j.deliveries, j.claimed_at) for j in held]
+            rows = [(j.id, j.queue, j.raw, j.token or "", j.deliveries, j.claimed_at, w) for j, w in held]
         return [
             decode_delivery(
-                id=task_id, queue=queue, raw=raw, token=token, deliveries=n, worker=worker, claimed_at=at
+                id=task_id, queue=queue, raw=raw, token=token, deliveries=n, worker=holder, claimed_at=at
             )
-            for task_id, queue, raw, token, n, at in rows
+            for task_id, queue, raw, token, n, at, holder in rows
         ]
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:

@@ -709,6 +709,11 @@ class PostgresBroker(Broker):
         rows = self._run("job_held_by", {"worker": worker.node, "pid": worker.pid})
         return [d for d in (self._delivery(row, worker) for row in rows) if d is not None]
 
+    def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
+        rows = self._run("job_orphaned", {"worker": node, "live": [int(pid) for pid in live_pids]})
+        found = (self._delivery(row[:6], WorkerRef(node, row[6])) for row in rows)
+        return [d for d in found if d is not None]
+
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         params = {
             "dead_after": float(dead_after),

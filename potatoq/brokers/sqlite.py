@@ -295,15 +295,7 @@ class SQLiteBroker(Broker):
             rows = conn.execute(SQL["job_claim"], params).fetchall()
             if rows:
                 task_id, queue_name, deliveries, payload = rows[0]
-                return decode_delivery(
-                    id=task_id,
-                    queue=queue_name,
-                    raw=payload,
-                    token=str(token),
-                    deliveries=deliveries,
-                    worker=worker,
-                    claimed_at=now,
-                )
+                return _held((task_id, queue_name, token, deliveries, payload, now), worker)
         return None
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
@@ -499,18 +491,12 @@ class SQLiteBroker(Broker):
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:
         rows = self._read("job_held_by", {"node": worker.node, "pid": worker.pid})
-        return [
-            decode_delivery(
-                id=task_id,
-                queue=queue,
-                raw=payload,
-                token=str(token),
-                deliveries=deliveries,
-                worker=worker,
-                claimed_at=claimed_at,
-            )
-            for task_id, queue, token, deliveries, payload, claimed_at in rows
-        ]
+        return [_held(row, worker) for row in rows]
+
+    def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
+        live = json.dumps([int(pid) for pid in live_pids])
+        rows = self._read("job_orphaned", {"node": node, "live": live})
+        return [_held(row[:6], WorkerRef(node, row[6])) for row in rows]
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         now = self.clock()
@@ -745,3 +731,17 @@ class SQLiteBroker(Broker):
 
     def close(self) -> None:
         self._local.close_all()
+
+
+def _held(row: tuple[Any, ...], worker: WorkerRef) -> Delivery:
+    """A running job row (id, queue, token, deliveries, payload, claimed_at) as a delivery."""
+    task_id, queue, token, deliveries, payload, claimed_at = row
+    return decode_delivery(
+        id=task_id,
+        queue=queue,
+        raw=payload,
+        token=str(token),
+        deliveries=deliveries,
+        worker=worker,
+        claimed_at=claimed_at,
+    )

@@ -51,12 +51,14 @@ class Chores:
         running: Callable[[], list[Running]],
         *,
         processed: Callable[[], int] = lambda: 0,
+        orphans: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
         self.options = options
         self.running = running
         self.processed = processed
+        self.orphans = orphans  # settles this node's claims held by no live process
         self.clock = clock
         self.started_at = time.time()
         self.pending: list[PendingSettle] = []
@@ -97,6 +99,8 @@ class Chores:
                 self._due["heartbeat"] = now + self.options.heartbeat_interval
             if self._due["recover"] <= now:
                 self._guard("recovery", self._recover)
+                if self.orphans is not None and self.broker.capabilities.supervisor_settles:
+                    self._guard("settling orphaned claims", self.orphans)
                 self._due["recover"] = now + self.recover_interval
             if self._due["extend"] <= now:
                 if self.broker.capabilities.leases:

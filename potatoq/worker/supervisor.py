@@ -40,6 +40,7 @@ import selectors
 import signal
 import sys
 import time
+from collections import OrderedDict
 from types import FrameType
 from typing import Any, NamedTuple
 
@@ -65,6 +66,10 @@ KILLED_AT_HARD_LIMIT = "hard time limit"
 #: After reading children's events, wait this long for more before reading again
 #: (signals still wake the supervisor at once).
 EVENT_BATCH_WINDOW = 0.02
+
+#: How many exited children the supervisor remembers (why they died), for the claims found
+#: under their pid after they were reaped (see ``_settle_orphans``).
+REMEMBERED_EXITS = 256
 
 
 @dataclasses.dataclass(eq=False)
@@ -101,12 +106,16 @@ class Supervisor:
         self._finished_by_exited = 0  # tasks finished by children that are gone
         # Whether children report every task over the pipe, or use a board (see ipc).
         self.every_task = reports_every_task(app.broker.capabilities)
-        self.chores = Chores(app, options, self._running, processed=lambda: self.finished)
+        self.chores = Chores(
+            app, options, self._running, processed=lambda: self.finished, orphans=self._settle_orphans
+        )
         self._executor: Any = None
         self._signals: list[int] = []
         self._wakeup_r, self._wakeup_w = os.pipe()
         self._quick_failures = 0
         self._respawn_at = 0.0
+        # pid -> (the child, how it ended): recently exited children, oldest first
+        self._exited: OrderedDict[int, tuple[Child, str]] = OrderedDict()
 
     # -- public ----------------------------------------------------------------------------
 
@@ -301,6 +310,9 @@ class Supervisor:
         held = child.running.pop_all()
         held += self._unreported(child, {item.key for item in held})
         how = _describe_status(status)
+        self._exited[child.pid] = (child, how)
+        while len(self._exited) > REMEMBERED_EXITS:
+            self._exited.popitem(last=False)
         if child.killed is None and (held or os.waitstatus_to_exitcode(status) != 0):
             logger.error("child %d %s while running %d task(s)", child.pid, how, len(held))
         else:
@@ -348,27 +360,54 @@ class Supervisor:
                 )
         return unreported
 
-    def _outcome_for_lost(self, child: Child, item: Running, how: str) -> Outcome | None:
+    def _settle_orphans(self) -> None:
+        """Settle the claims recorded under this node by none of its live processes.
+
+        ``_unreported`` asks the broker once, right after a child was reaped; a database
+        server can commit the claim of a child killed mid-statement later than that (the
+        server finishes the statement, then finds nobody to send the reply to). Such a row
+        names a dead pid under a node that keeps heartbeating: nothing else would ever free
+        it. Called with every recovery round (the broker may raise; the chores guard it).
+        """
+        live = [os.getpid(), *self.children]
+        for delivery in self.app.broker.orphaned(self.options.node, live):
+            pid = delivery.worker.pid
+            child, how = self._exited.get(pid, (None, "died"))
+            logger.warning(
+                "%s was still claimed by process %d, which %s before its claim was seen",
+                describe(delivery),
+                pid,
+                how,
+            )
+            outcome = self._outcome_for_lost(child, _holding(delivery, pid), how)
+            if outcome is not None:
+                self.chores.settle_later(delivery, outcome)
+
+    def _outcome_for_lost(self, child: Child | None, item: Running, how: str) -> Outcome | None:
+        """What becomes of ``item``, held by ``child`` when it died (None: a process this
+        supervisor no longer remembers, treated as one that crashed)."""
+        victims = child.victims if child is not None else {}
+        killed = child.killed if child is not None else None
         delivery = item.delivery
         if not self.app.broker.capabilities.supervisor_settles:
             logger.warning(
-                "%s lost with child %d; the broker will redeliver it", describe(delivery), child.pid
+                "%s lost with child %d; the broker will redeliver it", describe(delivery), item.pid
             )
-            if item.key in child.victims:
-                limit = child.victims[item.key]
+            if item.key in victims:
+                limit = victims[item.key]
                 self._record_failure(item, TimeLimitExceeded(f"hard time limit ({limit:g}s) exceeded"))
-            elif child.killed is None and delivery.deliveries >= self.options.max_deliveries:
+            elif killed is None and delivery.deliveries >= self.options.max_deliveries:
                 # the broker's delivery limit dead-letters it now; the result says why
                 self._record_failure(
                     item, WorkerLostError(f"worker process {how} on each of {delivery.deliveries} deliveries")
                 )
             return None
-        if item.key in child.victims:
-            limit = child.victims[item.key]
+        if item.key in victims:
+            limit = victims[item.key]
             logger.error("%s failed: hard time limit (%gs) exceeded", describe(delivery), limit)
             return self._lost(delivery, TimeLimitExceeded(f"hard time limit ({limit:g}s) exceeded"))
-        if child.killed is not None:  # killed at shutdown, or a bystander of a hard limit
-            logger.info("%s requeued (%s)", describe(delivery), child.killed)
+        if killed is not None:  # killed at shutdown, or a bystander of a hard limit
+            logger.info("%s requeued (%s)", describe(delivery), killed)
             return Requeue(crashed=False)
         if delivery.deliveries >= self.options.max_deliveries:
             logger.error(

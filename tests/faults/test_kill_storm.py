@@ -160,3 +160,44 @@ def test_claim_a_killed_child_never_reported_is_requeued(fault_env: FaultEnv) ->
                 f"[{orphan.id}] requeued: its process was killed by SIGKILL (delivery 1 of" in worker.output()
             )
         assert worker.stop() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault_env", ["sqlite", "postgres"], indirect=True)
+def test_claim_committed_after_its_child_was_reaped_is_requeued(fault_env: FaultEnv) -> None:
+    """The kill storm's race on a database server: a child killed while its claim statement
+    runs leaves the server to finish and commit it, possibly after the supervisor reaped the
+    child and asked ``held_by``. The row then names a dead pid under a node that keeps
+    heartbeating (recovery never frees it, and these brokers have no leases); the supervisor's
+    recovery round finds it with ``orphaned`` and requeues it. Made deterministic: the test
+    writes the claim under the dead pid once the child is reaped."""
+    env = fault_env
+    env.conf.update(worker_dead_after=120.0)  # recovery by heartbeat age can't be what frees it
+    with client(env) as proj:
+        app = proj.app
+        worker = env.worker("-c", "1")
+        busy = proj.block.delay("busy", release="go")
+        dead_pid = env.wait_marker("started-busy-1")["pid"]
+        node = wait_for(
+            lambda: next((w.node for w in app.broker.workers() if w.pid == worker.pid), None),
+            what="the worker's heartbeat",
+        )
+        os.kill(dead_pid, signal.SIGKILL)
+        wait_for(lambda: f"child {dead_pid} was killed by SIGKILL" in worker.output(), what="the reap")
+        env.wait_marker("started-busy-2")  # the new child runs the requeued task, so claims nothing
+        orphan = proj.add.delay(40, 2)
+        from potatoq.brokers.base import WorkerRef
+
+        claimed = wait_for(lambda: app.broker.claim(["default"], WorkerRef(node, dead_pid)), what="the claim")
+        assert claimed.id == orphan.id
+        wait_for(
+            lambda: (
+                f"[{orphan.id}] was still claimed by process {dead_pid}, which was killed by SIGKILL"
+                in worker.output()
+            ),
+            what="the orphaned claim's requeue",
+        )
+        env.mark("go")
+        assert orphan.get(timeout=30) == 42
+        assert busy.get(timeout=30)
+        assert worker.stop() == 0

@@ -273,6 +273,16 @@ FROM {schema}.potatoq_jobs
 WHERE state = 2 AND worker = %(worker)s AND pid = %(pid)s
 ORDER BY claimed_at;
 
+-- name: job_orphaned
+-- The claims recorded under this node by a pid that is none of its live processes: a claim
+-- whose statement the server committed after the child that sent it was killed and reaped.
+-- Read by the supervisor every recovery round; uses the partial index on (worker, pid).
+SELECT id, queue, deliveries, token::text AS token, payload,
+       extract(epoch FROM claimed_at)::float8 AS claimed_at, pid
+FROM {schema}.potatoq_jobs
+WHERE state = 2 AND worker = %(worker)s AND pid <> ALL (%(live)s::int[])
+ORDER BY claimed_at;
+
 -- name: job_revoke
 -- Remove a waiting (ready or scheduled) task. A running one stays: its worker finishes it.
 DELETE FROM {schema}.potatoq_jobs WHERE id = %(id)s AND state <> 2

@@ -67,6 +67,14 @@ SELECT id, queue, token, deliveries, payload, claimed_at FROM potatoq_jobs
 WHERE state = 2 AND worker = :node AND pid = :pid
 ORDER BY claimed_at;
 
+-- name: job_orphaned
+-- The claims recorded under this node by a pid that is none of its live processes (see
+-- Broker.orphaned). In-process SQLite can't commit a killed child's claim later, but a
+-- claim made under a wrong pid is found the same way.
+SELECT id, queue, token, deliveries, payload, claimed_at, pid FROM potatoq_jobs
+WHERE state = 2 AND worker = :node AND pid NOT IN (SELECT value FROM json_each(:live))
+ORDER BY claimed_at;
+
 -- name: job_lost_exists
 -- Cheap read before recover() takes the write lock. A holder is dead when its node's last
 -- heartbeat, or with no heartbeat on record its claim, is older than :cutoff.
