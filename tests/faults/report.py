@@ -113,7 +113,10 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             "restarted; `worker_dead_after` = 3 s. *Extra executions* are runs beyond one per task: "
             "each one was in a process the test killed (asserted). *Requeued by the supervisor*: "
             "tasks of a killed child that its supervisor found with `Broker.held_by` and requeued at "
-            "once (on these brokers children don't report each task to their supervisor)."
+            "once (on these brokers children don't report each task to their supervisor). *Claims "
+            "committed after the reap*: claims a killed child's statement committed on the server "
+            "after its supervisor had reaped it and asked `held_by`, found by the next recovery round "
+            "(`Broker.orphaned`) and requeued; on Redis such a claim's lease runs out instead."
         ),
         [
             "broker",
@@ -125,6 +128,7 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             "extra executions",
             "tasks run twice+",
             "requeued by the supervisor",
+            "claims committed after the reap",
             "time to drain",
         ],
         lambda r: [
@@ -137,6 +141,7 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             r["extra_executions"],
             r["tasks_run_twice_or_more"],
             r["requeued_by_supervisor"],
+            r.get("orphaned_claims", "n/a"),
             f"{r['drain_seconds']} s",
         ],
     ),

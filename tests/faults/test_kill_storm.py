@@ -107,6 +107,8 @@ def test_kill_storm_loses_nothing(fault_env: FaultEnv) -> None:
             "tasks_run_twice_or_more": sum(1 for n in per_task.values() if n > 1),
             # tasks of killed children their supervisor found (held_by) and requeued at once
             "requeued_by_supervisor": env.logs().count("requeued: its process was killed"),
+            # claims the server committed after their killed child was reaped (Broker.orphaned)
+            "orphaned_claims": env.logs().count("before its claim was seen"),
             "drain_seconds": round(drained, 1),
         }
         report("kill storm", env.name, **figures)
