@@ -17,8 +17,10 @@ on the children's event pipes and a signal wake-up pipe, and in each turn:
    children killed at shutdown go back with ``Requeue(crashed=False)``;
 3. kills children whose task passed its hard time limit (SIGKILL: a task stuck in C code
    can't be interrupted any other way), as reported or as on their board;
-4. runs the broker chores (``chores``): heartbeat, recovery of dead workers' tasks, lease
-   extension, the periodic scheduler, settles kept because the broker was unreachable;
+4. runs the broker chores (``chores``): heartbeat, recovery of dead workers' tasks and of
+   this node's claims that no live process holds (a claim a database server committed
+   after its child was reaped), lease extension, the periodic scheduler, settles kept
+   because the broker was unreachable;
 5. replaces exited children (recycled ones, crashed ones) unless shutting down.
 
 Shutdown (SIGTERM or SIGINT): children are told to stop claiming (SIGTERM) and get
