@@ -73,6 +73,10 @@ EVENT_BATCH_WINDOW = 0.02
 #: under their pid after they were reaped (see ``_settle_orphans``).
 REMEMBERED_EXITS = 256
 
+#: On a lease broker, ask ``held_by`` once more for a child this long after it exited: a
+#: command it sent before dying that the server ran after the reap shows by then.
+RECHECK_AFTER = 0.2
+
 
 @dataclasses.dataclass(eq=False)
 class Child:
@@ -118,6 +122,7 @@ class Supervisor:
         self._respawn_at = 0.0
         # pid -> (the child, how it ended): recently exited children, oldest first
         self._exited: OrderedDict[int, tuple[Child, str]] = OrderedDict()
+        self._recheck: dict[int, float] = {}  # pid -> when it exited (lease brokers)
 
     # -- public ----------------------------------------------------------------------------
 
@@ -315,6 +320,8 @@ class Supervisor:
         self._exited[child.pid] = (child, how)
         while len(self._exited) > REMEMBERED_EXITS:
             self._exited.popitem(last=False)
+        if self.app.broker.capabilities.leases:
+            self._recheck[child.pid] = time.monotonic()
         if child.killed is None and (held or os.waitstatus_to_exitcode(status) != 0):
             logger.error("child %d %s while running %d task(s)", child.pid, how, len(held))
         else:
@@ -370,9 +377,20 @@ class Supervisor:
         server finishes the statement, then finds nobody to send the reply to). Such a row
         names a dead pid under a node that keeps heartbeating: nothing else would ever free
         it. Called with every recovery round (the broker may raise; the chores guard it).
+
+        A lease broker lists no such claims (that would mean scanning its keys): the lease
+        would free one after ``worker_dead_after``. Sooner, the supervisor asks ``held_by``
+        once more for each child that exited at least ``RECHECK_AFTER`` ago, since a
+        command the child had sent before dying is run by the server within moments.
         """
+        broker = self.app.broker
         live = [os.getpid(), *self.children]
-        for delivery in self.app.broker.orphaned(self.options.node, live):
+        found = broker.orphaned(self.options.node, live)
+        due = time.monotonic() - RECHECK_AFTER
+        for pid in [pid for pid, exited in self._recheck.items() if exited <= due]:
+            found += broker.held_by(WorkerRef(self.options.node, pid))
+            del self._recheck[pid]  # after the call: asked again next round if it raised
+        for delivery in found:
             pid = delivery.worker.pid
             child, how = self._exited.get(pid, (None, "died"))
             logger.warning(

@@ -165,16 +165,18 @@ def test_claim_a_killed_child_never_reported_is_requeued(fault_env: FaultEnv) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault_env", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("fault_env", [*STORM_BROKERS, "valkey"], indirect=True)
 def test_claim_committed_after_its_child_was_reaped_is_requeued(fault_env: FaultEnv) -> None:
-    """The kill storm's race on a database server: a child killed while its claim statement
-    runs leaves the server to finish and commit it, possibly after the supervisor reaped the
-    child and asked ``held_by``. The row then names a dead pid under a node that keeps
-    heartbeating (recovery never frees it, and these brokers have no leases); the supervisor's
-    recovery round finds it with ``orphaned`` and requeues it. Made deterministic: the test
-    writes the claim under the dead pid once the child is reaped."""
+    """The kill storm's race on a server: a child killed while its claim runs leaves the
+    server to finish and commit it, possibly after the supervisor reaped the child and asked
+    ``held_by``. The claim then names a dead pid under a node that keeps heartbeating
+    (recovery never frees it on the database brokers, which have no leases); the supervisor's
+    recovery round finds it with ``orphaned`` (databases) or by asking ``held_by`` again a
+    moment after the reap (Redis, Valkey: sooner than the lease) and requeues it. Made
+    deterministic: the test writes the claim under the dead pid once the child is reaped."""
     env = fault_env
-    env.conf.update(worker_dead_after=120.0)  # recovery by heartbeat age can't be what frees it
+    # neither recovery by heartbeat age nor an expired lease can be what frees it
+    env.conf.update(worker_dead_after=120.0)
     with client(env) as proj:
         app = proj.app
         worker = env.worker("-c", "1")
