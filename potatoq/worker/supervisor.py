@@ -387,9 +387,11 @@ class Supervisor:
         live = [os.getpid(), *self.children]
         found = broker.orphaned(self.options.node, live)
         due = time.monotonic() - RECHECK_AFTER
-        for pid in [pid for pid, exited in self._recheck.items() if exited <= due]:
+        rechecked = [pid for pid, exited in self._recheck.items() if exited <= due]
+        for pid in rechecked:
             found += broker.held_by(WorkerRef(self.options.node, pid))
-            del self._recheck[pid]  # after the call: asked again next round if it raised
+        for pid in rechecked:  # only once every answer is in: if one raised, all are asked again
+            del self._recheck[pid]
         for delivery in found:
             pid = delivery.worker.pid
             child, how = self._exited.get(pid, (None, "died"))
