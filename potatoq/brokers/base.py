@@ -612,7 +612,8 @@ class Broker(abc.ABC):
         that keeps heartbeating. The supervisor asks this every recovery round with the pids
         of its live processes and settles what it returns like a dead child's delivery
         (fenced on the token). Read-only. Lease brokers may keep this default, which returns
-        nothing: such a claim's lease runs out and it is reaped like any other.
+        nothing: there the supervisor asks :meth:`held_by` once more a round after each
+        reap, and the claim's lease is the backstop.
         """
         return []
 

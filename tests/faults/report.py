@@ -116,7 +116,7 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             "once (on these brokers children don't report each task to their supervisor). *Claims "
             "committed after the reap*: claims a killed child's statement committed on the server "
             "after its supervisor had reaped it and asked `held_by`, found by the next recovery round "
-            "(`Broker.orphaned`; on Redis by asking `held_by` again 0.2 s after the reap) and requeued."
+            "(`Broker.orphaned`; on Redis by asking `held_by` again a round after the reap) and requeued."
         ),
         [
             "broker",
