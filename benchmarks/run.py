@@ -14,7 +14,10 @@ For each broker and each system (potatoq first, then the peers on the same serve
    step 2; the rate from the first completion to the last, each task recording its own
    completion time (:mod:`benchmarks.record`), so start-up time doesn't count;
 4. **idle latency**: then ``stamp`` tasks are sent one at a time into the idle worker,
-   each recording how long after it was sent it started (p50 / p99).
+   each recording how long after it was sent it started (p50 / p99). The producer first
+   sends one ``noop`` and waits for it, so no sample includes opening its connection, and
+   it waits for each sample on a FIFO rather than polling, so it takes no CPU from the
+   worker while a sample is in flight.
 
 On PostgreSQL potatoq runs a second time with 10,000 far-future ETAs waiting in the table
 (sent before the N ready tasks), to show that they don't slow the claims of ready tasks.
@@ -270,7 +273,7 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
         started_path = tmp / f"{slug}.started"
         for path in (done_path, started_path):  # an earlier round's records
             path.unlink(missing_ok=True)
-        env = {**env, record.DONE_ENV: str(done_path), record.STARTED_ENV: str(started_path)}
+        env = {**env, **_record_env(done_path, started_path)}
         workers = Workers(case, env, tmp / f"{slug}.log", shlex.split(args.potatoq_args))
         t0 = time.monotonic()
         first_at: float | None = None
@@ -302,7 +305,7 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
             created.remove(storage)
             storage = {**base, **server.fresh(case.system, "latency")}
             created.append(storage)
-            env = {**storage, record.DONE_ENV: str(done_path), record.STARTED_ENV: str(started_path)}
+            env = {**storage, **_record_env(done_path, started_path)}
             workers = Workers(case, env, tmp / f"{slug}.log", shlex.split(args.potatoq_args))
             _drive(case, env, "enqueue", case.module, "1")
             _wait_for(
@@ -338,6 +341,15 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
             except Exception as exc:
                 result.notes.append(f"cleanup failed: {exc!r}")
     return result
+
+
+def _record_env(done_path: Path, started_path: Path) -> dict[str, str]:
+    """Where the tasks of one case record themselves (see ``benchmarks.record``)."""
+    return {
+        record.DONE_ENV: str(done_path),
+        record.STARTED_ENV: str(started_path),
+        record.STARTED_FIFO_ENV: f"{started_path}.fifo",
+    }
 
 
 def _set_latency(result: Result, samples_ms: list[float]) -> None:
