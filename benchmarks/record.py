@@ -53,7 +53,9 @@ def started(sent: float) -> None:
         try:
             os.write(_fifo_fd(fifo), b"\n")
         except OSError:  # no driver reading (yet): it also counts the file's lines
-            _fifo_fds.pop(os.getpid(), None)
+            fd = _fifo_fds.pop(os.getpid(), None)
+            if fd is not None:
+                os.close(fd)
 
 
 _fifo_fds: dict[int, int] = {}
