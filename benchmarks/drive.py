@@ -23,6 +23,7 @@ import importlib.metadata
 import os
 import random
 import time
+from types import ModuleType
 
 from . import record
 
@@ -75,13 +76,13 @@ def latency(module_name: str, samples: int, seconds: float, gap_ms: tuple[float,
         time.sleep(rng.uniform(*gap_ms) / 1000)  # idle again, at no fixed phase of any poll loop
 
 
-def _warm_up(module: object) -> None:
+def _warm_up(module: ModuleType) -> None:
     """Send one ``noop`` and wait for it to run, so that the first sample doesn't include
     the connection this process opens on its first send (a TCP connect and authentication:
     10-20 ms on PostgreSQL here, in one sample of every round, enough to move a p99)."""
     done_path = os.environ[record.DONE_ENV]
     before = record.count_done(done_path)
-    module.send("noop", -1)  # type: ignore[attr-defined]
+    module.send("noop", -1)
     deadline = time.monotonic() + STALL_SECONDS
     while record.count_done(done_path) <= before:
         if time.monotonic() > deadline:
