@@ -60,7 +60,8 @@ def test_every_page_renders(app: Potatoq, board: Any) -> None:
 
     schedules = client.get("/schedules").text
     assert "tick" in schedules and "demo.add" in schedules
-    assert re.search(r"\(in \d+(\.\d)? s\)", schedules), "the next run, at most 30 s away"
+    # Under a second away it reads "(in 850 ms)": the test can land in the last second of a window.
+    assert re.search(r"\(in \d+(\.\d)? m?s\)", schedules), "the next run, at most 30 s away"
 
     assert client.get("/healthz").text == "ok\n"
     assert client.get("/static/dashboard.css").status_code == 200
