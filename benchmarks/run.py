@@ -117,6 +117,9 @@ class Result:
     notes: list[str] = dataclasses.field(default_factory=list)
     rounds: int = 1  # how many runs of the case this result summarizes
     latency_ms: list[float] = dataclasses.field(default_factory=list, repr=False)  # the samples
+    #: one round's samples in the order they were taken (in the JSON): a tail that gathers at
+    #: the start of the phase points at what the phase before it left behind
+    latency_in_order_ms: list[float] = dataclasses.field(default_factory=list, repr=False)
 
 
 # ----------------------------------------------------------------------------- workers
@@ -327,7 +330,8 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
             )
         except RuntimeError as exc:  # keep the samples taken so far, and say what happened
             result.notes.append(f"latency sampling stopped: {str(exc).splitlines()[-1]}")
-        _set_latency(result, [float(x) * 1000 for x in started_path.read_bytes().split()])
+        result.latency_in_order_ms = [float(x) * 1000 for x in started_path.read_bytes().split()]
+        _set_latency(result, result.latency_in_order_ms)
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         if workers is not None:
@@ -688,9 +692,11 @@ def _run_broker(
 
 
 def _plain(result: Result) -> dict[str, Any]:
-    """A result for the JSON file, without its latency samples."""
+    """A result for the JSON file: a round's samples in the order taken, not sorted again."""
     data = dataclasses.asdict(result)
     data.pop("latency_ms")
+    if not data["latency_in_order_ms"]:  # a summary of rounds
+        data.pop("latency_in_order_ms")
     return data
 
 
