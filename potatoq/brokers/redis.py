@@ -58,6 +58,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -404,7 +405,9 @@ def _ms(seconds: float) -> int:
 
 def _message_fields(message: Message) -> list[str | bytes]:
     validate_queue_name(message.queue)
-    due = "" if message.eta is None else str(int(message.eta * 1000))
+    # Rounded up: the scripts compare against the server clock floored to the millisecond,
+    # so a task is never claimed before its eta.
+    due = "" if message.eta is None else str(math.ceil(message.eta * 1000))
     return [message.id, message.queue, str(int(message.priority)), due, message.encode()]
 
 
