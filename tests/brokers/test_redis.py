@@ -301,7 +301,9 @@ def test_extended_lease_is_kept_and_unextended_lease_is_reaped(make: Callable[..
 def test_long_task_with_short_dead_after_runs_exactly_once(make: Callable[..., RedisBroker]) -> None:
     """A task running for many lease lengths, its lease extended by a supervisor thread,
     while another worker keeps reaping and claiming: nobody else ever gets it."""
-    broker, rival = make(dead_after=0.2), make(dead_after=0.2)
+    # Extended every 0.05 s, a 0.5 s lease leaves the extending thread 0.45 s of slack
+    # on a loaded machine.
+    broker, rival = make(dead_after=0.5), make(dead_after=0.5)
     task = msg()
     broker.enqueue([task])
     delivery = claim_one(broker)
@@ -310,15 +312,15 @@ def test_long_task_with_short_dead_after_runs_exactly_once(make: Callable[..., R
 
     def supervisor() -> None:
         while running.is_set():
-            broker.extend([delivery], 0.2)
+            broker.extend([delivery], 0.5)
             time.sleep(0.05)
 
     extender = threading.Thread(target=supervisor, daemon=True)
     extender.start()
     stolen = []
-    until = time.monotonic() + 1.2  # six lease lengths
+    until = time.monotonic() + 3.0  # six lease lengths
     while time.monotonic() < until:
-        rival.recover(0.2, 5)
+        rival.recover(0.5, 5)
         other = rival.claim(["default"], WorkerRef("rival", 2))
         if other is not None:
             stolen.append(other)
