@@ -52,6 +52,7 @@ class Worker:
     def __init__(self, app: str, args: list[str], env: dict[str, str], log: Path, cwd: Path) -> None:
         self.log = log
         self._file = log.open("ab")
+        self.started_at = time.time()  # the wall clock just before it starts
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "potatoq.cli", "-A", app, "worker", *args],
             cwd=cwd,
