@@ -8,6 +8,7 @@ from typing import Any
 
 from potatoq import Potatoq
 from potatoq.dashboard import create_app
+from potatoq.schedules import crontab
 from potatoq.worker.scheduler import Scheduler
 from tests.worker.conftest import wait_for
 
@@ -24,11 +25,14 @@ def _utc(ts: float) -> str:
 def test_the_last_run_appears_once_the_scheduler_sent_it(any_app: Potatoq) -> None:
     require_chromium()
     app = any_app
+    clock = [time.time()]
+    # An entry that must stay unsent: once a day, 11 to 12 hours from now (UTC). Every
+    # 86400 s would share tick's fire time when the test starts in the last 30 s of a day.
+    far_hour = (time.gmtime(clock[0]).tm_hour + 12) % 24
     app.conf.beat_schedule = {
         "tick": {"task": "demo.add", "schedule": 30.0, "args": (1, 2)},
-        "nightly": {"task": "demo.parent", "schedule": 86400.0},
+        "nightly": {"task": "demo.parent", "schedule": crontab(minute=0, hour=far_hour)},
     }
-    clock = [time.time()]
     scheduler = Scheduler(app, clock=lambda: clock[0])
     # RabbitMQ elects one scheduler through a token; the other brokers say yes at once.
     wait_for(scheduler.has_lease, what="the scheduler token")
