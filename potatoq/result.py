@@ -240,9 +240,20 @@ class AsyncResult:
                 f"task {self.id} has no stored result: this app has no result backend "
                 "(set result_backend, e.g. result_backend='broker' on Redis)"
             )
-        if follow_parents and propagate and isinstance(self.parent, AsyncResult):
-            self.parent._raise_if_failed()
-        record = self._wait(backend, timeout, on_message, on_interval)
+        # Celery re-checks the parents on every poll interval: a chain whose middle step
+        # failed raises that step's exception then, instead of waiting for a last step
+        # that will never run.
+        watch_parents = follow_parents and propagate and isinstance(self.parent, AsyncResult)
+        if watch_parents:
+            self._raise_if_parent_failed()
+        record = self._wait(
+            backend,
+            timeout,
+            on_message,
+            on_interval,
+            every_interval=self._raise_if_parent_failed if watch_parents else None,
+            interval=interval,
+        )
         if record is None or record.state not in states.READY_STATES:
             raise TimeoutError("The operation timed out.")
         self._cache = record
@@ -258,8 +269,19 @@ class AsyncResult:
         record = self._record()
         if record is not None and record.state in states.PROPAGATE_STATES:
             raise _value(record)
-        if isinstance(self.parent, AsyncResult):
-            self.parent._raise_if_failed()
+
+    def _raise_if_parent_failed(self) -> None:
+        """Raise the exception of the earliest failed parent (Celery walks from the root).
+
+        Only the chain's single-task parents: a chord's header group fails its body with a
+        ``ChordError``, which the body's own result reports."""
+        ancestors: list[AsyncResult] = []
+        node = self.parent
+        while isinstance(node, AsyncResult):
+            ancestors.append(node)
+            node = node.parent
+        for ancestor in reversed(ancestors):
+            ancestor._raise_if_failed()
 
     def _wait(
         self,
@@ -267,9 +289,14 @@ class AsyncResult:
         timeout: float | None,
         on_message: Callable[[dict[str, Any]], Any] | None,
         on_interval: Callable[[], Any] | None,
+        *,
+        every_interval: Callable[[], None] | None = None,
+        interval: float = 0.5,
     ) -> ResultRecord | None:
         if on_message is None and on_interval is None:
-            return backend.wait_for_result(self.id, timeout)
+            if every_interval is None:
+                return backend.wait_for_result(self.id, timeout)
+            return self._wait_in_slices(backend, timeout, every_interval, max(interval, 0.01))
         # Progress updates: watch the stored state change (custom states included).
         deadline = None if timeout is None else time.monotonic() + timeout
         last: tuple[str, Any] | None = None
@@ -291,10 +318,26 @@ class AsyncResult:
                 return record
             if on_interval is not None:
                 on_interval()
+            if every_interval is not None:
+                every_interval()
             if deadline is not None and time.monotonic() >= deadline:
                 return record
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
+
+    def _wait_in_slices(
+        self, backend: Broker, timeout: float | None, every_interval: Callable[[], None], interval: float
+    ) -> ResultRecord | None:
+        """The broker's own wait, ``interval`` at a time, calling ``every_interval`` between."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+            record = backend.wait_for_result(self.id, remaining)
+            if record is not None and record.state in states.READY_STATES:
+                return record
+            every_interval()
+            if deadline is not None and time.monotonic() >= deadline:
+                return record
 
     async def aget(self, timeout: float | None = None, propagate: bool = True, **kwargs: Any) -> Any:
         """``get`` for asyncio callers: waits in a thread, never blocking the event loop."""

@@ -204,6 +204,43 @@ def test_chain_of_three_and_parents(proj):
     assert (add.s(2, 2) | mul.s(8) | mul.s(10)).apply_async().get(timeout=TIMEOUT) == 320
 
 
+def test_chain_raises_a_failed_middle_step_at_once(proj):
+    from tests.celery_guide.proj.tasks import add, mul
+
+    # add(4, "x") raises TypeError, so mul never runs. Celery re-checks the parents on
+    # every poll interval: get() raises the middle step's error instead of waiting for a
+    # last step that never comes (a TimeoutError after TIMEOUT). The first step is held back
+    # a second so that get() starts waiting before anything has failed.
+    res = chain(add.s(2, 2).set(countdown=1), add.s("x"), mul.s(8)).apply_async()
+    with pytest.raises(TypeError, match="unsupported operand"):
+        res.get(timeout=TIMEOUT)
+    assert res.parent.state == "FAILURE"
+    assert res.state == "PENDING"  # the last step was never sent
+    assert res.parent.parent.get(timeout=TIMEOUT) == 4
+
+    # The same for the result of a step in the middle and for collect().
+    res = chain(add.s(1, 1).set(countdown=1), mul.s(2), add.s("x"), mul.s(8), mul.s(10)).apply_async()
+    with pytest.raises(TypeError, match="unsupported operand"):
+        res.parent.get(timeout=TIMEOUT)  # the chain up to the 4th step, whose 3rd fails
+    with pytest.raises(TypeError, match="unsupported operand"):
+        list(res.collect(timeout=TIMEOUT))
+    with pytest.raises(TypeError, match="unsupported operand"):
+        res.get(timeout=TIMEOUT, interval=0.05)
+
+
+def test_partial_chain_raises_a_failed_middle_step_at_once(proj):
+    from tests.celery_guide.proj.tasks import add, mul
+
+    partial = add.s(4).set(countdown=1) | add.s("x") | mul.s(8)  # its first argument comes later
+    res = partial.delay(16)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        res.get(timeout=TIMEOUT)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        list(res.collect(timeout=TIMEOUT))
+    assert res.parent.parent.get(timeout=TIMEOUT) == 20
+    assert res.state == "PENDING"
+
+
 def test_chain_inherits_the_last_task_id(proj):
     from tests.celery_guide.proj.tasks import add, mul
 
