@@ -250,15 +250,10 @@ def _log_outcome(delivery: Delivery, outcome: Outcome, seconds: float) -> None:
         logger.error(
             "%s dead-lettered in %.3fs: %s", describe(delivery), seconds, getattr(outcome, "reason", "")
         )
-    elif result is not None and state == "FAILURE":
-        logger.error("%s FAILURE in %.3fs: %s", describe(delivery), seconds, _short(result.result))
+    # A failure that isn't dead-lettered is an expected one (the task's throws=): the
+    # executor logged it at INFO, and like Celery nothing about it goes out at ERROR.
     elif logger.isEnabledFor(logging.DEBUG):  # the executor logs each run at INFO with its value
         logger.debug("%s %s in %.3fs", describe(delivery), state, seconds)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 # ----------------------------------------------------------------------------- the process

@@ -249,6 +249,25 @@ def test_throws_is_logged_at_info_without_traceback(proj, worker):
     assert not any(line.startswith("Traceback") for line in lines[1:3])
 
 
+def test_throws_writes_no_error_level_line(world, proj):
+    from tests.celery_guide.proj.guide import HttpNotFound, get_foo
+    from tests.celery_guide.proj.tasks import add
+
+    # Celery logs an expected exception once, at INFO, and nothing at ERROR. A worker of
+    # its own with one process on a queue of its own: the add sent after get_foo is logged
+    # after everything get_foo's run logs, so its line is the event to wait for.
+    worker = world.worker(APP, "-l", "INFO", "-c", "1", "-Q", "throws", settings=SETTINGS)
+    res = get_foo.apply_async(queue="throws")
+    with pytest.raises(HttpNotFound):
+        res.get(timeout=TIMEOUT)
+    after = add.apply_async((2, 2), queue="throws")
+    assert after.get(timeout=TIMEOUT) == 4
+    wait_for(lambda: any(after.id in line for line in worker.lines_after(res.id)), what="add's log line")
+    lines = worker.lines_after(res.id)
+    assert any("INFO" in line and "raised expected" in line for line in lines)
+    assert not [line for line in lines if "ERROR" in line]
+
+
 def test_rate_limit_per_worker_process(proj):
     from tests.celery_guide.proj.guide import annotated_limited, limited
 
