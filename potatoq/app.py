@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from . import routing, signals
@@ -112,6 +113,10 @@ class Potatoq:
         #: no explicit ``connection=``; a hook takes those it writes through the caller's open
         #: transaction (or holds until it commits) and returns the rest, which are sent now.
         self.publish_hooks: list[PublishHook] = []
+        #: Integrations (``potatoq.contrib.flask``): each is entered around a direct call of a
+        #: task (``task(...)``), as Celery's recipes override ``Task.__call__``. Worker and
+        #: eager runs go through the ``task_prerun`` / ``task_postrun`` signals instead.
+        self.direct_call_contexts: list[Callable[[], AbstractContextManager[object]]] = []
         if task_cls is not None:
             self.Task = load_object(task_cls) if isinstance(task_cls, str) else task_cls
         if config_source is not None:

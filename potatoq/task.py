@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import inspect
 import random
@@ -74,9 +75,32 @@ class Task:
         top = context.current()
         if top is not None and top[0] is self:
             return self.run(*args, **kwargs)  # already inside this task's own context
+        wrappers = self.app.direct_call_contexts
+        if wrappers and self.is_async:
+            return self._call_async_within(wrappers, args, kwargs)
         token = context.push(self, Context(args=args, kwargs=kwargs, called_directly=True, task=self.name))
         try:
-            return self.run(*args, **kwargs)
+            with contextlib.ExitStack() as stack:
+                for wrapper in wrappers:
+                    stack.enter_context(wrapper())
+                return self.run(*args, **kwargs)
+        finally:
+            context.pop(token)
+
+    async def _call_async_within(
+        self,
+        wrappers: Sequence[Callable[[], contextlib.AbstractContextManager[object]]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        # The integrations' contexts must hold while the coroutine runs, not just while it
+        # is created.
+        token = context.push(self, Context(args=args, kwargs=kwargs, called_directly=True, task=self.name))
+        try:
+            with contextlib.ExitStack() as stack:
+                for wrapper in wrappers:
+                    stack.enter_context(wrapper())
+                return await self.run(*args, **kwargs)
         finally:
             context.pop(token)
 

@@ -14,16 +14,19 @@ Settings come from the ``POTATOQ`` dict (or Flask's documented ``CELERY`` dict) 
 ``CELERY_*`` / ``POTATOQ_*`` keys, with Celery's setting names. The app context is pushed
 when a task starts and popped when it ends (``task_prerun`` / ``task_postrun`` signals: the
 worker calls ``run`` directly, so overriding ``Task.__call__`` as in Celery's recipe would
-never run); an ``async def`` task sees it too, since its coroutine copies the context.
+never run); an ``async def`` task sees it too, since its coroutine copies the context. A
+direct call, ``task(...)``, runs inside it as well (``app.direct_call_contexts``), and so do
+``task.apply()`` and ``task_always_eager`` runs, which go through the same signals.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flask import Flask
+from flask import Flask, current_app, has_app_context
 from flask.ctx import AppContext
 
 from .. import signals
@@ -83,7 +86,19 @@ class _AppContexts:
         for _, context in reversed(pushed):
             context.pop()
 
+    @contextlib.contextmanager
+    def direct_call(self) -> Iterator[None]:
+        """Around ``task(...)``: Celery's ``FlaskTask.__call__`` recipe. A call made inside
+        this Flask app's context already (a view, another task) keeps that context and its
+        ``g``."""
+        if has_app_context() and current_app._get_current_object() is self.flask_app:  # type: ignore[attr-defined]
+            yield
+            return
+        with self.flask_app.app_context():
+            yield
+
     def connect(self) -> None:
+        self.app.direct_call_contexts.append(self.direct_call)
         signals.task_prerun.connect(self.started)
         signals.task_postrun.connect(self.ended)
         signals.task_retry.connect(self.ended)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -92,6 +93,38 @@ def test_settings_come_from_prefixed_keys_and_the_dicts() -> None:
 def test_eager_mode_runs_inside_the_app_context_too() -> None:
     _, app = make_flask(CELERY_TASK_ALWAYS_EAGER=True, CELERY_BROKER_URL="memory://unused")
     assert app.tasks["greet"].delay("bob").get() == "hello, bob"
+
+
+def test_direct_calls_run_inside_the_app_context() -> None:
+    # Flask's Celery pattern (FlaskTask.__call__ wraps run() in app.app_context()): calling a
+    # task as a function outside any request works and leaves no context behind.
+    flask_app, app = make_flask(POTATOQ={"broker_url": f"memory://flask-{uuid.uuid4().hex}"})
+    greet = app.tasks["greet"]
+    assert not has_app_context()
+    assert greet("ada") == "hello, ada"
+    assert greet.s("bob")() == "hello, bob"
+    assert not has_app_context()
+    assert asyncio.run(app.tasks["agreet"]("eve")) == "hello async, eve"
+    assert not has_app_context()
+
+
+def test_a_direct_call_inside_the_app_context_keeps_it() -> None:
+    flask_app, app = make_flask(POTATOQ={"broker_url": f"memory://flask-{uuid.uuid4().hex}"})
+
+    @app.task(name="sees_g")
+    def sees_g() -> str:
+        return str(g.marker)
+
+    with flask_app.app_context():
+        g.marker = "set by the caller"
+        assert sees_g() == "set by the caller"  # the same context, not a fresh one
+
+
+def test_apply_runs_inside_the_app_context() -> None:
+    _, app = make_flask(POTATOQ={"broker_url": f"memory://flask-{uuid.uuid4().hex}"})
+    assert app.tasks["greet"].apply(("ann",)).get() == "hello, ann"
+    assert app.tasks["agreet"].apply(("ann",)).get() == "hello async, ann"
+    assert not has_app_context()
 
 
 def test_init_app_configures_an_existing_app() -> None:
