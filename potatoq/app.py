@@ -17,6 +17,8 @@ from .canvas import Signature, resolve_eta, resolve_expires
 from .config import Settings, load_object
 from .exceptions import ImproperlyConfigured, MessageTooLarge, NotRegistered, OperationalError
 from .message import Message, new_id
+from .pydantic_args import OPTIONS as PYDANTIC_OPTIONS
+from .pydantic_args import pydantic_runner
 from .result import AsyncResult as _AsyncResult
 from .result import GroupResult as _GroupResult
 from .task import Task as BaseTask
@@ -224,7 +226,20 @@ class Potatoq:
         if existing is not None and getattr(existing, "__wrapped__", None) is fun:
             return existing
         options.pop("serializer", None) if options.get("serializer") in (None, "json") else None
-        cls = make_task_class(self, fun, name=task_name, base=base or self.Task, bind=bind, options=options)
+        runner = fun
+        validation = {key: options.pop(key) for key in PYDANTIC_OPTIONS if key in options}
+        if validation.pop("pydantic", False):
+            runner = pydantic_runner(
+                fun,
+                app=self,
+                task_name=task_name,
+                strict=bool(validation.get("pydantic_strict", False)),
+                context=validation.get("pydantic_context"),
+                dump_kwargs=validation.get("pydantic_dump_kwargs"),
+            )
+        cls = make_task_class(
+            self, fun, name=task_name, base=base or self.Task, bind=bind, options=options, runner=runner
+        )
         task: BaseTask = cls()
         self.tasks[task_name] = task
         self._annotate(task)

@@ -29,7 +29,8 @@ def encode_exception(exc: BaseException) -> dict[str, Any]:
     from .serialization import dumps
 
     args: list[Any] = []
-    for a in exc.args:
+    # Some exceptions keep their message out of args (pydantic's ValidationError): keep it.
+    for a in exc.args or ([str(exc)] if str(exc) else []):
         try:
             dumps(a)
             args.append(a)
@@ -65,17 +66,23 @@ def decode_exception(data: Any) -> BaseException:
             cls = getattr(cls, part, None)
             if cls is None:
                 break
-    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-        key = (module_name, name)
-        cls = _created.get(key)
-        if cls is None:
-            cls = type(name.rsplit(".", 1)[-1], (Exception,), {"__module__": module_name})
-            _created[key] = cls
-    try:
-        exc: BaseException = cls(*args)
-    except Exception:  # noqa: BLE001 - a class whose __init__ wants other arguments
-        exc = Exception(f"{name}: {args}")
-    return exc
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        try:
+            exc: BaseException = cls(*args)
+            return exc
+        except Exception:  # noqa: BLE001 - its __init__ wants other arguments: a stand-in
+            pass
+    return _stand_in(module_name, name)(*args)
+
+
+def _stand_in(module_name: str, name: str) -> type[Exception]:
+    """An ``Exception`` subclass named like a class that can't be rebuilt here."""
+    key = (module_name, name)
+    cls = _created.get(key)
+    if cls is None:
+        cls = type(name.rsplit(".", 1)[-1], (Exception,), {"__module__": module_name})
+        _created[key] = cls
+    return cls
 
 
 # ------------------------------------------------------------------------- joining in a task

@@ -331,24 +331,27 @@ def make_task_class(
     base: type[Task],
     bind: bool,
     options: dict[str, Any],
+    runner: Callable[..., Any] | None = None,
 ) -> type[Task]:
-    """The Task subclass for ``fun``: ``run`` calls it, with the task first when bound."""
+    """The Task subclass for ``fun``: ``run`` calls it (or ``runner``, a wrapper of it), with
+    the task first when bound."""
+    call = runner or fun
     run_attr: Any
     if bind:
-        if inspect.iscoroutinefunction(fun):
+        if inspect.iscoroutinefunction(call):
 
             async def run_async(self: Task, *args: Any, **kwargs: Any) -> Any:
-                return await fun(self, *args, **kwargs)
+                return await call(self, *args, **kwargs)
 
             run_attr = run_async
         else:
 
             def run(self: Task, *args: Any, **kwargs: Any) -> Any:
-                return fun(self, *args, **kwargs)
+                return call(self, *args, **kwargs)
 
             run_attr = run
     else:
-        run_attr = staticmethod(fun)
+        run_attr = staticmethod(call)
     attrs: dict[str, Any] = {
         "name": name,
         "app": app,

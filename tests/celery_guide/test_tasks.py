@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 
 import pytest
 
@@ -266,6 +267,34 @@ def test_throws_writes_no_error_level_line(world, proj):
     lines = worker.lines_after(res.id)
     assert any("INFO" in line and "raised expected" in line for line in lines)
     assert not [line for line in lines if "ERROR" in line]
+
+
+def test_pydantic_arguments_and_return_values(proj):
+    from tests.celery_guide.proj.guide import ArgModel, scaled, strict_x, x
+
+    # tasks.rst, "Argument validation with Pydantic": a dict in, the model in the task,
+    # the returned model stored as a dict.
+    assert x.delay({"value": 1}).get(timeout=TIMEOUT) == {"value": "example: 1"}
+    assert x.delay({"value": "2"}).get(timeout=TIMEOUT) == {"value": "example: 2"}  # lax: coerced
+    assert x(ArgModel(value=3)) == {"value": "example: 3"}  # a direct call validates too
+    res = strict_x.delay({"value": "1"})  # pydantic_strict: no coercion
+    with pytest.raises(Exception, match="1 validation error for ArgModel") as failed:
+        res.get(timeout=TIMEOUT)
+    assert type(failed.value).__name__ == "ValidationError"
+    assert strict_x.delay({"value": 4}).get(timeout=TIMEOUT) == {"value": "strict: 4"}
+    # pydantic_context reaches the validators (with the task's name), pydantic_dump_kwargs
+    # model_dump; a bound task's self isn't validated, Model | None is.
+    assert scaled.delay({"value": 2}).get(timeout=TIMEOUT) == {"Total": 20}
+    assert scaled.delay({"value": 2}, extra={"value": 5}).get(timeout=TIMEOUT) == {"Total": 25}
+
+
+def test_pydantic_needs_pydantic_and_dict_options(monkeypatch):
+    app = Celery("pydantic-options", broker="memory://pydantic-options", set_as_current=False)
+    with pytest.raises(potatoq.exceptions.ImproperlyConfigured, match="pydantic_context must be a dict"):
+        app.task(pydantic=True, pydantic_context=["factor"])(lambda arg: arg)
+    monkeypatch.setitem(sys.modules, "pydantic", None)  # as if it weren't installed
+    with pytest.raises(potatoq.exceptions.ImproperlyConfigured, match=r"potatoq\[pydantic\]"):
+        app.task(pydantic=True)(lambda arg: arg)
 
 
 def test_rate_limit_per_worker_process(proj):

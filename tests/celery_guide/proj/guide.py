@@ -418,3 +418,56 @@ def add_debug(x, y, debug=False):
 def annotated_limited(label):
     """Rate-limited only through ``task_annotations`` (set in the worker's settings)."""
     return [os.getpid(), time.time()]
+
+
+# --------------------------------------------------------------------------- tasks.rst: pydantic
+
+from pydantic import BaseModel, Field, ValidationInfo, field_validator  # noqa: E402
+
+
+class ArgModel(BaseModel):
+    value: int
+
+
+class ReturnModel(BaseModel):
+    value: str
+
+
+@app.task(pydantic=True)
+def x(arg: ArgModel) -> ReturnModel:
+    # args/kwargs type hinted as Pydantic model will be converted
+    assert isinstance(arg, ArgModel)
+
+    # The returned model will be converted to a dict automatically
+    return ReturnModel(value=f"example: {arg.value}")
+
+
+@app.task(pydantic=True, pydantic_strict=True)
+def strict_x(arg: ArgModel) -> ReturnModel:
+    return ReturnModel(value=f"strict: {arg.value}")
+
+
+class Scaled(BaseModel):
+    value: int
+
+    @field_validator("value")
+    @classmethod
+    def scale(cls, value: int, info: ValidationInfo) -> int:
+        context = info.context or {}
+        assert context["potatoq_task_name"] == "tests.celery_guide.proj.guide.scaled"
+        return value * context["factor"]
+
+
+class Aliased(BaseModel):
+    total: int = Field(serialization_alias="Total")
+    note: str | None = None
+
+
+@app.task(
+    bind=True,
+    pydantic=True,
+    pydantic_context={"factor": 10},
+    pydantic_dump_kwargs={"by_alias": True, "exclude_none": True},
+)
+def scaled(self, arg: Scaled, extra: ArgModel | None = None) -> Aliased:
+    return Aliased(total=arg.value + (extra.value if extra else 0))
