@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Concatenate, Literal, overload
 
 from . import routing, signals
 from .brokers import create_broker, scheme_of
@@ -24,6 +24,7 @@ from .result import GroupResult as _GroupResult
 from .task import Task as BaseTask
 from .task import make_task_class
 from .utils import mask_url
+from .utils.typevars import P, R
 
 logger = logging.getLogger("potatoq")
 
@@ -200,8 +201,22 @@ class Potatoq:
                     raise
 
     # -- tasks -----------------------------------------------------------------------------
+    @overload
+    def task(self, fun: Callable[P, R], /) -> BaseTask[P, R]: ...
+
+    @overload
+    def task(
+        self, *, bind: Literal[True], **opts: Any
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], BaseTask[P, R]]: ...
+
+    @overload
+    def task(self, **opts: Any) -> Callable[[Callable[P, R]], BaseTask[P, R]]: ...
+
     def task(self, *args: Any, **opts: Any) -> Any:
-        """``@app.task`` / ``@app.task(bind=True, name=…, queue=…, …)``."""
+        """``@app.task`` / ``@app.task(bind=True, name=…, queue=…, …)``.
+
+        For type checkers the task is ``Task[P, R]``: the function's parameters (without
+        ``self`` for ``bind=True``) and return type."""
         if len(args) == 1 and callable(args[0]) and not opts:
             return self._task_from_fun(args[0])
 
@@ -588,6 +603,20 @@ def _seconds(value: Any) -> float:
     if hasattr(value, "total_seconds"):
         return float(value.total_seconds())
     return float(value)
+
+
+@overload
+def shared_task(fun: Callable[P, R], /) -> BaseTask[P, R]: ...
+
+
+@overload
+def shared_task(
+    *, bind: Literal[True], **opts: Any
+) -> Callable[[Callable[Concatenate[Any, P], R]], BaseTask[P, R]]: ...
+
+
+@overload
+def shared_task(**opts: Any) -> Callable[[Callable[P, R]], BaseTask[P, R]]: ...
 
 
 def shared_task(*args: Any, **opts: Any) -> Any:

@@ -9,12 +9,13 @@ import contextlib
 import contextvars
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from . import context, states
 from .brokers.base import ResultRecord
 from .exceptions import ResultNotStored, TimeoutError  # noqa: A004 - Celery's name
+from .utils.typevars import R, T
 
 if TYPE_CHECKING:
     from .app import Potatoq
@@ -121,8 +122,11 @@ def _refuse_sync_subtask() -> None:
 # ------------------------------------------------------------------------- AsyncResult
 
 
-class AsyncResult:
-    """The handle of a sent task: its state and, once ready, its return value."""
+class AsyncResult(Generic[R]):
+    """The handle of a sent task: its state and, once ready, its return value.
+
+    ``AsyncResult[R]`` for type checkers: ``get()`` returns ``R`` (the task function's
+    return type; for an ``async def`` task, what its coroutine returns)."""
 
     def __init__(
         self,
@@ -223,6 +227,36 @@ class AsyncResult:
         return [AsyncResult(c, app=self.app, parent=self) for c in record.children]
 
     # -- waiting -------------------------------------------------------------------------
+    @overload
+    def get(
+        self: AsyncResult[Coroutine[Any, Any, T]],
+        timeout: float | None = None,
+        propagate: bool = True,
+        interval: float = 0.5,
+        no_ack: bool = True,
+        follow_parents: bool = True,
+        callback: Callable[[str, Any], Any] | None = None,
+        on_message: Callable[[dict[str, Any]], Any] | None = None,
+        on_interval: Callable[[], Any] | None = None,
+        disable_sync_subtasks: bool = True,
+        **_: Any,
+    ) -> T: ...
+
+    @overload
+    def get(
+        self: AsyncResult[T],
+        timeout: float | None = None,
+        propagate: bool = True,
+        interval: float = 0.5,
+        no_ack: bool = True,
+        follow_parents: bool = True,
+        callback: Callable[[str, Any], Any] | None = None,
+        on_message: Callable[[dict[str, Any]], Any] | None = None,
+        on_interval: Callable[[], Any] | None = None,
+        disable_sync_subtasks: bool = True,
+        **_: Any,
+    ) -> T: ...
+
     def get(
         self,
         timeout: float | None = None,
@@ -345,6 +379,19 @@ class AsyncResult:
             every_interval()
             if deadline is not None and time.monotonic() >= deadline:
                 return record
+
+    @overload
+    async def aget(
+        self: AsyncResult[Coroutine[Any, Any, T]],
+        timeout: float | None = None,
+        propagate: bool = True,
+        **kwargs: Any,
+    ) -> T: ...
+
+    @overload
+    async def aget(
+        self: AsyncResult[T], timeout: float | None = None, propagate: bool = True, **kwargs: Any
+    ) -> T: ...
 
     async def aget(self, timeout: float | None = None, propagate: bool = True, **kwargs: Any) -> Any:
         """``get`` for asyncio callers: waits in a thread, never blocking the event loop."""

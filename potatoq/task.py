@@ -8,11 +8,12 @@ import inspect
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 from . import context, states
 from .context import Context
 from .exceptions import MaxRetriesExceededError, OperationalError, Retry
+from .utils.typevars import P, R
 
 if TYPE_CHECKING:
     from .app import Potatoq
@@ -32,11 +33,16 @@ class _RequestProxy:
         return Context()
 
 
-class Task:
+class Task(Generic[P, R]):
     """Base class of every task. ``@app.task`` makes a subclass with ``run`` = the function.
 
     Class attributes are the task's options (Celery's names); ``@app.task(option=…)``
     overrides them per task. ``None`` means "use the app setting".
+
+    For type checkers a decorated task is ``Task[P, R]``, ``P`` and ``R`` being the
+    function's parameters and return type: ``delay``, ``apply`` and a direct call check
+    their arguments, and ``get()`` returns ``R``. ``apply_async``, ``s`` and ``si`` stay
+    loose, as in Celery (a signature's arguments are often partial).
     """
 
     name: str = ""
@@ -67,17 +73,19 @@ class Task:
     request = _RequestProxy()
 
     # -- running -------------------------------------------------------------------------
-    def run(self, *args: Any, **kwargs: Any) -> Any:
+    def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
         raise NotImplementedError(f"task {self.name} has no run()")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the task in this process, now (like calling the function)."""
         top = context.current()
-        if top is not None and top[0] is self:
-            return self.run(*args, **kwargs)  # already inside this task's own context
+        inside_own_run = top is not None and top[0] is self
+        if inside_own_run:  # already inside this task's own context
+            return self.run(*args, **kwargs)
         wrappers = self.app.direct_call_contexts
         if wrappers and self.is_async:
-            return self._call_async_within(wrappers, args, kwargs)
+            coroutine: R = self._call_async_within(wrappers, args, kwargs)  # type: ignore[assignment]
+            return coroutine
         token = context.push(self, Context(args=args, kwargs=kwargs, called_directly=True, task=self.name))
         try:
             with contextlib.ExitStack() as stack:
@@ -100,7 +108,8 @@ class Task:
             with contextlib.ExitStack() as stack:
                 for wrapper in wrappers:
                     stack.enter_context(wrapper())
-                return await self.run(*args, **kwargs)
+                run: Callable[..., Any] = self.run  # an async def run: R is its coroutine
+                return await run(*args, **kwargs)
         finally:
             context.pop(token)
 
@@ -109,17 +118,17 @@ class Task:
         return inspect.iscoroutinefunction(self.run)
 
     # -- calling -------------------------------------------------------------------------
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> AsyncResult[R]:
         """Send the task with these arguments: ``apply_async(args, kwargs)``."""
         return self.apply_async(args, kwargs)
 
-    async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> AsyncResult[R]:
         """``delay`` for asyncio callers: the broker call runs in a thread."""
         import asyncio
 
         return await asyncio.to_thread(self.apply_async, args, kwargs)
 
-    def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> AsyncResult[R]:
         """``delay`` that waits for the caller's database transaction (Django, SQLAlchemy).
 
         Inside a transaction the task is written in it (broker in the same database) or sent
@@ -130,7 +139,7 @@ class Task:
 
     def apply_async_on_commit(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any
-    ) -> AsyncResult:
+    ) -> AsyncResult[R]:
         """``apply_async`` with :meth:`delay_on_commit`'s transaction handling."""
         token = context.follow_transaction.set(True)
         try:
@@ -143,19 +152,19 @@ class Task:
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         **options: Any,
-    ) -> AsyncResult:
+    ) -> AsyncResult[R]:
         """Send the task. Options: countdown, eta, expires, priority, queue, task_id, link,
         link_error, ignore_result, time_limit, soft_time_limit, headers, connection."""
-        result: AsyncResult = self.signature(args, kwargs, **options).apply_async()
+        result: AsyncResult[R] = self.signature(args, kwargs, **options).apply_async()
         return result
 
     def apply(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any
-    ) -> AsyncResult:
+    ) -> AsyncResult[R]:
         """Run the task here and now, through the serializer, returning an EagerResult."""
         from .eager import apply_eagerly
 
-        result: AsyncResult = apply_eagerly(self.app, self.signature(args, kwargs, **options))
+        result: AsyncResult[R] = apply_eagerly(self.app, self.signature(args, kwargs, **options))
         return result
 
     def signature(
@@ -188,7 +197,7 @@ class Task:
 
         return chunks(self.s(), it, n, app=self.app)
 
-    def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult[R]:
         from .result import AsyncResult
 
         return AsyncResult(task_id, app=self.app, task_name=self.name, **kwargs)
