@@ -31,6 +31,8 @@ from typing import Any, TextIO
 from potatoq import cli_ops
 from potatoq.dashboard.cli import register as register_dashboard
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
+from potatoq.urls import client_error
+from potatoq.utils import scrub
 
 __all__ = ["COMMANDS", "CommandContext", "UsageError", "command", "find_app", "main", "split_queues"]
 
@@ -147,6 +149,17 @@ class CommandContext:
 
     def print(self, *parts: Any) -> None:
         print(*parts, file=self.out, flush=True)
+
+    def urls(self) -> list[str]:
+        """Every broker/backend URL this command may have used: their passwords are scrubbed
+        from error messages (see :func:`potatoq.utils.scrub`)."""
+        found = [getattr(self.args, "broker", None), getattr(self.args, "result_backend", None)]
+        found.append(os.environ.get("POTATOQ_BROKER_URL"))
+        if self._app is not None:
+            found.append(self._app.conf.broker_url_or_default())
+            backend = self._app.conf.get("result_backend")
+            found.append(backend if isinstance(backend, str) else None)
+        return [url for url in found if url]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,7 +327,19 @@ def cmd_worker(ctx: CommandContext) -> int:
         max_memory_per_child=args.max_memory_per_child,
         beat=not args.without_beat,
     )
+    _refused_early(app)
     return run_worker(app, options)
+
+
+def _refused_early(app: Any) -> None:
+    """A broker that answers but refuses (``redis://…/99``: no such database) stops the
+    worker before it starts, in one line (``main``), instead of a traceback per process.
+    An unreachable one doesn't: the worker waits for it, as it always has."""
+    try:
+        app.broker.ping()
+    except Exception as exc:
+        if client_error(exc) is not None:
+            raise
 
 
 # -- beat -------------------------------------------------------------------------------------
@@ -395,16 +420,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
+    ctx = CommandContext(args)
     try:
-        return COMMANDS[args.command].run(CommandContext(args))
+        return COMMANDS[args.command].run(ctx)
     except (UsageError, ImproperlyConfigured) as exc:
-        print(f"potatoq: error: {exc}", file=sys.stderr)
+        print(f"potatoq: error: {scrub(str(exc), ctx.urls())}", file=sys.stderr)
         return 2
     except OperationalError as exc:  # the broker can't be reached: one line, not a traceback
-        print(f"potatoq: error: {exc}", file=sys.stderr)
+        print(f"potatoq: error: {scrub(str(exc), ctx.urls())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        refused = client_error(exc)  # e.g. redis:///99: "DB index is out of range"
+        if refused is None:
+            raise
+        print(f"potatoq: error: the broker refused: {scrub(refused, ctx.urls())}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
