@@ -223,8 +223,10 @@ def setup_logging(app: Any, level: str | None) -> None:
         getattr(app.conf, "worker_log_format", None)
         or "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"
     )
+    from .utils.printable import EscapingFormatter
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(fmt))
+    handler.setFormatter(EscapingFormatter(fmt))  # task names and ids come from the broker
     if hijack:
         for existing in list(target.handlers):
             target.removeHandler(existing)
