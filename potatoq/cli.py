@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import logging
 import os
@@ -188,11 +190,32 @@ def command(
     return register
 
 
+def _import_from_cwd(top: str, cwd: str) -> None:
+    """Import the top-level module of ``-A`` from ``cwd`` when it is there, before anything
+    of the same name on sys.path; what it imports in turn is looked up in the usual order."""
+    if not top or top in sys.modules:
+        return
+    spec = importlib.machinery.PathFinder.find_spec(top, [cwd])
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[top] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[top]
+        raise
+
+
 def load_app(args: argparse.Namespace) -> Any:
     """The app for ``-A`` (or a default one), with ``-b``/``--result-backend`` applied."""
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # -A proj finds ./proj.py, as with Celery
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        # After site-packages: a stray ./redis.py must not shadow redis-py. -A proj still
+        # finds ./proj.py first (as with Celery): _import_from_cwd.
+        sys.path.append(cwd)
     if args.app:
+        _import_from_cwd(args.app.partition(":")[0].strip().split(".")[0], cwd)
         app = find_app(args.app)
     else:
         from potatoq.app import Potatoq
