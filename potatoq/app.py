@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Literal, overload
 
-from . import routing, signals
+from . import routing, sendchecks, signals
 from .brokers import create_broker, scheme_of
 from .brokers.base import Broker, BrokerConfig, ResultRecord
 from .canvas import Signature, resolve_eta, resolve_expires
 from .config import Settings, load_object
-from .exceptions import ImproperlyConfigured, MessageTooLarge, NotRegistered, OperationalError
+from .exceptions import ImproperlyConfigured, InvalidOption, MessageTooLarge, NotRegistered, OperationalError
 from .message import Message, new_id
 from .pydantic_args import OPTIONS as PYDANTIC_OPTIONS
 from .pydantic_args import pydantic_runner
@@ -72,6 +72,14 @@ class Control:
     def purge(self) -> int:
         stats = self.app.broker.queue_stats()
         return self.app.broker.purge([s.queue for s in stats])
+
+
+def _epoch(resolve: Callable[..., float | None], *values: Any) -> float | None:
+    """``resolve(*values)``, with a number too large for a float reported as an option error."""
+    try:
+        return resolve(*values)
+    except OverflowError:
+        raise InvalidOption(f"countdown/eta/expires out of range: {values!r:.80}") from None
 
 
 def _revoked_exc(task_id: str) -> dict[str, Any]:
@@ -399,13 +407,13 @@ class Potatoq:
         final_priority = explicit.get("priority", route.get("priority", self.conf.task_default_priority))
         return Message(
             id=task_id or new_id(),
-            task=task_name,
+            task=sendchecks.check_task_name(task_name),
             args=args,
             kwargs=kwargs,
             queue=str(final_queue),
-            priority=int(final_priority or 0),
-            eta=resolve_eta(countdown, eta),
-            expires=resolve_expires(expires),
+            priority=sendchecks.check_priority(int(final_priority or 0)),
+            eta=sendchecks.check_moment(_epoch(resolve_eta, countdown, eta), "countdown/eta"),
+            expires=sendchecks.check_moment(_epoch(resolve_expires, expires), "expires"),
             retries=retries,
             headers=dict(headers or {}),
         )

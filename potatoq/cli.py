@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import logging
 import os
@@ -31,6 +33,8 @@ from typing import Any, TextIO
 from potatoq import cli_ops
 from potatoq.dashboard.cli import register as register_dashboard
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
+from potatoq.urls import client_error
+from potatoq.utils import scrub
 
 __all__ = ["COMMANDS", "CommandContext", "UsageError", "command", "find_app", "main", "split_queues"]
 
@@ -148,6 +152,17 @@ class CommandContext:
     def print(self, *parts: Any) -> None:
         print(*parts, file=self.out, flush=True)
 
+    def urls(self) -> list[str]:
+        """Every broker/backend URL this command may have used: their passwords are scrubbed
+        from error messages (see :func:`potatoq.utils.scrub`)."""
+        found = [getattr(self.args, "broker", None), getattr(self.args, "result_backend", None)]
+        found.append(os.environ.get("POTATOQ_BROKER_URL"))
+        if self._app is not None:
+            found.append(self._app.conf.broker_url_or_default())
+            backend = self._app.conf.get("result_backend")
+            found.append(backend if isinstance(backend, str) else None)
+        return [url for url in found if url]
+
 
 @dataclasses.dataclass(frozen=True)
 class Command:
@@ -175,11 +190,32 @@ def command(
     return register
 
 
+def _import_from_cwd(top: str, cwd: str) -> None:
+    """Import the top-level module of ``-A`` from ``cwd`` when it is there, before anything
+    of the same name on sys.path; what it imports in turn is looked up in the usual order."""
+    if not top or top in sys.modules:
+        return
+    spec = importlib.machinery.PathFinder.find_spec(top, [cwd])
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[top] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[top]
+        raise
+
+
 def load_app(args: argparse.Namespace) -> Any:
     """The app for ``-A`` (or a default one), with ``-b``/``--result-backend`` applied."""
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # -A proj finds ./proj.py, as with Celery
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        # After site-packages: a stray ./redis.py must not shadow redis-py. -A proj still
+        # finds ./proj.py first (as with Celery): _import_from_cwd.
+        sys.path.append(cwd)
     if args.app:
+        _import_from_cwd(args.app.partition(":")[0].strip().split(".")[0], cwd)
         app = find_app(args.app)
     else:
         from potatoq.app import Potatoq
@@ -210,8 +246,10 @@ def setup_logging(app: Any, level: str | None) -> None:
         getattr(app.conf, "worker_log_format", None)
         or "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"
     )
+    from .utils.printable import EscapingFormatter
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(fmt))
+    handler.setFormatter(EscapingFormatter(fmt))  # task names and ids come from the broker
     if hijack:
         for existing in list(target.handlers):
             target.removeHandler(existing)
@@ -314,7 +352,19 @@ def cmd_worker(ctx: CommandContext) -> int:
         max_memory_per_child=args.max_memory_per_child,
         beat=not args.without_beat,
     )
+    _refused_early(app)
     return run_worker(app, options)
+
+
+def _refused_early(app: Any) -> None:
+    """A broker that answers but refuses (``redis://…/99``: no such database) stops the
+    worker before it starts, in one line (``main``), instead of a traceback per process.
+    An unreachable one doesn't: the worker waits for it, as it always has."""
+    try:
+        app.broker.ping()
+    except Exception as exc:
+        if client_error(exc) is not None:
+            raise
 
 
 # -- beat -------------------------------------------------------------------------------------
@@ -395,16 +445,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
+    ctx = CommandContext(args)
     try:
-        return COMMANDS[args.command].run(CommandContext(args))
+        return COMMANDS[args.command].run(ctx)
     except (UsageError, ImproperlyConfigured) as exc:
-        print(f"potatoq: error: {exc}", file=sys.stderr)
+        print(f"potatoq: error: {scrub(str(exc), ctx.urls())}", file=sys.stderr)
         return 2
     except OperationalError as exc:  # the broker can't be reached: one line, not a traceback
-        print(f"potatoq: error: {exc}", file=sys.stderr)
+        print(f"potatoq: error: {scrub(str(exc), ctx.urls())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        refused = client_error(exc)  # e.g. redis:///99: "DB index is out of range"
+        if refused is None:
+            raise
+        print(f"potatoq: error: the broker refused: {scrub(refused, ctx.urls())}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ class InvalidName(ImproperlyConfigured, ValueError):
     """A queue or task name that a broker can't store safely."""
 
 
+class InvalidOption(ImproperlyConfigured, ValueError):
+    """A sending option (priority, countdown, eta …) no broker can store; names which."""
+
+
 class NotRegistered(PotatoqError, KeyError):
     """A message names a task this worker doesn't know."""
 

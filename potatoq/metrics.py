@@ -393,11 +393,12 @@ class Endpoints:
 def install_worker_endpoints(
     metrics_port: int | None,
     health_port: int | None,
-    host: str = "0.0.0.0",
+    host: str = "127.0.0.1",
 ) -> Endpoints:
     """Connect a ``worker_init`` receiver that starts ``/metrics`` and ``/healthz`` servers.
 
-    The same port may serve both. Called by ``potatoq worker --metrics-port/--health-port``
+    The same port may serve both; they listen on loopback unless ``host`` says otherwise
+    (they have no authentication). Called by ``potatoq worker --metrics-port/--health-port``
     before the worker starts; the servers stop at ``worker_shutdown``.
     """
     from . import signals

@@ -85,7 +85,9 @@ def _untag(obj: dict[str, Any]) -> Any:
     return decoder(obj["v"])
 
 
-_encoder = json.JSONEncoder(default=_tag, separators=(",", ":"), ensure_ascii=False)
+# allow_nan=False: NaN and Infinity aren't JSON; other consumers of the wire format (and
+# strict parsers) would reject what Python's json happily writes.
+_encoder = json.JSONEncoder(default=_tag, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def dumps(obj: Any, *, where: str = "value") -> str:
@@ -93,9 +95,14 @@ def dumps(obj: Any, *, where: str = "value") -> str:
     try:
         return _encoder.encode(_mark_tuples(obj))
     except (TypeError, ValueError) as exc:
+        reason = str(exc)
+        if reason.startswith("Out of range float values"):
+            reason = "NaN and Infinity aren't JSON numbers (send None or a string instead)"
         raise SerializationError(
-            f"{where} can't be serialized to JSON: {exc} (potatoq sends JSON only, never pickle)"
+            f"{where} can't be serialized to JSON: {reason} (potatoq sends JSON only, never pickle)"
         ) from None
+    except RecursionError:
+        raise SerializationError(f"{where} can't be serialized to JSON: it is nested too deeply") from None
 
 
 def loads(data: str | bytes) -> Any:

@@ -44,6 +44,9 @@ def broker_class(url: str) -> type[Broker]:
     if entry is None:
         known = ", ".join(sorted(f"{s}://" for s in REGISTRY))
         raise ImproperlyConfigured(f"unknown broker URL scheme in {mask_url(url)!r}; use one of {known}")
+    from ..urls import check_broker_url
+
+    check_broker_url(url, scheme)  # before the broker (and its client library) sees it
     module_name, class_name, extra = entry
     try:
         module = importlib.import_module(module_name)

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from potatoq.exceptions import MessageTooLarge, SerializationError
+from potatoq.sendchecks import PRIORITY_RANGE
 
 from .argtypes import number_of_seconds, whole_number
 from .session import CliError, Exit, Registrar, Session, guarded
@@ -23,6 +24,8 @@ def _json_of(kind: type, example: str, option: str) -> Any:
             raise argparse.ArgumentTypeError(
                 f"{option} isn't valid JSON ({exc}); e.g. {option} {example!r}"
             ) from None
+        except RecursionError:
+            raise argparse.ArgumentTypeError(f"{option} is nested too deeply to send") from None
         if not isinstance(value, kind):
             name = "array" if kind is list else "object"
             raise argparse.ArgumentTypeError(
@@ -85,7 +88,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--expires", type=_moment, metavar="S|TIME", help="drop it if it hasn't started by then"
     )
     parser.add_argument("-Q", "--queue", help="queue (default: the task's route, else task_default_queue)")
-    parser.add_argument("--priority", type=whole_number(), metavar="P", help="priority (higher runs first)")
+    parser.add_argument(
+        "--priority", type=whole_number(*PRIORITY_RANGE), metavar="P", help="priority (higher runs first)"
+    )
     parser.add_argument("--task-id", metavar="ID", help="use this id instead of a new one")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from potatoq.brokers.base import DeadLetterRecord
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
+from potatoq.utils.printable import printable
 
 from .argtypes import whole_number
 from .confirm import confirm
@@ -106,12 +107,13 @@ def _list(session: Session) -> int:
         tracebacks = _tracebacks(session, letters)
         for d in letters:
             session.print(
-                f"{style(d.id, 'bold')}  {d.task or '?'}  queue {d.queue}  died {ago(now - d.died_at)}"
-                f"  deliveries {d.deliveries}"
+                f"{style(printable(d.id), 'bold')}  {printable(d.task or '?')}  queue {printable(d.queue)}"
+                f"  died {ago(now - d.died_at)}  deliveries {d.deliveries}"
             )
-            session.print(style(d.reason, "red"))
+            session.print(style(printable(d.reason, multiline=True), "red"))
             traceback = tracebacks.get(d.id)
-            session.print(traceback.rstrip() if traceback else style("(no traceback stored)", "dim"))
+            shown = printable(traceback.rstrip(), multiline=True) if traceback else None
+            session.print(shown or style("(no traceback stored)", "dim"))
             session.print()
         return Exit.OK
     rows: list[list[Cell]] = [

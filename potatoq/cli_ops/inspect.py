@@ -13,6 +13,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from potatoq.utils.printable import printable
+
 from .nodes import Node, read_nodes, running_json
 from .output import duration
 from .session import Exit, Registrar, Session, guarded
@@ -122,9 +124,9 @@ def cmd_inspect(session: Session) -> int:
     else:
         style = session.style
         for node in nodes:
-            session.print(f"-> {node.name}: {style('OK', 'green')}")
+            session.print(f"-> {printable(node.name)}: {style('OK', 'green')}")
             for line in _text(args.inspect_method, node, replies[node.name]):
-                session.print(f"    {line}")
+                session.print(f"    {printable(line)}")
         if nodes:
             session.print()
             session.print(f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} online.")

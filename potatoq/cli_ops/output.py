@@ -12,6 +12,8 @@ import os
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from potatoq.utils.printable import printable
+
 __all__ = [
     "Cell",
     "Style",
@@ -81,8 +83,9 @@ def table(
     right: Sequence[int] = (),
     indent: str = "",
 ) -> str:
-    """Columns padded to their widest cell; ``right`` lists the columns of numbers."""
-    plain = [[c if isinstance(c, str) else c[0] for c in row] for row in rows]
+    """Columns padded to their widest cell; ``right`` lists the columns of numbers. Cells
+    are escaped (:func:`printable`): they hold names and reasons read from the broker."""
+    plain = [[printable(c if isinstance(c, str) else c[0]) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for texts in plain:
         for i, text in enumerate(texts):

@@ -1,7 +1,8 @@
-"""``potatoq purge [-Q QUEUES] [-X QUEUES] [-f]``: delete waiting tasks; running ones stay.
+"""``potatoq purge (-Q QUEUES | --all-queues) [-X QUEUES] [-f]``: delete waiting tasks.
 
-Without ``-Q`` every queue the broker knows of is purged (the ones ``potatoq queues``
-lists). It asks first, unless ``-f``.
+Running tasks stay. Purging every queue the broker knows of (the ones ``potatoq queues``
+lists) takes an explicit ``--all-queues``: a cron line whose ``-Q "$QUEUE"`` expands to
+nothing must fail, not wipe every queue. It asks first, unless ``-f``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 from collections.abc import Sequence
 
 from .confirm import confirm
-from .session import Exit, Registrar, Session, guarded
+from .session import CliError, Exit, Registrar, Session, guarded
 
 __all__ = ["register", "split_names"]
 
@@ -23,13 +24,33 @@ def split_names(values: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def named_queues(values: Sequence[str] | None, all_queues: bool) -> list[str] | None:
+    """The queues ``-Q`` names, or None for ``--all-queues``; blank lists are refused."""
+    if all_queues:
+        if values:
+            raise CliError("give either -Q QUEUES or --all-queues, not both", Exit.USAGE)
+        return None
+    if not values:
+        raise CliError("name the queues to purge with -Q QUEUES, or pass --all-queues", Exit.USAGE)
+    for value in values:
+        if not split_names([value]):
+            raise CliError(
+                f"-Q {value!r} names no queue (an unset variable?); pass --all-queues to purge every queue",
+                Exit.USAGE,
+            )
+    return split_names(values)
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-Q",
         "--queues",
         action="append",
         metavar="QUEUES",
-        help="only these queues (comma-separated, repeatable; default: all)",
+        help="these queues (comma-separated, repeatable)",
+    )
+    parser.add_argument(
+        "--all-queues", action="store_true", help="every queue the broker knows of (instead of -Q)"
     )
     parser.add_argument("-X", "--exclude-queues", action="append", metavar="QUEUES", help="not these queues")
     parser.add_argument("-f", "--force", action="store_true", help="don't ask for confirmation")
@@ -38,9 +59,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_purge(session: Session) -> int:
     """Delete waiting (ready and scheduled) tasks."""
     args = session.args
+    named = named_queues(args.queues, args.all_queues)  # before connecting: a usage error first
     broker = session.broker
     stats = {s.queue: s for s in broker.queue_stats()}
-    queues = split_names(args.queues) or sorted(stats)
+    queues = sorted(stats) if named is None else named
     excluded = set(split_names(args.exclude_queues))
     queues = [q for q in queues if q not in excluded]
     if not queues:

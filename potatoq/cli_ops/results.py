@@ -13,6 +13,7 @@ from typing import Any
 
 from potatoq import states
 from potatoq.brokers.base import ResultRecord
+from potatoq.utils.printable import printable
 
 from .argtypes import number_of_seconds
 from .output import ago, dump_json, timestamp
@@ -75,10 +76,10 @@ def cmd_result(session: Session) -> int:
         return status_of(record.state)
     style = session.style
     failed = record.state in states.EXCEPTION_STATES
-    value = describe_exception(record.result) if failed else _show(record.result)
-    lines = [("id", record.task_id), ("state", style.state(record.state))]
+    value = printable(describe_exception(record.result) if failed else _show(record.result))
+    lines = [("id", printable(record.task_id)), ("state", style.state(printable(record.state)))]
     if record.name:
-        lines.append(("task", record.name))
+        lines.append(("task", printable(record.name)))
     if record.state != states.PENDING or record.result is not None:
         lines.append(("result", style(value, "red") if failed else value))
     if record.date_done:
@@ -91,7 +92,7 @@ def cmd_result(session: Session) -> int:
         session.print(f"{key:<8}{text}")
     if record.traceback:
         session.print()
-        session.print(record.traceback.rstrip())
+        session.print(printable(record.traceback.rstrip(), multiline=True))
     return status_of(record.state)
 
 

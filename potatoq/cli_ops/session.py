@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from potatoq.brokers.base import Broker
 from potatoq.exceptions import ImproperlyConfigured, OperationalError, PotatoqError
-from potatoq.utils import mask_url
+from potatoq.urls import client_error
+from potatoq.utils import mask_url, scrub
 
 from .output import Style, color_enabled, dump_json
 
@@ -179,19 +180,28 @@ def guarded(fn: Callable[[Session], int]) -> Callable[[CommandContext], int]:
 
     def run(ctx: CommandContext) -> int:
         session = Session(ctx)
+
+        def error(text: object) -> None:
+            # No part of a URL's password, wherever a client library put it in its message.
+            session.err.write(f"potatoq: error: {scrub(one_line(text), ctx.urls())}\n")
+
         try:
             return int(fn(session))
         except CliError as exc:
-            session.err.write(f"potatoq: error: {one_line(exc)}\n")
+            error(exc)
             return int(exc.status)
         except ImproperlyConfigured:
             raise  # potatoq.cli.main prints it: exit 2
         except Exception as exc:
             if isinstance(exc, session.connection_errors()):
-                session.err.write(f"potatoq: error: {one_line(session.unreachable(exc))}\n")
+                error(session.unreachable(exc))
                 return int(Exit.ERROR)
             if isinstance(exc, PotatoqError):
-                session.err.write(f"potatoq: error: {one_line(exc)}\n")
+                error(exc)
+                return int(Exit.ERROR)
+            refused = client_error(exc)  # the server said no, e.g. "DB index is out of range"
+            if refused is not None:
+                error(f"the broker refused: {refused}")
                 return int(Exit.ERROR)
             raise
         finally:

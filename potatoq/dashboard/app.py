@@ -15,24 +15,27 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote
 
+from jinja2 import pass_context
 from starlette.applications import Starlette
 from starlette.datastructures import URL
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import metrics
 from . import data
 from .app_format import duration as _duration
 from .chart import throughput_svg
-from .security import TOKEN_COOKIE, Auth, Csrf
+from .guard import Guard, HostCheck, SecurityHeaders
+from .security import Auth, Csrf, LoginBackoff
 
 __all__ = ["create_app"]
 
@@ -57,6 +60,17 @@ def _in(ts: float | None) -> str:
     return "—" if not ts else f"in {_duration(ts - time.time())}"
 
 
+def task_url(request: Request, task_id: str) -> str:
+    """The task page of ``task_id``; ids may hold ``/``, ``?`` or ``#`` (``user/42/report``),
+    so the id is percent-encoded whole and the route takes the rest of the path."""
+    return str(request.url_for("task", task_id=quote(task_id, safe="")))
+
+
+@pass_context
+def _task_url(context: Any, task_id: str) -> str:
+    return task_url(context["request"], task_id)
+
+
 # ----------------------------------------------------------------------------- the app
 
 
@@ -75,7 +89,7 @@ class Dashboard:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         env = self.templates.env
         env.filters.update(duration=_duration, when=_when, ago=_ago, until=_in)
-        env.globals.update(read_only=read_only, csrf_token=self.csrf.token)
+        env.globals.update(read_only=read_only, csrf_token=self.csrf.token, task_url=_task_url)
 
     def render(self, request: Request, name: str, title: str, **context: Any) -> Response:
         self.throughput.start()  # lazily: a mounted app gets no lifespan events
@@ -123,7 +137,7 @@ class Dashboard:
         task_id = request.query_params.get("id", "").strip()
         if not task_id:
             return RedirectResponse(request.url_for("overview"), status_code=303)
-        return RedirectResponse(request.url_for("task", task_id=task_id), status_code=303)
+        return RedirectResponse(task_url(request, task_id), status_code=303)
 
     def dead(self, request: Request) -> Response:
         letters = data.dead_letters(self.app.broker, self.app.backend, redact=self.redact_args)
@@ -165,6 +179,19 @@ class Dashboard:
         ids = None if form.get("all") == "1" else [form["id"]] if form.get("id") else []
         if ids == []:
             return PlainTextResponse("nothing to replay: give id= or all=1", status_code=400)
+        if ids is None and form.get("confirm") != "1":
+            # Every dead letter back into its queue at once is not undone by a second click.
+            count = len(await run_in_threadpool(self.app.broker.list_dead, limit=100_000))
+            return self.render(
+                request,
+                "confirm.html",
+                "Replay all dead letters?",
+                question=f"Replay all {count} dead letter{'' if count == 1 else 's'}?",
+                detail="Each goes back to its queue and runs again. There is no undo.",
+                action=request.url_for("replay"),
+                fields=[("all", "1")],
+                button="Replay all",
+            )
         count = await run_in_threadpool(self.app.broker.retry_dead, ids)
         return self._back_to_dead(request, f"replayed {count} dead letter{'' if count == 1 else 's'}")
 
@@ -187,55 +214,6 @@ class Dashboard:
         return PlainTextResponse("ok\n")
 
 
-class _Guard:
-    """ASGI middleware: credentials on every request but ``/healthz``; ``?token=`` logs in."""
-
-    def __init__(self, app: ASGIApp, auth: Auth) -> None:
-        self.app = app
-        self.auth = auth
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        if request.url.path.endswith("/healthz"):
-            await self.app(scope, receive, send)
-            return
-        given = request.query_params.get("token")
-        if given is not None and self.auth.allows({"authorization": f"Bearer {given}"}, {}):
-            rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
-            target = request.url.replace(query=rest or "")
-            response: Response = RedirectResponse(str(target), status_code=303)
-            response.set_cookie(
-                TOKEN_COOKIE, given, httponly=True, samesite="strict", secure=request.url.scheme == "https"
-            )
-            await response(scope, receive, send)
-            return
-        if self.auth.allows(request.headers, request.cookies):
-            await self.app(scope, receive, send)
-            return
-        if self.auth.is_basic:
-            response = PlainTextResponse(
-                "authentication required\n",
-                status_code=401,
-                headers={"WWW-Authenticate": 'Basic realm="potatoq"'},
-            )
-        else:
-            response = HTMLResponse(
-                _LOGIN, status_code=401, headers={"WWW-Authenticate": 'Bearer realm="potatoq"'}
-            )
-        await response(scope, receive, send)
-
-
-_LOGIN = """<!doctype html><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<title>potatoq dashboard: sign in</title>
-<form method="get" style="font:16px system-ui;max-width:22rem;margin:4rem auto">
-<p>This dashboard needs its token.</p>
-<input name="token" type="password" autofocus style="width:100%;padding:.4rem" aria-label="token">
-<button style="margin-top:.5rem">Open</button></form>"""
-
-
 def create_app(
     potatoq_app: Any,
     *,
@@ -243,13 +221,16 @@ def create_app(
     auth: Auth | None = None,
     redact_args: bool = False,
     sample_every: float = 10.0,
+    allowed_hosts: Collection[str] | None = None,
 ) -> Starlette:
     """The dashboard for ``potatoq_app`` as a Starlette (ASGI) application.
 
     ``read_only`` hides (and refuses) replay and purge; ``auth`` requires a token or basic
     credentials on every request but ``/healthz``; ``redact_args`` shows ``[redacted]``
     instead of task arguments; ``sample_every`` is the throughput sampling interval in
-    seconds (0 disables the background sampler).
+    seconds (0 disables the background sampler). ``allowed_hosts`` are the names besides
+    loopback ones it answers to (the ``Host`` header); by default a dashboard without
+    ``auth`` answers to loopback names only (DNS rebinding), one with ``auth`` to any name.
     """
     board = Dashboard(
         potatoq_app, read_only=read_only, auth=auth, redact_args=redact_args, sample_every=sample_every
@@ -258,7 +239,7 @@ def create_app(
         Route("/", board.overview, name="overview"),
         Route("/workers", board.workers, name="workers"),
         Route("/task", board.find_task, name="find_task"),
-        Route("/tasks/{task_id:str}", board.task, name="task"),
+        Route("/tasks/{task_id:path}", board.task, name="task"),
         Route("/dead", board.dead, name="dead"),
         Route("/dead/replay", board.replay, methods=["POST"], name="replay"),
         Route("/dead/purge", board.purge, methods=["POST"], name="purge"),
@@ -267,8 +248,12 @@ def create_app(
         Route("/healthz", board.healthz, name="healthz"),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    app = Starlette(routes=routes)
+    hosts = allowed_hosts if allowed_hosts is not None else (None if auth is not None else ())
+    middleware = [Middleware(SecurityHeaders), Middleware(HostCheck, allowed=hosts)]
+    backoff = LoginBackoff()
     if auth is not None:
-        app.add_middleware(_Guard, auth=auth)
+        middleware.append(Middleware(Guard, auth=auth, backoff=backoff, templates=board.templates))
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.login_backoff = backoff
     app.state.dashboard = board
     return app

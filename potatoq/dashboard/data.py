@@ -21,7 +21,9 @@ from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, W
 from ..exceptions import MessageDecodeError
 from ..message import Message
 from ..states import READY_STATES
+from . import redact as redaction
 from .queued import QueuedView, queued_view
+from .redact import REDACTED
 
 __all__ = [
     "REDACTED",
@@ -36,7 +38,6 @@ __all__ = [
     "task_view",
 ]
 
-REDACTED = "[redacted]"
 HOUR = 3600.0
 
 
@@ -159,10 +160,7 @@ class TaskView:
         return self.state in READY_STATES or self.state == "DEAD"
 
 
-def _shown(value: Any, redact: bool) -> str:
-    if value is None:
-        return ""
-    return REDACTED if redact else repr(value)
+_shown = redaction.shown
 
 
 def task_view(
@@ -202,6 +200,9 @@ def task_view(
             args = message.args if args is None else args
             kwargs = message.kwargs if kwargs is None else kwargs
         name = name or dead.task
+    if redact:
+        record = redaction.record(record)
+        dead = redaction.dead_letter(dead) if dead is not None else None
     return TaskView(
         task_id=task_id,
         record=record,
@@ -245,10 +246,12 @@ def dead_letters(
         record = backend.get_result(letter.id) if backend is not None else None
         views.append(
             DeadLetterView(
-                letter=letter,
+                letter=redaction.dead_letter(letter) if redact else letter,
                 args=_shown(message.args if message else None, redact),
                 kwargs=_shown(message.kwargs if message else None, redact),
-                traceback=record.traceback if record else None,
+                traceback=(redaction.traceback_text(record.traceback) if redact else record.traceback)
+                if record and record.traceback
+                else None,
             )
         )
     return views

@@ -8,6 +8,10 @@
 * :class:`Csrf` issues the token embedded in every form; a POST without it (or from a
   foreign ``Origin``) is refused. The token is an HMAC of a per-process secret, so a page on
   another site can't read or guess it, and the app needs no session storage.
+* :func:`host_allowed` is the DNS-rebinding check: a page on ``evil.example`` whose name
+  later resolves to 127.0.0.1 sends ``Host: evil.example``, which a loopback dashboard refuses.
+* :class:`LoginBackoff` makes guessing the token slow: after a few failed attempts from one
+  client, every further attempt waits longer (answered 429 until then).
 """
 
 from __future__ import annotations
@@ -19,11 +23,25 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping
 
-__all__ = ["TOKEN_COOKIE", "Auth", "Csrf", "InsecureBind", "check_bind", "is_loopback"]
+__all__ = [
+    "MIN_PUBLIC_TOKEN_LENGTH",
+    "TOKEN_COOKIE",
+    "Auth",
+    "Csrf",
+    "InsecureBind",
+    "LoginBackoff",
+    "check_bind",
+    "host_allowed",
+    "is_loopback",
+]
 
 TOKEN_COOKIE = "potatoq_dashboard_token"
+#: a token guessed at even 1,000 tries a second must take longer than the universe has
+MIN_PUBLIC_TOKEN_LENGTH = 16
 
 
 class InsecureBind(Exception):
@@ -41,13 +59,42 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, auth: Auth | None) -> None:
-    """Raise :class:`InsecureBind` when ``host`` is reachable from other machines and no auth is set."""
-    if auth is None and not is_loopback(host):
+    """Raise :class:`InsecureBind` when ``host`` is reachable from other machines and the auth
+    is missing or its token shorter than :data:`MIN_PUBLIC_TOKEN_LENGTH`."""
+    if is_loopback(host):
+        return
+    if auth is None:
         raise InsecureBind(
             f"refusing to serve the dashboard on {host!r} without authentication: anyone who can "
-            "reach it could replay or purge dead letters. Pass --token TOKEN or --basic-auth "
-            "USER:PASSWORD, or bind to 127.0.0.1."
+            "reach it could replay or purge dead letters. Pass --token TOKEN (or set "
+            "POTATOQ_DASHBOARD_TOKEN) or --basic-auth USER:PASSWORD, or bind to 127.0.0.1."
         )
+    if auth.token is not None and len(auth.token) < MIN_PUBLIC_TOKEN_LENGTH:
+        raise InsecureBind(
+            f"refusing to serve the dashboard on {host!r} with a {len(auth.token)}-character token: "
+            f"off loopback it needs at least {MIN_PUBLIC_TOKEN_LENGTH} characters "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+
+
+def _host_name(host_header: str) -> str:
+    """``"[::1]:5555"`` → ``"::1"``, ``"Example.com:80"`` → ``"example.com"``."""
+    text = host_header.strip().lower()
+    if text.startswith("["):
+        return text[1:].partition("]")[0]
+    name, _, _port = text.rpartition(":") if text.count(":") == 1 else (text, "", "")
+    return name.rstrip(".")
+
+
+def host_allowed(host_header: str | None, allowed: Collection[str] | None) -> bool:
+    """Is a request with this ``Host`` header for us? Loopback names always are; other names
+    only when listed in ``allowed`` (``None``: any name, for a dashboard behind auth)."""
+    if allowed is None:
+        return True
+    if not host_header:
+        return False
+    name = _host_name(host_header)
+    return is_loopback(name) or name in {_host_name(a) for a in allowed}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,3 +165,41 @@ class Csrf:
             if origin_host != host:
                 return False
         return bool(submitted) and _same(submitted or "", self.token)
+
+
+class LoginBackoff:
+    """Failed credentials per client: after ``free`` failures, each further one doubles the
+    wait (1 s, 2 s, 4 s … up to ``longest``) before that client may try again.
+
+    State lives in this process (bounded to ``clients`` entries, oldest dropped first): the
+    point is to make guessing slow, not to be a distributed rate limiter.
+    """
+
+    def __init__(
+        self,
+        *,
+        free: int = 5,
+        longest: float = 300.0,
+        clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.free = free
+        self.longest = longest
+        self.clients = clients
+        self.clock = clock
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()  # client -> (count, until)
+
+    def wait(self, client: str) -> float:
+        """Seconds ``client`` must still wait before its credentials are even checked."""
+        _count, until = self._failures.get(client, (0, 0.0))
+        return max(0.0, until - self.clock())
+
+    def failed(self, client: str) -> None:
+        count = self._failures.pop(client, (0, 0.0))[0] + 1
+        delay = 0.0 if count <= self.free else min(self.longest, 2.0 ** (count - self.free - 1))
+        self._failures[client] = (count, self.clock() + delay)
+        while len(self._failures) > self.clients:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        self._failures.pop(client, None)

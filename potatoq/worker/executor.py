@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("potatoq.task")
 
 #: Return values the encoder always accepts: no trial encoding of them on every task.
-_ALWAYS_JSON: frozenset[type] = frozenset({type(None), bool, int, float, str})
+# No float: NaN and Infinity are floats that JSON (and the result encoder) refuses.
+_ALWAYS_JSON: frozenset[type] = frozenset({type(None), bool, int, str})
 
 
 class _TaskFailed(Exception):

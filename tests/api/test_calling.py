@@ -495,3 +495,14 @@ def test_argument_check_follows_a_replaced_task_function(app: Potatoq) -> None:
     second.delay(1, 2)  # the new function's signature, not the cached one of the first
     with pytest.raises(TypeError, match="swap"):
         second.delay(1)
+
+
+def test_a_nan_return_value_fails_the_task_naming_it(app: Potatoq) -> None:
+    @app.task
+    def ratio() -> float:
+        return float("nan")
+
+    r = ratio.delay()
+    drain(app)
+    assert r.state == states.FAILURE
+    assert "NaN and Infinity aren't JSON numbers" in str(r.result)

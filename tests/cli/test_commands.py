@@ -196,9 +196,26 @@ def test_purge_asks_first_and_deletes_only_waiting_tasks_of_the_queues_named(cli
     assert answered.returncode == 0, answered.stderr
     assert answered.stdout.strip() == "2 tasks deleted from a"
 
-    forced = cli("purge", "-f", "-X", "c")
+    forced = cli("purge", "-f", "--all-queues", "-X", "c")
     assert (forced.returncode, forced.stdout.strip()) == (0, "1 task deleted from b")
     assert queue(cli, "b")["waiting"] == 0 and queue(cli, "c")["waiting"] == 1
+
+
+@pytest.mark.parametrize("queues", [[], ["-Q", ""], ["-Q", ","], ["-Q", " , "], ["-Q", "a", "-Q", ""]])
+def test_purge_without_queues_named_is_a_usage_error_and_deletes_nothing(cli, client, queues):
+    client.add.apply_async((1, 2), queue="a")
+    refused = cli("purge", "-f", *queues)
+    assert refused.returncode == 2
+    assert "--all-queues" in refused.stderr and "Traceback" not in refused.stderr
+    assert queue(cli, "a")["waiting"] == 1
+
+
+def test_purge_all_queues_takes_the_explicit_flag(cli, client):
+    for q in ("a", "b"):
+        client.add.apply_async((1, 2), queue=q)
+    done = cli("purge", "-f", "--all-queues")
+    assert (done.returncode, done.stdout.strip()) == (0, "2 tasks deleted from a, b"), done.stderr
+    assert cli("purge", "-f", "--all-queues", "-Q", "a").returncode == 2
 
 
 # -- dead letters ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ COMMANDS = [
     ["call", "proj.add", "-a", "[1, 2]"],
     ["result", "some-id"],
     ["revoke", "some-id"],
-    ["purge", "-f"],
+    ["purge", "-f", "--all-queues"],
     ["dead", "retry", "--all"],
 ]
 

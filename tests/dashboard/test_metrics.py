@@ -111,3 +111,29 @@ def test_worker_metrics_and_health_ports(env: Env, client: Any) -> None:
     wait_for(lambda: processed() == 6, what="6 processed in /metrics")
     assert _get(f"http://127.0.0.1:{metrics_port}/nothing")[0] == 404
     assert worker.stop() == 0
+
+
+def _outside_address() -> str | None:
+    """An address of this machine that isn't loopback (the one a route to the outside uses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent for a UDP connect
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
+
+
+def test_worker_endpoints_listen_on_loopback_only_by_default(env: Env) -> None:
+    outside = _outside_address()
+    if outside is None:
+        import pytest
+
+        pytest.skip("this machine has no non-loopback IPv4 address to try")
+    port = _free_port()
+    worker = env.worker("--health-port", str(port))
+    wait_for(lambda: _get(f"http://127.0.0.1:{port}/healthz")[0] == 200, what="worker ready on /healthz")
+    with socket.socket() as s:
+        s.settimeout(10)
+        assert s.connect_ex((outside, port)) != 0, f"the health port answers on {outside}"
+    assert worker.stop() == 0
