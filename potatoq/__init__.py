@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from . import states
 from .app import Celery, Potatoq, current_app, shared_task
-from .context import current_task
 from .canvas import Signature, chain, chord, chunks, group, maybe_signature, signature, xmap, xstarmap
-from .result import AsyncResult, EagerResult, GroupResult, ResultSet
+from .context import current_task
 from .message import new_id
+from .result import AsyncResult, EagerResult, GroupResult, ResultSet
 from .task import Task
 
 __version__ = "0.1.0"

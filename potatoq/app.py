@@ -97,7 +97,9 @@ class Control:
         _unsupported("pool_shrink", "restart the worker with a smaller -c")
 
     def broadcast(self, command: str, *_: Any, **__: Any) -> None:
-        _unsupported(f"broadcast({command!r})", "`potatoq status` and `potatoq inspect` read the workers' heartbeats")
+        _unsupported(
+            f"broadcast({command!r})", "`potatoq status` and `potatoq inspect` read the workers' heartbeats"
+        )
 
 
 def _unsupported(command: str, instead: str) -> None:
@@ -119,7 +121,9 @@ class AMQP:
             name = getattr(queue, "name", queue)  # a kombu Queue, a mapping key or a name
             if isinstance(name, str):
                 names.append(name)
-        names += [task.queue for task in self.app.tasks.values() if isinstance(task.queue, str) and task.queue]
+        names += [
+            task.queue for task in self.app.tasks.values() if isinstance(task.queue, str) and task.queue
+        ]
         return {q: QueueName(q) for q in dict.fromkeys(routing.queue_name(n) for n in names)}
 
 

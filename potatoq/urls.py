@@ -32,7 +32,9 @@ def normalize_url(url: str) -> str:
         return url
     lowered = scheme.lower()
     lowered = _ALIASES.get(lowered, lowered)
-    if lowered.startswith("db+"):  # Celery's SQLAlchemy result backend: db+sqlite://, db+postgresql+psycopg2://
+    if lowered.startswith(
+        "db+"
+    ):  # Celery's SQLAlchemy result backend: db+sqlite://, db+postgresql+psycopg2://
         lowered = lowered[len("db+") :]
     base = lowered.split("+", 1)[0]
     if base in _SQL_SCHEMES:

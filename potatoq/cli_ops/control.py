@@ -43,7 +43,9 @@ def cmd_control(session: Session) -> int:
     instead = INSTEAD.get(action)
     if instead is None:
         raise CliError(f"unknown control command {action!r}; Celery's are {', '.join(INSTEAD)}", Exit.USAGE)
-    raise CliError(f"`control {action}` is not supported (potatoq has no broadcast channel): {instead}", Exit.USAGE)
+    raise CliError(
+        f"`control {action}` is not supported (potatoq has no broadcast channel): {instead}", Exit.USAGE
+    )
 
 
 def _events_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,9 +61,9 @@ def cmd_events(session: Session) -> int:
 
 
 def register(command: Registrar) -> None:
-    command("control", "Celery's broadcast commands: each says what to use instead", arguments=_control_arguments)(
-        guarded(cmd_control)
-    )
+    command(
+        "control", "Celery's broadcast commands: each says what to use instead", arguments=_control_arguments
+    )(guarded(cmd_control))
     command("events", "Celery's event monitor: says what to use instead", arguments=_events_arguments)(
         guarded(cmd_events)
     )

@@ -29,7 +29,12 @@ ROOT = Path(__file__).parents[2]
 
 @pytest.fixture(autouse=True)
 def _no_env_broker(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("POTATOQ_BROKER_URL", "CELERY_BROKER_URL", "POTATOQ_RESULT_BACKEND", "CELERY_RESULT_BACKEND"):
+    for name in (
+        "POTATOQ_BROKER_URL",
+        "CELERY_BROKER_URL",
+        "POTATOQ_RESULT_BACKEND",
+        "CELERY_RESULT_BACKEND",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -62,9 +62,7 @@ class Project:
             for key, value in os.environ.items()
             if key not in ("POTATOQ_BROKER_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
         }
-        self.env.update(
-            PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", EXPROJ_DATABASE=database, **settings
-        )
+        self.env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", EXPROJ_DATABASE=database, **settings)
 
     def manage(self, *args: str) -> str:
         proc = subprocess.run(
@@ -117,7 +115,9 @@ def wait_for_text(log: Path, text: str) -> str:
 @contextlib.contextmanager
 def project_on(broker: str, tmp: Path) -> Iterator[Project]:
     if broker == "sqlite":
-        yield Project(tmp, f"sqlite:///{tmp / 'db.sqlite3'}", EXPROJ_BROKER=f"sqlite:///{tmp / 'broker.sqlite3'}")
+        yield Project(
+            tmp, f"sqlite:///{tmp / 'db.sqlite3'}", EXPROJ_BROKER=f"sqlite:///{tmp / 'broker.sqlite3'}"
+        )
     elif broker == "postgres":
         with postgres_database() as url:
             yield Project(tmp, url, EXPROJ_BROKER=url)

@@ -99,7 +99,11 @@ class DjangoProject:
         """``manage.py potatoq worker`` running until the block ends (then SIGTERM);
         ``plain``: the plain ``potatoq worker`` command instead, with DJANGO_SETTINGS_MODULE."""
         require_cli()
-        start = [sys.executable, "-m", "potatoq.cli"] if plain else [sys.executable, str(PROJECT / "manage.py"), "potatoq"]
+        start = (
+            [sys.executable, "-m", "potatoq.cli"]
+            if plain
+            else [sys.executable, str(PROJECT / "manage.py"), "potatoq"]
+        )
         proc = subprocess.Popen(
             [*start, "worker", "-Q", "shop", *args],
             env=self.env,
