@@ -193,3 +193,25 @@ def test_control_and_events_commands_answer_in_one_line(
     assert main(["-b", "memory://control", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0]
+
+
+def test_autodiscovery_without_a_package_list_waits_for_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in Celery: ``autodiscover_tasks()`` (packages from an integration) and a callable
+    list run at ``finalize()``, when the project (Django) is set up, not at import."""
+    package = tmp_path / f"disc{uuid.uuid4().hex[:6]}"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text(
+        f"from potatoq import shared_task\n\n@shared_task(name='{package.name}.t')\ndef t():\n    return 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = Potatoq("disc", broker="memory://disc")
+    asked: list[str] = []
+    app.autodiscover_tasks()
+    app.autodiscover_tasks(lambda: asked.append("callable") or [package.name], related_name="tasks")
+    app.discovery_packages = lambda: asked.append("integration") or [package.name]
+    assert asked == [] and f"{package.name}.t" not in app.tasks
+    app.finalize()
+    assert asked == ["integration", "callable"] and f"{package.name}.t" in app.tasks
