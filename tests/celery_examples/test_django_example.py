@@ -5,8 +5,8 @@
 ``autodiscover_tasks()``), two Django apps with ``@shared_task`` tasks, and *no*
 ``potatoq.contrib.django`` in ``INSTALLED_APPS``. The worker is started as Celery's docs say,
 ``potatoq -A proj worker``, from the project directory; tasks are sent from ``manage.py
-shell``. Brokers: SQLite and PostgreSQL (the project's database server) and Redis (with
-Celery's ``db+sqlite://`` result backend).
+shell``. Brokers: SQLite and PostgreSQL (the project's database server), Redis and RabbitMQ
+(``amqp://…//`` with Celery's ``db+sqlite://`` result backend, as Celery's Django example).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -121,6 +122,30 @@ def project_on(broker: str, tmp: Path) -> Iterator[Project]:
     elif broker == "postgres":
         with postgres_database() as url:
             yield Project(tmp, url, EXPROJ_BROKER=url)
+    elif broker == "rabbitmq":
+        parts = urlsplit(services.require("rabbitmq"))
+        url = urlunsplit(("amqp", parts.netloc, "//", "", ""))  # kombu's spelling of vhost "/"
+        prefix = f"pqex{uuid.uuid4().hex[:10]}_"
+        try:
+            yield Project(
+                tmp,
+                f"sqlite:///{tmp / 'db.sqlite3'}",
+                EXPROJ_BROKER=url,
+                EXPROJ_QUEUE_PREFIX=prefix,
+                EXPROJ_RESULTS=f"db+sqlite:///{tmp / 'results.sqlite'}",
+            )
+        finally:
+            from potatoq.brokers import create_broker
+            from potatoq.brokers.base import BrokerConfig
+            from potatoq.urls import normalize_url
+
+            leftovers = create_broker(
+                BrokerConfig(url=normalize_url(url), transport_options={"queue_prefix": prefix})
+            )
+            try:
+                leftovers.drop_all()  # type: ignore[attr-defined]
+            finally:
+                leftovers.close()
     else:
         url = services.require("redis")
         prefix = f"pqex:{uuid.uuid4().hex[:10]}"
@@ -144,7 +169,7 @@ def project_on(broker: str, tmp: Path) -> Iterator[Project]:
                 client.close()
 
 
-@pytest.mark.parametrize("broker", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("broker", ["sqlite", "postgres", "redis", "rabbitmq"])
 def test_kept_celery_module_runs_every_apps_tasks(broker: str, tmp_path: Path) -> None:
     """``potatoq -A proj worker -Q celery``: Django set up in the worker (the ORM works), every
     app's ``@shared_task`` discovered by ``autodiscover_tasks()``, the project's broker and

@@ -5,7 +5,8 @@ What differs per test comes from the environment:
 * ``EXPROJ_DATABASE``: ``sqlite:////abs/path.sqlite3`` or ``postgresql://host:port/dbname``;
 * ``EXPROJ_BROKER``: ``CELERY_BROKER_URL`` (unset: no broker setting at all);
 * ``EXPROJ_RESULTS``: ``CELERY_RESULT_BACKEND`` (e.g. ``db+sqlite:///…``);
-* ``EXPROJ_PREFIX``: a Redis key prefix (``broker_transport_options``), one per test.
+* ``EXPROJ_PREFIX``: a Redis key prefix (``broker_transport_options``), one per test;
+* ``EXPROJ_QUEUE_PREFIX``: a RabbitMQ queue prefix, one per test.
 """
 
 import os
@@ -48,6 +49,8 @@ if os.environ.get("EXPROJ_RESULTS"):
     CELERY_RESULT_BACKEND = os.environ["EXPROJ_RESULTS"]
 if os.environ.get("EXPROJ_PREFIX"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": os.environ["EXPROJ_PREFIX"]}
+if os.environ.get("EXPROJ_QUEUE_PREFIX"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"queue_prefix": os.environ["EXPROJ_QUEUE_PREFIX"], "confirm_publish": True}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
