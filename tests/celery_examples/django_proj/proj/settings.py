@@ -50,7 +50,10 @@ if os.environ.get("EXPROJ_RESULTS"):
 if os.environ.get("EXPROJ_PREFIX"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": os.environ["EXPROJ_PREFIX"]}
 if os.environ.get("EXPROJ_QUEUE_PREFIX"):
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"queue_prefix": os.environ["EXPROJ_QUEUE_PREFIX"], "confirm_publish": True}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "queue_prefix": os.environ["EXPROJ_QUEUE_PREFIX"],
+        "confirm_publish": True,
+    }
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
