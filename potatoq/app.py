@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,6 +25,7 @@ from .result import AsyncResult as _AsyncResult
 from .result import GroupResult as _GroupResult
 from .task import Task as BaseTask
 from .task import make_task_class
+from .urls import is_rpc, normalize_url
 from .utils import mask_url
 from .utils.typevars import P, R
 
@@ -30,6 +33,11 @@ logger = logging.getLogger("potatoq")
 
 #: See :attr:`Potatoq.publish_hooks`.
 PublishHook = Callable[[Sequence[Message]], Sequence[Message]]
+
+#: Celery transport options that potatoq always behaves as if set: accepted, never passed to
+#: a broker (whose typed options would refuse them). ``confirm_publish``: every broker
+#: confirms a publish before ``delay()`` returns.
+ACCEPTED_TRANSPORT_OPTIONS = ("confirm_publish",)
 
 _current: Potatoq | None = None
 _shared: list[tuple[Callable[..., Any], dict[str, Any]]] = []
@@ -73,6 +81,63 @@ class Control:
         stats = self.app.broker.queue_stats()
         return self.app.broker.purge([s.queue for s in stats])
 
+    # Celery's broadcast commands: there is no broadcast channel, so each names what to use.
+    def shutdown(self, *_: Any, **__: Any) -> None:
+        _unsupported("shutdown", "send the worker SIGTERM (it finishes or requeues its tasks)")
+
+    def add_consumer(self, *_: Any, **__: Any) -> None:
+        _unsupported("add_consumer", "start a worker with -Q for that queue")
+
+    def cancel_consumer(self, *_: Any, **__: Any) -> None:
+        _unsupported("cancel_consumer", "restart the worker with the -Q it should consume")
+
+    def rate_limit(self, *_: Any, **__: Any) -> None:
+        _unsupported("rate_limit", "set rate_limit on the task or in task_annotations and restart")
+
+    def pool_grow(self, *_: Any, **__: Any) -> None:
+        _unsupported("pool_grow", "restart the worker with a larger -c")
+
+    def pool_shrink(self, *_: Any, **__: Any) -> None:
+        _unsupported("pool_shrink", "restart the worker with a smaller -c")
+
+    def broadcast(self, command: str, *_: Any, **__: Any) -> None:
+        _unsupported(
+            f"broadcast({command!r})", "`potatoq status` and `potatoq inspect` read the workers' heartbeats"
+        )
+
+
+def _unsupported(command: str, instead: str) -> None:
+    raise NotImplementedError(f"app.control.{command} is not supported (no broadcast channel): {instead}")
+
+
+class AMQP:
+    """``app.amqp``: what Celery code reads of it, the queues this app knows by name."""
+
+    def __init__(self, app: Potatoq) -> None:
+        self.app = app
+
+    @property
+    def queues(self) -> dict[str, QueueName]:
+        """Queue name → queue: the default queue, ``task_queues`` and the tasks' own queues."""
+        conf = self.app.conf
+        names = [str(conf.task_default_queue)]
+        for queue in conf.task_queues or ():
+            name = getattr(queue, "name", queue)  # a kombu Queue, a mapping key or a name
+            if isinstance(name, str):
+                names.append(name)
+        names += [
+            task.queue for task in self.app.tasks.values() if isinstance(task.queue, str) and task.queue
+        ]
+        return {q: QueueName(q) for q in dict.fromkeys(routing.queue_name(n) for n in names)}
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueName:
+    """A queue in ``app.amqp.queues`` (Celery's are kombu ``Queue`` objects; only the name
+    means something here: there are no exchanges)."""
+
+    name: str
+
 
 def _epoch(resolve: Callable[..., float | None], *values: Any) -> float | None:
     """``resolve(*values)``, with a number too large for a float reported as an option error."""
@@ -112,6 +177,12 @@ class Potatoq:
         self.conf = Settings()
         self.tasks = TaskRegistry()
         self.control = Control(self)
+        self.amqp = AMQP(self)
+        #: ``autodiscover_tasks()`` calls waiting for :meth:`finalize`: (packages, related_name).
+        self._pending_discovery: list[tuple[Iterable[str] | Callable[[], Iterable[str]] | None, str]] = []
+        #: Where ``autodiscover_tasks()`` without packages looks: set by an integration (the
+        #: Django fixup lists the installed apps), as Celery's fixups do.
+        self.discovery_packages: Callable[[], Iterable[str]] | None = None
         self._lock = threading.RLock()
         self._broker: Broker | None = None
         self._backend: Broker | bool | None = False  # False: not resolved yet
@@ -188,6 +259,7 @@ class Potatoq:
         self.on_after_configure.send(sender=self)
         for module in (*tuple(self.conf.imports or ()), *tuple(self.conf.include or ())):
             importlib.import_module(module)
+        self.discover_pending()
         # task_annotations may have been set after the tasks were defined (a config module
         # read late, app.conf.task_annotations = …): apply them to every task now.
         self._annotate_all()
@@ -197,16 +269,67 @@ class Potatoq:
         self,
         packages: Iterable[str] | Callable[[], Iterable[str]] | None = None,
         related_name: str = "tasks",
-        force: bool = True,
+        force: bool = False,
     ) -> None:
-        """Import ``<package>.tasks`` for each package (missing modules are skipped)."""
-        names = packages() if callable(packages) else (packages or ())
-        for package in names:
+        """Import ``<package>.tasks`` for each package (missing modules are skipped).
+
+        A list of packages is imported now. Without one (Celery's Django layout:
+        ``app.autodiscover_tasks()``) or with a callable, the packages are only known once
+        the project is set up (Django's installed apps), so, as in Celery, discovery waits
+        for :meth:`finalize` (a worker calls it before it starts), unless ``force=True``.
+        """
+        if isinstance(packages, Iterable) and not isinstance(packages, str):
+            self._discover(packages, related_name)
+            return
+        self._pending_discovery.append((packages, related_name))
+        if force or self._configured:
+            self.discover_pending()
+
+    def discover_pending(self) -> None:
+        """Run the ``autodiscover_tasks()`` calls that waited for the project to be set up."""
+        while self._pending_discovery:
+            packages, related_name = self._pending_discovery.pop(0)
+            if packages is None:
+                source = self.discovery_packages
+                if source is None:
+                    logger.debug("autodiscover_tasks(): no integration lists packages; nothing to import")
+                    continue
+                packages = source
+            names = packages() if callable(packages) else packages
+            self._discover(names, related_name)
+
+    def _discover(self, packages: Iterable[str], related_name: str) -> None:
+        for package in packages:
             try:
                 importlib.import_module(f"{package}.{related_name}")
             except ModuleNotFoundError as exc:
                 if exc.name not in (f"{package}.{related_name}", package):
                     raise
+
+    # -- command line ----------------------------------------------------------------------
+    def start(self, argv: Sequence[str] | None = None) -> int:
+        """Run a ``potatoq`` command with this app (Celery's ``app.start()``): ``python
+        myapp.py worker -l info`` with ``app.start()`` at the end of ``myapp.py``.
+
+        Returns the exit status (Celery's returns it too)."""
+        # The command line sits on top of the app; this entry point imports it only when
+        # called, as Celery's does.
+        cli = importlib.import_module("potatoq.cli")
+        args = list(sys.argv[1:] if argv is None else argv)
+        if args and args[0] not in cli.COMMANDS and args[0].endswith(".py"):
+            args = args[1:]  # Celery's examples pass sys.argv, program name included
+        status: int = cli.main(args, app=self)
+        return status
+
+    def worker_main(self, argv: Sequence[str] | None = None) -> int:
+        """``app.worker_main(argv=["worker", "-l", "info"])``: :meth:`start` for ``worker``."""
+        args = list(sys.argv[1:] if argv is None else argv)
+        if "worker" not in args:
+            raise ValueError(
+                "app.worker_main() needs 'worker' in argv, e.g. ['worker', '-l', 'info']; "
+                "use app.start() for other commands"
+            )
+        return self.start(args)
 
     # -- tasks -----------------------------------------------------------------------------
     @overload
@@ -410,7 +533,7 @@ class Potatoq:
             task=sendchecks.check_task_name(task_name),
             args=args,
             kwargs=kwargs,
-            queue=str(final_queue),
+            queue=routing.queue_name(str(final_queue)),
             priority=sendchecks.check_priority(int(final_priority or 0)),
             eta=sendchecks.check_moment(_epoch(resolve_eta, countdown, eta), "countdown/eta"),
             expires=sendchecks.check_moment(_epoch(resolve_expires, expires), "expires"),
@@ -481,10 +604,14 @@ class Potatoq:
         self, url: str | None = None, result_backend: Broker | None = None, *, for_results: bool = False
     ) -> BrokerConfig:
         conf = self.conf
-        options = conf.result_backend_transport_options if for_results else conf.broker_transport_options
+        options = dict(
+            (conf.result_backend_transport_options if for_results else conf.broker_transport_options) or {}
+        )
+        for name in ACCEPTED_TRANSPORT_OPTIONS:
+            options.pop(name, None)
         return BrokerConfig(
-            url=url or conf.broker_url_or_default(),
-            transport_options=dict(options or {}),
+            url=normalize_url(url or conf.broker_url_or_default()),
+            transport_options=options,
             result_expires=_seconds(conf.result_expires),
             max_deliveries=int(conf.task_max_deliveries),
             dead_letter_max=int(conf.dead_letter_max),
@@ -507,32 +634,42 @@ class Potatoq:
         return broker
 
     def _make_broker(self) -> Broker:
-        url = self.conf.broker_url_or_default()
+        url = normalize_url(self.conf.broker_url_or_default())
         separate = self._separate_backend_url()
         backend = None
         if separate is not None:
-            backend = create_broker(self.broker_config(separate, for_results=True))
+            backend = create_broker(self.broker_config(separate, for_results=True), role="result backend")
             self._backend = backend
-        return create_broker(self.broker_config(url, result_backend=backend))
+        broker = create_broker(self.broker_config(url, result_backend=backend))
+        if is_rpc(self.conf.result_backend_or_env()) and not broker.capabilities.stores_results:
+            broker.close()
+            raise ImproperlyConfigured(
+                f"result_backend={self.conf.result_backend_or_env()!r} stores results in the broker, and the "
+                f"{scheme_of(url)}:// broker can't: set result_backend to a sqlite:///, postgresql:// "
+                "or redis:// URL (or None to store no results)"
+            )
+        return broker
 
     def _separate_backend_url(self) -> str | None:
         value = self._result_backend_setting()
         if not value or value in ("broker", "disabled", "none"):
             return None
-        url = str(value)
-        if url == self.conf.broker_url_or_default():
+        url = normalize_url(str(value))
+        if url == normalize_url(self.conf.broker_url_or_default()):
             return None
         return url
 
     def _result_backend_setting(self) -> Any:
-        """``result_backend`` with Celery's ``rpc://`` read as ``"broker"``.
+        """``result_backend`` (the environment's first) with Celery's ``rpc://`` read as ``"broker"``.
 
         Celery's RPC backend sends results back through the broker; potatoq stores them in
         the broker (as a record, readable by any process, not only the caller), which is
-        what a guide example written for ``backend='rpc://'`` needs.
+        what a guide example written for ``backend='rpc://'`` needs. A broker that stores no
+        results (RabbitMQ) refuses it when it is made (:meth:`_make_broker`), rather than
+        leaving every ``get()`` and chord without results.
         """
-        value = self.conf.result_backend
-        if isinstance(value, str) and scheme_of(value) == "rpc":
+        value = self.conf.result_backend_or_env()
+        if is_rpc(value):
             return "broker"
         return value
 
@@ -547,7 +684,7 @@ class Potatoq:
                     value = self._result_backend_setting()
                     if value in ("disabled", "none"):
                         self._backend = None
-                    elif value == "broker" or value == self.conf.broker_url_or_default():
+                    elif value == "broker" or (value and self._separate_backend_url() is None):
                         self._backend = broker if broker.capabilities.stores_results else None
                     elif value:
                         self._backend = broker.config.result_backend

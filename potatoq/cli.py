@@ -143,10 +143,13 @@ class CommandContext:
     out: TextIO = dataclasses.field(default_factory=lambda: sys.stdout)
     _app: Any = None
 
+    #: The app a caller gave (``app.start()``); ``-b`` and the Django fixup still apply to it.
+    given_app: Any = None
+
     @property
     def app(self) -> Any:
         if self._app is None:
-            self._app = load_app(self.args)
+            self._app = load_app(self.args, self.given_app)
         return self._app
 
     def print(self, *parts: Any) -> None:
@@ -207,34 +210,42 @@ def _import_from_cwd(top: str, cwd: str) -> None:
         raise
 
 
-def load_app(args: argparse.Namespace) -> Any:
-    """The app for ``-A`` (or a default one), with ``-b``/``--result-backend`` applied."""
+def load_app(args: argparse.Namespace, app: Any = None) -> Any:
+    """The app for ``-A`` (or ``app``, or a default one), with ``-b``/``--result-backend``
+    applied; in a Django project (``DJANGO_SETTINGS_MODULE`` set, possibly by the app's
+    module), Django set up as Celery's Django fixup does."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         # After site-packages: a stray ./redis.py must not shadow redis-py. -A proj still
         # finds ./proj.py first (as with Celery): _import_from_cwd.
         sys.path.append(cwd)
-    if args.app:
+    if app is None and args.app:
         _import_from_cwd(args.app.partition(":")[0].strip().split(".")[0], cwd)
         app = find_app(args.app)
-    else:
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        from potatoq.contrib.django.fixup import fix_project
+
+        app = fix_project(app)
+    if app is None:
         from potatoq.app import Potatoq
 
         app = Potatoq("potatoq")
     if args.broker:
-        app.conf.broker_url = args.broker
+        app.conf.pin("broker_url", args.broker)  # wins over $POTATOQ_BROKER_URL, as Celery's -b
     if args.result_backend:
-        app.conf.result_backend = args.result_backend
+        app.conf.pin("result_backend", args.result_backend)
     if args.broker or args.result_backend:
         app.close()  # forget connections made with the old URLs (at import, say)
     return app
 
 
 def split_queues(values: Sequence[str] | None) -> tuple[str, ...]:
-    """``-Q a,b -Q c`` → ``("a", "b", "c")``."""
+    """``-Q a,b -Q c`` → ``("a", "b", "c")`` (``celery`` read as the ``default`` queue)."""
+    from potatoq.routing import queue_name
+
     names: list[str] = []
     for value in values or ():
-        names += [name.strip() for name in value.split(",") if name.strip()]
+        names += [queue_name(name.strip()) for name in value.split(",") if name.strip()]
     return tuple(dict.fromkeys(names))
 
 
@@ -439,13 +450,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, app: Any = None) -> int:
+    """Run the ``potatoq`` command line ``argv``; ``app`` stands for ``-A`` (``app.start()``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
-    ctx = CommandContext(args)
+    ctx = CommandContext(args, given_app=app)
     try:
         return COMMANDS[args.command].run(ctx)
     except (UsageError, ImproperlyConfigured) as exc:

@@ -23,7 +23,7 @@ logger = logging.getLogger("potatoq.config")
 DEFAULT_BROKER_URL = "sqlite:///potatoq.sqlite3"
 
 DEFAULTS: dict[str, Any] = {
-    "broker_url": None,  # None: $POTATOQ_BROKER_URL, else sqlite:///potatoq.sqlite3
+    "broker_url": None,  # $POTATOQ_BROKER_URL / $CELERY_BROKER_URL win; None: sqlite:///potatoq.sqlite3
     "broker_transport_options": {},
     "broker_connection_timeout": 4.0,
     "broker_connection_retry": True,
@@ -84,31 +84,31 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # Celery settings that work around Celery's own defaults: accepted, ignored, logged at debug.
-IGNORED = frozenset(
-    {
-        "task_acks_late",
-        "task_acks_on_failure_or_timeout",
-        "task_reject_on_worker_lost",
-        "worker_prefetch_multiplier",
-        "visibility_timeout",
-        "broker_pool_limit",
-        "broker_heartbeat",
-        "broker_heartbeat_checkrate",
-        "worker_cancel_long_running_tasks_on_connection_loss",
-        "worker_enable_prefetch_count_reduction",
-        "result_persistent",
-        "task_send_sent_event",
-        "worker_send_task_events",
-        "event_queue_expires",
-        "event_queue_ttl",
-        "result_accept_content",
-        "broker_channel_error_retry",
-        "worker_lost_wait",
-        "result_chord_join_timeout",
-        "result_chord_retry_interval",
-        "broker_login_method",
-    }
-)
+# Each reads back as Celery's default until set (code may read ``app.conf.task_acks_late``).
+IGNORED_DEFAULTS: dict[str, Any] = {
+    "task_acks_late": False,
+    "task_acks_on_failure_or_timeout": True,
+    "task_reject_on_worker_lost": None,
+    "worker_prefetch_multiplier": 4,
+    "visibility_timeout": None,
+    "broker_pool_limit": 10,
+    "broker_heartbeat": 120.0,
+    "broker_heartbeat_checkrate": 3.0,
+    "worker_cancel_long_running_tasks_on_connection_loss": False,
+    "worker_enable_prefetch_count_reduction": True,
+    "result_persistent": None,
+    "task_send_sent_event": False,
+    "worker_send_task_events": False,
+    "event_queue_expires": 60.0,
+    "event_queue_ttl": 5.0,
+    "result_accept_content": None,
+    "broker_channel_error_retry": False,
+    "worker_lost_wait": 10.0,
+    "result_chord_join_timeout": 3.0,
+    "result_chord_retry_interval": 1.0,
+    "broker_login_method": None,
+}
+IGNORED = frozenset(IGNORED_DEFAULTS)
 
 # Old (Celery 3) uppercase names -> new names; anything else uppercase is lowercased.
 OLD_NAMES: dict[str, str] = {
@@ -177,9 +177,10 @@ class Settings(MutableMapping[str, Any]):
     """The app's configuration: a mapping with attribute access and Celery-name translation."""
 
     def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
-        object.__setattr__(self, "_data", dict(DEFAULTS))
+        object.__setattr__(self, "_data", {**IGNORED_DEFAULTS, **DEFAULTS})
         object.__setattr__(self, "_changed", set())
-        for name in DEFAULTS:
+        object.__setattr__(self, "_pinned", set())
+        for name in self._data:
             self._mirror(name)
         if initial:
             self.update(initial)
@@ -213,8 +214,8 @@ class Settings(MutableMapping[str, Any]):
 
     def __delitem__(self, key: str) -> None:
         name = translate(key) or key
-        if name in DEFAULTS:
-            self._data[name] = DEFAULTS[name]
+        if name in DEFAULTS or name in IGNORED_DEFAULTS:
+            self._data[name] = DEFAULTS[name] if name in DEFAULTS else IGNORED_DEFAULTS[name]
         else:
             del self._data[name]
         self._mirror(name)
@@ -269,8 +270,41 @@ class Settings(MutableMapping[str, Any]):
                 continue
             self[name] = value
 
+    def pin(self, key: str, value: Any) -> None:
+        """Set ``key`` so that it wins over the environment too (``potatoq -b URL``)."""
+        self[key] = value
+        self._pinned.add(translate(key) or key)
+
     def broker_url_or_default(self) -> str:
-        return str(self._data.get("broker_url") or os.environ.get("POTATOQ_BROKER_URL") or DEFAULT_BROKER_URL)
+        """The broker URL in use: ``-b``, then the environment (as in Celery), then the setting."""
+        data = self._data
+        if "broker_url" in self._pinned:
+            return str(data["broker_url"])
+        return str(env_setting(BROKER_URL_VARIABLES) or data.get("broker_url") or DEFAULT_BROKER_URL)
+
+    def result_backend_or_env(self) -> Any:
+        """``result_backend`` in use: ``--result-backend``, the environment (it wins over code,
+        as in Celery), then the setting."""
+        data = self._data
+        if "result_backend" in self._pinned:
+            return data["result_backend"]
+        return env_setting(RESULT_BACKEND_VARIABLES) or data.get("result_backend")
+
+
+#: Environment variables that override the code's broker URL and result backend, first one
+#: set wins. Celery reads ``CELERY_BROKER_URL`` / ``CELERY_RESULT_BACKEND`` before the app's
+#: own settings, so deployments set them in the environment to point code at a server.
+BROKER_URL_VARIABLES = ("POTATOQ_BROKER_URL", "CELERY_BROKER_URL")
+RESULT_BACKEND_VARIABLES = ("POTATOQ_RESULT_BACKEND", "CELERY_RESULT_BACKEND")
+
+
+def env_setting(variables: tuple[str, ...]) -> str | None:
+    """The first of ``variables`` set (non-empty) in the environment."""
+    for name in variables:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
 
 
 def load_object(path: str) -> Any:

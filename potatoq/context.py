@@ -84,6 +84,33 @@ def in_task() -> bool:
     return top is not None and not top[1].called_directly
 
 
+class CurrentTask:
+    """Celery's ``current_task``: the task running in this thread or coroutine, as a proxy.
+
+    False (``if current_task:``) outside a task; attributes (``current_task.request.id``,
+    ``current_task.name``) are the running task's.
+    """
+
+    def _get_current_object(self) -> Any:
+        top = current()
+        return None if top is None else top[0]
+
+    def __bool__(self) -> bool:
+        return current() is not None
+
+    def __getattr__(self, name: str) -> Any:
+        task = self._get_current_object()
+        if task is None:
+            raise AttributeError(f"no task is running here, so current_task has no {name!r}")
+        return getattr(task, name)
+
+    def __repr__(self) -> str:
+        return f"<current_task: {self._get_current_object()!r}>"
+
+
+current_task = CurrentTask()
+
+
 # Set by ``Task.delay_on_commit``: follow the caller's transaction even where the task has
 # ``enqueue_on_commit = False`` (read by the transaction glue in ``potatoq.contrib``).
 follow_transaction: contextvars.ContextVar[bool] = contextvars.ContextVar(

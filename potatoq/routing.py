@@ -18,6 +18,19 @@ from .config import load_object
 Route = dict[str, Any]
 Router = Callable[..., Any]
 
+#: Celery's default queue is named ``celery``; potatoq's is ``default``. A migrated project's
+#: routes, ``queue="celery"`` arguments and ``-Q celery`` command lines all mean the default
+#: queue, so the name is read as ``default`` wherever a queue is named (messages, routes,
+#: worker and CLI queue lists): the find-and-replace keeps working and existing potatoq
+#: deployments keep their queue.
+CELERY_DEFAULT_QUEUE = "celery"
+DEFAULT_QUEUE = "default"
+
+
+def queue_name(name: str) -> str:
+    """The queue ``name`` stands for: ``celery`` is another name of the ``default`` queue."""
+    return DEFAULT_QUEUE if name == CELERY_DEFAULT_QUEUE else name
+
 
 def _expand(route: Any) -> Route | None:
     if route is None:

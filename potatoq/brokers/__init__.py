@@ -35,15 +35,17 @@ def scheme_of(url: str) -> str:
     return scheme
 
 
-def broker_class(url: str) -> type[Broker]:
-    """The broker class for ``url``; a clear error for an unknown scheme or missing extra."""
+def broker_class(url: str, role: str = "broker") -> type[Broker]:
+    """The broker class for ``url``; a clear error for an unknown scheme or missing extra.
+
+    ``role`` names what the URL was given for in that error ("broker", "result backend")."""
     from ..utils import mask_url
 
     scheme = scheme_of(url)
     entry = REGISTRY.get(scheme)
     if entry is None:
         known = ", ".join(sorted(f"{s}://" for s in REGISTRY))
-        raise ImproperlyConfigured(f"unknown broker URL scheme in {mask_url(url)!r}; use one of {known}")
+        raise ImproperlyConfigured(f"unknown {role} URL scheme in {mask_url(url)!r}; use one of {known}")
     from ..urls import check_broker_url
 
     check_broker_url(url, scheme)  # before the broker (and its client library) sees it
@@ -60,8 +62,8 @@ def broker_class(url: str) -> type[Broker]:
     return cls
 
 
-def create_broker(config: BrokerConfig) -> Broker:
-    return broker_class(config.url)(config)
+def create_broker(config: BrokerConfig, role: str = "broker") -> Broker:
+    return broker_class(config.url, role)(config)
 
 
 __all__ = ["REGISTRY", "Broker", "BrokerConfig", "broker_class", "create_broker", "scheme_of"]

@@ -17,10 +17,12 @@ __all__ = ["register", "split_names"]
 
 
 def split_names(values: Sequence[str] | None) -> list[str]:
-    """``-Q a,b -Q c`` → ``["a", "b", "c"]``."""
+    """``-Q a,b -Q c`` → ``["a", "b", "c"]`` (``celery`` read as the ``default`` queue)."""
+    from potatoq.routing import queue_name
+
     names: list[str] = []
     for value in values or ():
-        names += [name.strip() for name in value.split(",") if name.strip()]
+        names += [queue_name(name.strip()) for name in value.split(",") if name.strip()]
     return list(dict.fromkeys(names))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from potatoq.brokers.base import validate_queue_name
 from potatoq.exceptions import ImproperlyConfigured
+from potatoq.routing import queue_name
 
 from .procinfo import available_cpus
 
@@ -76,7 +77,7 @@ class WorkerOptions:
             processes, per_child = 1, 1
         else:
             processes = count
-        names = tuple(queues) if queues else (conf.task_default_queue,)
+        names = tuple(queue_name(q) for q in (queues or (conf.task_default_queue,)))
         for name in names:
             validate_queue_name(name)
         max_tasks = (

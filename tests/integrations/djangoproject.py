@@ -95,11 +95,17 @@ class DjangoProject:
         return json.loads(lines[-1]) if lines else None
 
     @contextlib.contextmanager
-    def worker(self, *args: str) -> Iterator[subprocess.Popen[str]]:
-        """``manage.py potatoq worker`` running until the block ends (then SIGTERM)."""
+    def worker(self, *args: str, plain: bool = False) -> Iterator[subprocess.Popen[str]]:
+        """``manage.py potatoq worker`` running until the block ends (then SIGTERM);
+        ``plain``: the plain ``potatoq worker`` command instead, with DJANGO_SETTINGS_MODULE."""
         require_cli()
+        start = (
+            [sys.executable, "-m", "potatoq.cli"]
+            if plain
+            else [sys.executable, str(PROJECT / "manage.py"), "potatoq"]
+        )
         proc = subprocess.Popen(
-            [sys.executable, str(PROJECT / "manage.py"), "potatoq", "worker", "-Q", "shop", *args],
+            [*start, "worker", "-Q", "shop", *args],
             env=self.env,
             cwd=PROJECT,
             stdout=subprocess.PIPE,

@@ -189,3 +189,15 @@ def test_real_worker_runs_committed_tasks_only(project: DjangoProject) -> None:
     after = project.scenario("report", seen["rollback"]["id"], seen["savepoint"]["inner"])
     assert set(after["states"].values()) == {"PENDING"}
     assert [item for item, paid in after["orders"].values() if paid] == ["committed", "outer"]
+
+
+@pytest.mark.parametrize("layout", SAME_DATABASE)
+def test_the_plain_potatoq_command_sets_django_up(layout: str, tmp_path: Path) -> None:
+    """Containers start ``potatoq worker`` with DJANGO_SETTINGS_MODULE and no ``-A``: the
+    worker is the one ``manage.py potatoq worker`` runs (the database is the broker)."""
+    with make_project(layout, tmp_path) as project:
+        seen = project.scenario("all")
+        with project.worker("-c", "1", plain=True):
+            report = project.scenario("wait", seen["commit"]["id"], seen["savepoint"]["outer"])
+        assert report["states"] == {seen["commit"]["id"]: "SUCCESS", seen["savepoint"]["outer"]: "SUCCESS"}
+        assert [item for item, paid in report["orders"].values() if paid] == ["committed", "outer"]

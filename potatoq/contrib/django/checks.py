@@ -48,10 +48,11 @@ def check_settings(app_configs: Sequence[Any] | None = None, **_: Any) -> list[c
 
     from potatoq.brokers import broker_class, scheme_of
     from potatoq.config import translate
+    from potatoq.urls import normalize_url
 
     found: list[checks.CheckMessage] = []
     app = setup.project_app()
-    url = app.conf.broker_url_or_default()
+    url = normalize_url(app.conf.broker_url_or_default())  # kombu's spellings (pyamqp://) are fine
     try:
         broker_class(url)
         if scheme_of(url) == "sqlite":

@@ -21,7 +21,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from potatoq.config import load_object
+from potatoq.config import BROKER_URL_VARIABLES, env_setting, load_object
 from potatoq.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
@@ -74,6 +74,11 @@ def project_app() -> Potatoq:
             raise ImproperlyConfigured(
                 "add 'potatoq.contrib.django' to INSTALLED_APPS to use the Django integration"
             )
+    return _app
+
+
+def configured_app() -> Potatoq | None:
+    """The app :func:`configure` made, or None when the integration isn't installed."""
     return _app
 
 
@@ -134,7 +139,7 @@ def database_url(settings_dict: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _project_name() -> str:
+def project_name() -> str:
     module = os.environ.get("DJANGO_SETTINGS_MODULE") or ""
     return module.split(".", 1)[0] or "django"
 
@@ -167,9 +172,9 @@ def configure(config: AppConfig) -> Potatoq:
         raise ImproperlyConfigured(f"POTATOQ['database'] = {alias!r} is not in settings.DATABASES")
     app = _existing_app(options)
     if app is None:
-        app = Potatoq(_project_name())
+        app = Potatoq(project_name())
         app.conf.update_from(values)
-    if not app.conf.broker_url and not os.environ.get("POTATOQ_BROKER_URL"):
+    if not app.conf.broker_url and not env_setting(BROKER_URL_VARIABLES):
         url = database_url(databases[alias])
         if url is not None:
             app.conf.broker_url = url
@@ -181,6 +186,8 @@ def configure(config: AppConfig) -> Potatoq:
     worker.install(app, alias, config)
     # Not this app's own tasks.py: it is the django.tasks backend, importable on Django 6 only.
     app.autodiscover_tasks([c.name for c in config.apps.get_app_configs() if c.name != config.name])
+    # A kept proj/celery.py's own app.autodiscover_tasks() (no packages) finds the same apps.
+    app.discovery_packages = lambda: [c.name for c in config.apps.get_app_configs() if c.name != config.name]
     if uses_tasks_backend(getattr(settings, "TASKS", None)):
         import_module(f"{config.name}.tasks")  # registers the task that runs Django tasks
     return app

@@ -53,13 +53,18 @@ def _migrate_broker(app: Potatoq, alias: str) -> Any:
     return migrate
 
 
-def install(app: Potatoq, alias: str, config: AppConfig) -> None:
-    from django.db.models.signals import post_migrate
-
+def install_connection_handling() -> None:
+    """Django's connections in workers: closed before forking, recycled around each task."""
     signals.worker_init.connect(_close_all)
     signals.worker_process_init.connect(_in_worker_process)
     signals.task_prerun.connect(_close_old)
     signals.task_postrun.connect(_close_old)
+
+
+def install(app: Potatoq, alias: str, config: AppConfig) -> None:
+    from django.db.models.signals import post_migrate
+
+    install_connection_handling()
     post_migrate.connect(
         _migrate_broker(app, alias), sender=config, dispatch_uid="potatoq.migrate_broker", weak=False
     )
