@@ -97,7 +97,7 @@ def broker(make_broker: BrokerMaker) -> Broker:
 
 
 #: Parameter values that put a test on a server: the services, and the factories that use one.
-SERVER_PARAMS = set(services.DEFAULTS) | {name for name, m in FACTORIES.items() if getattr(m, "SERVICE", None)}
+SERVER_PARAMS = set(services.DEFAULTS) | {n for n, m in FACTORIES.items() if getattr(m, "SERVICE", None)}
 
 
 def _brokers_of(item: pytest.Item) -> set[str]:
@@ -105,9 +105,7 @@ def _brokers_of(item: pytest.Item) -> set[str]:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return set()
-    return {
-        part for value in callspec.params.values() if isinstance(value, str) for part in value.split("+")
-    }
+    return {part for value in callspec.params.values() if isinstance(value, str) for part in value.split("+")}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
