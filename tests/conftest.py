@@ -100,6 +100,10 @@ def broker(make_broker: BrokerMaker) -> Broker:
 SERVER_PARAMS = set(services.DEFAULTS) | {n for n, m in FACTORIES.items() if getattr(m, "SERVICE", None)}
 
 
+#: Fixtures that put a test on a SQLite file shared with real worker/CLI processes.
+SQLITE_FIXTURES = {"env"}
+
+
 def _brokers_of(item: pytest.Item) -> set[str]:
     """The broker-ish words of the item's parameters (``"postgres+memory-broker"`` gives both)."""
     callspec = getattr(item, "callspec", None)
@@ -110,7 +114,7 @@ def _brokers_of(item: pytest.Item) -> set[str]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``server`` the tests parametrized onto a broker that needs a server, and ``sqlite``
-    those on the SQLite broker.
+    those on the SQLite broker (parametrized onto it, or using a fixture of ``SQLITE_FIXTURES``).
 
     That covers every fixture that runs a test once per broker (``make_broker``,
     ``broker_env``, ``fault_env``, the guide's ``world``, the integrations' layouts), so a new
@@ -122,7 +126,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         words = _brokers_of(item)
         if words & SERVER_PARAMS:
             item.add_marker(pytest.mark.server)
-        if any(word == "sqlite" for word in words):
+        if "sqlite" in words or SQLITE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.sqlite)
 
 

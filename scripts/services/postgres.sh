@@ -29,7 +29,10 @@ as_owner() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
-newest_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+newest_bin() {
+  local dirs=(/usr/lib/postgresql/*/bin)
+  [ -d "${dirs[0]}" ] && printf '%s\n' "${dirs[@]}" | sort -V | tail -n 1
+}
 
 own_cluster_runs() {
   local bin
@@ -94,10 +97,12 @@ start() {
   local found rc=0 cluster
   found=$(probe "$MACHINE_URL" 2>"$RUN_DIR/probe.err") || rc=$?
   if [ "$rc" = 1 ] && cluster=$(debian_cluster_on_port); then
-    need_root "starting the Debian cluster ${cluster% *} on port $PORT"
-    say "starting the machine's cluster ${cluster% *} (configured on port $PORT, was down) ..."
-    pg_ctlcluster --skip-systemctl-redirect ${cluster% *} start
-    echo "${cluster% *}" >"$CLUSTER_MARK"
+    local version=${cluster%% *} name
+    name=$(cut -d' ' -f2 <<<"$cluster")
+    need_root "starting the Debian cluster $version/$name on port $PORT"
+    say "starting the machine's cluster $version/$name (configured on port $PORT, was down) ..."
+    pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start
+    echo "$version $name" >"$CLUSTER_MARK"
     rc=0
     found=$(probe "$MACHINE_URL" 2>"$RUN_DIR/probe.err") || rc=$?
   fi

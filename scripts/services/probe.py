@@ -68,10 +68,14 @@ def probe_amqp(sock: socket.socket, _url: str) -> str:
     if header[:4] == b"AMQP":
         raise Unusable("it answered with a protocol header: not AMQP 0-9-1")
     kind, _channel, size = struct.unpack(">BHI", header)
+    if size > 1 << 20:
+        raise Unusable(f"not AMQP 0-9-1: its first frame would be {size} bytes long")
     payload = _read_exactly(sock, size + 1)[:-1]
     class_id, method_id = struct.unpack_from(">HH", payload, 0)
     if kind != 1 or (class_id, method_id) != (10, 10):
-        raise Unusable(f"the first frame is not Connection.Start (type {kind}, method {class_id}.{method_id})")
+        raise Unusable(
+            f"the first frame is not Connection.Start (type {kind}, method {class_id}.{method_id})"
+        )
     (table_size,) = struct.unpack_from(">I", payload, 6)
     props = _amqp_table(payload[10 : 10 + table_size])
     product = props.get("product", b"?").decode("utf-8", "replace").split()[0]
@@ -162,6 +166,8 @@ def probe(url: str) -> str:
     try:
         with sock:
             return PROBES[parts.scheme](sock, url)
+    except Unusable as exc:
+        raise Unusable(f"{host}:{port}: {exc}") from exc
     except (OSError, struct.error, IndexError, ValueError) as exc:
         raise Unusable(f"{host}:{port} answered, but not as {parts.scheme}: {exc}") from exc
 
