@@ -43,11 +43,11 @@ port_taken() { timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 # (status 0) only when nothing listens there, i.e. the caller should start one.
 reuse_running() {
   local url=$1 product=$2 major=$3 knob=$4 found rc=0
-  found=$(probe "$url" 2>"$RUN_DIR/probe.err") || rc=$?
+  found=$(probe "$url" 2>"$RUN_DIR/$SVC-$PORT.probe") || rc=$?
   case $rc in
     0) ;;
     1) return 0 ;;
-    *) fail "the port of $url is taken by something unusable: $(cat "$RUN_DIR/probe.err"); set $knob" ;;
+    *) fail "the port of $url is taken by something unusable: $(cat "$RUN_DIR/$SVC-$PORT.probe"); set $knob" ;;
   esac
   local got_product=${found%% *} got_major=${found#* }
   got_major=${got_major%%.*}

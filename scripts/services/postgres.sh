@@ -95,7 +95,7 @@ start() {
     return 0
   fi
   local found rc=0 cluster
-  found=$(probe "$MACHINE_URL" 2>"$RUN_DIR/probe.err") || rc=$?
+  found=$(probe "$MACHINE_URL" 2>"$RUN_DIR/$SVC-$PORT.probe") || rc=$?
   if [ "$rc" = 1 ] && cluster=$(debian_cluster_on_port); then
     local version=${cluster%% *} name
     name=$(cut -d' ' -f2 <<<"$cluster")
@@ -104,7 +104,7 @@ start() {
     pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start
     echo "$version $name" >"$CLUSTER_MARK"
     rc=0
-    found=$(probe "$MACHINE_URL" 2>"$RUN_DIR/probe.err") || rc=$?
+    found=$(probe "$MACHINE_URL" 2>"$RUN_DIR/$SVC-$PORT.probe") || rc=$?
   fi
   case $rc in
     0)
@@ -112,7 +112,7 @@ start() {
       echo "$MACHINE_URL"
       ;;
     1) start_own_cluster ;;
-    *) fail "$(cat "$RUN_DIR/probe.err"). Let the current user log in to database 'test' without a password, point POTATOQ_TEST_POSTGRES_URL at a server that does, or set POTATOQ_POSTGRES_PORT for a cluster of our own" ;;
+    *) fail "$(cat "$RUN_DIR/$SVC-$PORT.probe"). Let the current user log in to database 'test' without a password, point POTATOQ_TEST_POSTGRES_URL at a server that does, or set POTATOQ_POSTGRES_PORT for a cluster of our own" ;;
   esac
 }
 
