@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.potatoq-installed
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test lint format bench reliability clean venv test-django-tasks
+.PHONY: demo test test-fast lint format bench reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -60,17 +60,46 @@ $(BENCH_ARQ_STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/potatoq demo
 
+# The test services (scripts/services/): PostgreSQL, Redis, Valkey 8 and RabbitMQ 4, each
+# reused when it already runs on its port, else started (RabbitMQ 4 and Valkey from a Debian 13
+# rootfs built once, which needs root). `up` prints export lines with their URLs.
+SERVICES_UP := bash scripts/services/up
+
+services:
+	@$(SERVICES_UP) --strict
+
+# Stops only what `make services` / `make test` started; servers they reused keep running.
+services-stop:
+	@bash scripts/services/down
+
+# Starts the missing services first (a warning, not an error, when one can't start outside
+# CI: its tests then skip and the summary lists it).
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@echo "make test: starting the test services that are not running (scripts/services/up) ..."
+	@exports=$$($(SERVICES_UP)) && eval "$$exports" && $(PY) -m pytest $(PYTEST_ARGS)
+
+# The tests that need no server and no worker processes (memory broker, codec, API, canvas,
+# config, CLI, docs), for the edit-test loop. tests/conftest.py marks `server` and `sqlite`
+# the tests parametrized onto those brokers; a test that asks for a server in its own body
+# is skipped by tests/services.py under POTATOQ_TEST_SERVERLESS=1.
+test-fast: $(STAMP)
+	POTATOQ_TEST_SERVERLESS=1 $(PY) -m pytest -m "not server and not sqlite and not slow" -rfE $(PYTEST_ARGS)
+
+# A wheel of potatoq in dist/, to install into another project: pip install 'dist/potatoq-*.whl[redis]'
+dist: $(STAMP)
+	rm -rf dist
+	@if [ -n "$(UV)" ]; then uv build -q --wheel -o dist; \
+	else $(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w dist .; fi
+	@ls dist/*.whl
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check potatoq tests benchmarks
-	$(VENV)/bin/ruff format --check potatoq tests benchmarks
+	$(VENV)/bin/ruff check potatoq tests benchmarks scripts
+	$(VENV)/bin/ruff format --check potatoq tests benchmarks scripts
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format potatoq tests benchmarks
-	$(VENV)/bin/ruff check --fix potatoq tests benchmarks
+	$(VENV)/bin/ruff format potatoq tests benchmarks scripts
+	$(VENV)/bin/ruff check --fix potatoq tests benchmarks scripts
 
 # Every broker, potatoq beside its peers, in one run (docs/benchmarks.md). Select with
 # e.g. BENCH_ARGS="--brokers redis,postgres -n 2000".
@@ -102,4 +131,4 @@ test-django-tasks: $(STAMP313)
 	POTATOQ_REQUIRE_DJANGO_TASKS=1 $(VENV313)/bin/python -m pytest tests/integrations/django_tasks $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV313) $(BENCH_VENV) $(BENCH_ARQ_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV313) $(BENCH_VENV) $(BENCH_ARQ_VENV) .pytest_cache .mypy_cache .ruff_cache dist build

@@ -96,6 +96,40 @@ def broker(make_broker: BrokerMaker) -> Broker:
     return make_broker()
 
 
+#: Parameter values that put a test on a server: the services, and the factories that use one.
+SERVER_PARAMS = set(services.DEFAULTS) | {n for n, m in FACTORIES.items() if getattr(m, "SERVICE", None)}
+
+
+#: Fixtures that put a test on a SQLite file shared with real worker/CLI processes.
+SQLITE_FIXTURES = {"env"}
+
+
+def _brokers_of(item: pytest.Item) -> set[str]:
+    """The broker-ish words of the item's parameters (``"postgres+memory-broker"`` gives both)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return set()
+    return {part for value in callspec.params.values() if isinstance(value, str) for part in value.split("+")}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``server`` the tests parametrized onto a broker that needs a server, and ``sqlite``
+    those on the SQLite broker (parametrized onto it, or using a fixture of ``SQLITE_FIXTURES``).
+
+    That covers every fixture that runs a test once per broker (``make_broker``,
+    ``broker_env``, ``fault_env``, the guide's ``world``, the integrations' layouts), so a new
+    test on one of them lands in the right bucket by itself: ``make test-fast`` keeps only
+    their memory-broker copies. A test that asks for a server in its own body is caught at
+    run time by ``services.require``.
+    """
+    for item in items:
+        words = _brokers_of(item)
+        if words & SERVER_PARAMS:
+            item.add_marker(pytest.mark.server)
+        if "sqlite" in words or SQLITE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.sqlite)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if services.UNREACHABLE:
         terminalreporter.section("UNREACHABLE SERVICES: their tests were skipped", sep="!", red=True)
