@@ -12,9 +12,10 @@ from typing import Any, Concatenate, Literal, overload
 
 from . import routing, signals
 from .brokers import create_broker, scheme_of
-from .brokers.base import Broker, BrokerConfig, ResultRecord
+from .brokers.base import Broker, BrokerConfig
 from .canvas import Signature, resolve_eta, resolve_expires
 from .config import Settings, load_object
+from .control import Control
 from .exceptions import ImproperlyConfigured, MessageTooLarge, NotRegistered, OperationalError
 from .message import Message, new_id
 from .pydantic_args import OPTIONS as PYDANTIC_OPTIONS
@@ -47,39 +48,6 @@ def current_app() -> Potatoq:
 class TaskRegistry(dict[str, BaseTask]):
     def __missing__(self, key: str) -> BaseTask:
         raise NotRegistered(key)
-
-
-class Control:
-    """``app.control``: revocation (Celery's remote control, without the broadcast)."""
-
-    def __init__(self, app: Potatoq) -> None:
-        self.app = app
-
-    def revoke(self, task_id: str | Sequence[str], terminate: bool = False, **_: Any) -> None:
-        ids = [task_id] if isinstance(task_id, str) else list(task_id)
-        for one in ids:
-            self.app.broker.revoke(one)
-            backend = self.app.backend
-            if backend is not None:
-                backend.store_result(
-                    ResultRecord(
-                        task_id=one, state="REVOKED", result=_revoked_exc(one), date_done=time.time()
-                    )
-                )
-        if terminate:
-            logger.info("revoke(terminate=True): running tasks finish; potatoq doesn't kill them remotely")
-
-    def purge(self) -> int:
-        stats = self.app.broker.queue_stats()
-        return self.app.broker.purge([s.queue for s in stats])
-
-
-def _revoked_exc(task_id: str) -> dict[str, Any]:
-    return {
-        "exc_type": "TaskRevokedError",
-        "exc_message": [f"task {task_id} revoked"],
-        "exc_module": "potatoq.exceptions",
-    }
 
 
 class Potatoq:
