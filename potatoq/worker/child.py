@@ -34,7 +34,7 @@ from potatoq import signals
 from potatoq.brokers.base import Delivery, Outcome, WorkerRef
 from potatoq.exceptions import SoftTimeLimitExceeded
 
-from .ipc import SlotBoard, Tally
+from .ipc import SharedFlag, SlotBoard, Tally
 from .limits import SOFT_LIMIT_CANCEL, SoftLimits
 from .options import WorkerOptions
 from .procinfo import rss_kib
@@ -267,8 +267,14 @@ def child_main(
     index: int = 1,
     tally: Tally | None = None,
     board: SlotBoard | None = None,
+    grants_fd: int | None = None,
+    terminating: SharedFlag | None = None,
 ) -> None:
-    """The body of a forked child; never returns (``os._exit``)."""
+    """The body of a forked child; never returns (``os._exit``).
+
+    ``grants_fd``: where the supervisor grants rate-limit tokens (``ratelimit``);
+    ``terminating``: set by the supervisor before it signals ``revoke(terminate=True)``.
+    """
     code = 0
     try:
         import multiprocessing
@@ -284,11 +290,19 @@ def child_main(
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
         from .executor import Executor
         from .ipc import EventWriter
+        from .ratelimit import NodeRateLimiter
 
         signals.worker_process_init.send(sender=app)
-        runner = ChildRunner(app, options, EventWriter(write_fd, tally, board), Executor(app))
+        writer = EventWriter(write_fd, tally, board)
+        limiter = NodeRateLimiter(writer.token, grants_fd) if grants_fd is not None else None
+        runner = ChildRunner(app, options, writer, Executor(app, rate_limiter=limiter))
 
         def on_term(signum: int, frame: FrameType | None) -> None:
+            if terminating is not None and terminating.is_set():
+                # revoke(terminate=True): die of the signal, as a Celery pool process does
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
             runner.request_stop()
 
         signal.signal(signal.SIGTERM, on_term)

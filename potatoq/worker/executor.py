@@ -40,7 +40,7 @@ from ..exceptions import ChordError, Ignore, Reject, Retry, TaskRevokedError
 from ..message import Message
 from ..result import decode_exception, encode_exception
 from ..serialization import dumps, loads
-from .ratelimit import RateLimiter
+from .ratelimit import Limiter, RateLimiter
 
 if TYPE_CHECKING:
     from ..app import Potatoq
@@ -67,6 +67,7 @@ class Executor:
         backend: Broker | bool | None = True,
         hostname: str | None = None,
         always_store_results: bool = False,
+        rate_limiter: Limiter | None = None,
     ) -> None:
         self.app = app
         self.broker = broker if broker is not None else app.broker
@@ -84,7 +85,7 @@ class Executor:
         self.hostname = hostname
         self.always_store_results = always_store_results
         self._local = threading.local()
-        self._rate_limiter = RateLimiter()
+        self._rate_limiter: Limiter = rate_limiter if rate_limiter is not None else RateLimiter()
 
     # ------------------------------------------------------------------------- public API
     def execute(self, delivery: Delivery) -> Outcome:
@@ -105,6 +106,19 @@ class Executor:
         task = self.app.tasks.get(message.task)
         request = self._request(message, delivery)
         return self._failure(message, task, request, exc, f"{type(exc).__name__}: {exc}\n", dead=True)
+
+    def terminated_outcome(self, delivery: Delivery, signal_name: str) -> Outcome:
+        """The outcome for a delivery whose process was stopped by ``revoke(terminate=True)``:
+        a REVOKED result (and chord join), not run again."""
+        message = delivery.message
+        if message is None:
+            return DeadLetter(reason=f"revoked and terminated ({signal_name})")
+        request = self._request(message, delivery)
+        task = self.app.tasks.get(message.task)
+        signals.task_revoked.send(
+            sender=task, request=request, terminated=True, signum=signal_name, expired=False
+        )
+        return self._revoked(message, request, f"revoked and terminated ({signal_name})")
 
     def time_limits(self, delivery: Delivery) -> tuple[float | None, float | None]:
         """(soft, hard) seconds for this delivery: message headers, then task, then settings."""
