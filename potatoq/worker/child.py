@@ -165,6 +165,8 @@ class ChildRunner:
                     continue
                 limits = self._limits(delivery)
                 self.reporter.start(delivery, *limits, thread=index)
+            if self._wait_for_rate(delivery):
+                self.reporter.start(delivery, *limits, thread=index)  # its time limits count from now
             outcome = self._execute(delivery, limits[0])
             self._count_task()
             delivery, limits = self._settle(delivery, outcome, index)
@@ -176,6 +178,18 @@ class ChildRunner:
             logger.exception("can't read the time limits of %s; using none", describe(delivery))
             return None, None
         return soft, hard
+
+    def _wait_for_rate(self, delivery: Delivery) -> bool:
+        """Wait for the task's rate-limit token, outside its time limits (as Celery, which
+        holds a rate-limited task back before it reaches a pool process). The delivery was
+        reported already, so its lease is extended meanwhile and a crash still settles it."""
+        try:
+            # the hard-limit clock stops while it waits (as while a settle is retried)
+            waited: bool = self.executor.wait_for_rate(delivery, lambda: self.reporter.settling(delivery))
+        except Exception:
+            logger.exception("can't apply the rate limit of %s; running it now", describe(delivery))
+            return False
+        return waited
 
     def _execute(self, delivery: Delivery, soft: float | None) -> Outcome:
         started = time.perf_counter()

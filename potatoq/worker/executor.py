@@ -120,6 +120,29 @@ class Executor:
         )
         return self._revoked(message, request, f"revoked and terminated ({signal_name})")
 
+    def wait_for_rate(self, delivery: Delivery, before: Callable[[], None] | None = None) -> bool:
+        """Block until the delivery's task may start under its rate limit. True when it has
+        one (``before`` is called first: the caller stops its time-limit clocks); the
+        following :meth:`execute` of it in this thread then doesn't wait again."""
+        message = delivery.message
+        task = self.app.tasks.get(message.task) if message is not None else None
+        if message is None or task is None:
+            return False
+        rate = self._rate_of(task)
+        if not rate:
+            return False
+        if before is not None:
+            before()
+        self._rate_limiter.acquire(task.name, rate)
+        self._local.granted = message.id
+        return True
+
+    def _rate_of(self, task: Task) -> str | float | int | None:
+        if self.app.conf.worker_disable_rate_limits:
+            return None
+        rate: str | float | int | None = task.rate_limit or self.app.conf.task_default_rate_limit
+        return rate
+
     def time_limits(self, delivery: Delivery) -> tuple[float | None, float | None]:
         """(soft, hard) seconds for this delivery: message headers, then task, then settings."""
         message = delivery.message
@@ -184,9 +207,10 @@ class Executor:
     def _run(
         self, task: Task, message: Message, request: Context, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome:
-        rate = task.rate_limit or self.app.conf.task_default_rate_limit
-        if rate and not self.app.conf.worker_disable_rate_limits:
+        rate = self._rate_of(task)
+        if rate and getattr(self._local, "granted", None) != message.id:
             self._rate_limiter.acquire(task.name, rate)
+        self._local.granted = None
         token = context.push(task, request)
         started = time.monotonic()
         signals.task_prerun.send(sender=task, task_id=message.id, task=task, args=args, kwargs=kwargs)

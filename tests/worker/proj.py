@@ -152,3 +152,9 @@ def stubborn(self, name: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     mark(f"started-{name}", {"pid": os.getpid(), "delivery": self.request.deliveries})
     time.sleep(120)
+
+
+@app.task(name="proj.rated_briefly", rate_limit="2/s", soft_time_limit=1.0, time_limit=1.5)
+def rated_briefly(n: int) -> int:
+    """Rate-limited with time limits shorter than the wait for a token on a busy node."""
+    return n

@@ -45,3 +45,13 @@ def test_rate_limit_is_shared_by_the_processes_of_a_node(env: Env, client: objec
 def test_rate_limit_per_node_on_other_brokers(broker_env: Env, broker_client: object) -> None:
     within, starts = _count_within_window(broker_env, broker_client, PROCESSES)
     assert within <= MOST, f"{within} starts within {WINDOW}s at 5/s over {PROCESSES} processes: {starts}"
+
+
+def test_waiting_for_a_token_is_outside_the_time_limits(env: Env, client: object) -> None:
+    """At 2/s over 4 processes a task waits about 1.5 s for its token, longer than its
+    1 s soft and 1.5 s hard limit: the limits count from when it may start, as in Celery."""
+    from tests.worker import proj
+
+    env.worker("-c", str(PROCESSES))
+    results = [proj.rated_briefly.delay(n) for n in range(10)]
+    assert [r.get(timeout=60) for r in results] == list(range(10))
