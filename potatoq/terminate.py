@@ -8,7 +8,7 @@ has (RabbitMQ's is its result backend, which revoking needs there anyway). It ex
 
 Every worker supervisor reads the requests for the tasks its children run about once a
 second (one ``get_result`` per running task) and signals the child that runs a requested
-one (see ``worker/revoking.py``).
+one (see ``worker/supervisor.py``).
 """
 
 from __future__ import annotations

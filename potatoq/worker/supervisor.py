@@ -77,6 +77,10 @@ KILLED_BY_REVOKE = "revoked with terminate=True"
 #: this many seconds later (a task may catch SIGTERM to clean up, or be stuck in C code).
 TERMINATE_GRACE = 5.0
 
+#: Tasks running for less than this aren't checked for a termination request yet (the
+#: next check, a second later, asks about them).
+TERMINATE_MIN_AGE = 0.5
+
 #: After reading children's events, wait this long for more before reading again
 #: (signals still wake the supervisor at once).
 EVENT_BATCH_WINDOW = 0.02
@@ -585,22 +589,27 @@ class Supervisor:
     def _terminate_revoked(self) -> None:
         """Signal the children running a task that ``revoke(terminate=True)`` asked to stop
         (a chore, about once a second: one ``get_result`` per running task)."""
-        if self.stopping:
-            return
+        broker = self.app.broker
+        if self.stopping or not (broker.capabilities.stores_results or broker.config.result_backend):
+            return  # (RabbitMQ without a result backend can't revoke at all)
         running: dict[str, list[tuple[Child, tuple[str, str]]]] = {}
+        # A task that started moments ago is asked about next round: a busy node of short
+        # tasks then makes no broker call for them at all.
+        started_before = time.monotonic() - TERMINATE_MIN_AGE
         for child in self.children.values():
             if child.killed is None:
-                for key in _running_keys(child):
-                    running.setdefault(key[0], []).append((child, key))
+                for key, started in _running_since(child).items():
+                    if started <= started_before:
+                        running.setdefault(key[0], []).append((child, key))
         if not running:
             return
-        for task_id, signum in termination_requests(self.app.broker, list(running)).items():
+        for task_id, signum in termination_requests(broker, list(running)).items():
             for child, key in running[task_id]:
                 self._terminate(child, key, signum)
 
     def _terminate(self, child: Child, key: tuple[str, str], signum: signal.Signals) -> None:
         self._read_events(child)  # it may have finished just now
-        if child.killed is not None or key not in set(_running_keys(child)):
+        if child.killed is not None or key not in _running_since(child):
             return
         logger.warning(
             "task [%s] revoked with terminate=True: sending %s to child %d", key[0], signum.name, child.pid
@@ -782,19 +791,19 @@ def _limited(child: Child) -> list[Limited]:
     return found
 
 
-def _running_keys(child: Child) -> list[tuple[str, str]]:
-    """(task id, token) of what ``child`` runs, from what it reported and its board: no
-    broker call."""
-    keys = [item.key for item in child.running.items()]
+def _running_since(child: Child) -> dict[tuple[str, str], float]:
+    """(task id, token) -> start (monotonic clock) of what ``child`` runs, from what it
+    reported and its board: no broker call."""
+    found = {item.key: item.started for item in child.running.items()}
     if child.board is not None:
-        reported = set(keys)
-        keys += [(t, k) for t, k, _s, _h in child.board.entries() if (t, k) not in reported]
-    return keys
+        for task_id, token, started, _hard in child.board.entries():
+            found.setdefault((task_id, token), started)
+    return found
 
 
 def _count_running(child: Child) -> int:
     """How many tasks ``child`` runs (only a log line needs it)."""
-    return len(_running_keys(child))
+    return len(_running_since(child))
 
 
 def _holding(delivery: Delivery, pid: int) -> Running:
