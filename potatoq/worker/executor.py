@@ -208,9 +208,10 @@ class Executor:
         self, task: Task, message: Message, request: Context, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome:
         rate = self._rate_of(task)
-        if rate and getattr(self._local, "granted", None) != message.id:
-            self._rate_limiter.acquire(task.name, rate)
-        self._local.granted = None
+        if rate:
+            if getattr(self._local, "granted", None) != message.id:  # not waited for already
+                self._rate_limiter.acquire(task.name, rate)
+            self._local.granted = None
         token = context.push(task, request)
         started = time.monotonic()
         signals.task_prerun.send(sender=task, task_id=message.id, task=task, args=args, kwargs=kwargs)
