@@ -14,9 +14,10 @@ from typing import Any, Concatenate, Literal, overload
 
 from . import routing, sendchecks, signals
 from .brokers import create_broker, scheme_of
-from .brokers.base import Broker, BrokerConfig, ResultRecord
+from .brokers.base import Broker, BrokerConfig
 from .canvas import Signature, resolve_eta, resolve_expires
 from .config import Settings, load_object
+from .control import Control
 from .exceptions import ImproperlyConfigured, InvalidOption, MessageTooLarge, NotRegistered, OperationalError
 from .message import Message, new_id
 from .pydantic_args import OPTIONS as PYDANTIC_OPTIONS
@@ -57,59 +58,6 @@ class TaskRegistry(dict[str, BaseTask]):
         raise NotRegistered(key)
 
 
-class Control:
-    """``app.control``: revocation (Celery's remote control, without the broadcast)."""
-
-    def __init__(self, app: Potatoq) -> None:
-        self.app = app
-
-    def revoke(self, task_id: str | Sequence[str], terminate: bool = False, **_: Any) -> None:
-        ids = [task_id] if isinstance(task_id, str) else list(task_id)
-        for one in ids:
-            self.app.broker.revoke(one)
-            backend = self.app.backend
-            if backend is not None:
-                backend.store_result(
-                    ResultRecord(
-                        task_id=one, state="REVOKED", result=_revoked_exc(one), date_done=time.time()
-                    )
-                )
-        if terminate:
-            logger.info("revoke(terminate=True): running tasks finish; potatoq doesn't kill them remotely")
-
-    def purge(self) -> int:
-        stats = self.app.broker.queue_stats()
-        return self.app.broker.purge([s.queue for s in stats])
-
-    # Celery's broadcast commands: there is no broadcast channel, so each names what to use.
-    def shutdown(self, *_: Any, **__: Any) -> None:
-        _unsupported("shutdown", "send the worker SIGTERM (it finishes or requeues its tasks)")
-
-    def add_consumer(self, *_: Any, **__: Any) -> None:
-        _unsupported("add_consumer", "start a worker with -Q for that queue")
-
-    def cancel_consumer(self, *_: Any, **__: Any) -> None:
-        _unsupported("cancel_consumer", "restart the worker with the -Q it should consume")
-
-    def rate_limit(self, *_: Any, **__: Any) -> None:
-        _unsupported("rate_limit", "set rate_limit on the task or in task_annotations and restart")
-
-    def pool_grow(self, *_: Any, **__: Any) -> None:
-        _unsupported("pool_grow", "restart the worker with a larger -c")
-
-    def pool_shrink(self, *_: Any, **__: Any) -> None:
-        _unsupported("pool_shrink", "restart the worker with a smaller -c")
-
-    def broadcast(self, command: str, *_: Any, **__: Any) -> None:
-        _unsupported(
-            f"broadcast({command!r})", "`potatoq status` and `potatoq inspect` read the workers' heartbeats"
-        )
-
-
-def _unsupported(command: str, instead: str) -> None:
-    raise NotImplementedError(f"app.control.{command} is not supported (no broadcast channel): {instead}")
-
-
 class AMQP:
     """``app.amqp``: what Celery code reads of it, the queues this app knows by name."""
 
@@ -145,14 +93,6 @@ def _epoch(resolve: Callable[..., float | None], *values: Any) -> float | None:
         return resolve(*values)
     except OverflowError:
         raise InvalidOption(f"countdown/eta/expires out of range: {values!r:.80}") from None
-
-
-def _revoked_exc(task_id: str) -> dict[str, Any]:
-    return {
-        "exc_type": "TaskRevokedError",
-        "exc_message": [f"task {task_id} revoked"],
-        "exc_module": "potatoq.exceptions",
-    }
 
 
 class Potatoq:

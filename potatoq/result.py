@@ -414,8 +414,9 @@ class AsyncResult(Generic[R]):
 
     # -- control -------------------------------------------------------------------------
     def revoke(self, connection: Any = None, terminate: bool = False, signal: Any = None, **_: Any) -> None:
-        """Stop the task from running if it hasn't started (its state becomes REVOKED)."""
-        self.app.control.revoke(self.id, terminate=terminate)
+        """Stop the task from running if it hasn't started (its state becomes REVOKED); with
+        ``terminate=True`` also if it is running: its process gets ``signal`` (SIGTERM)."""
+        self.app.control.revoke(self.id, terminate=terminate, signal=signal)
 
     def forget(self) -> None:
         backend = self.backend

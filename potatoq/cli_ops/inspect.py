@@ -1,4 +1,5 @@
-"""``potatoq inspect active|registered|stats|ping|active_queues``, Celery's names and shapes.
+"""``potatoq inspect METHOD``: Celery's inspect methods (active, scheduled, reserved, registered,
+stats, ping, active_queues), with Celery's names and shapes.
 
 Celery broadcasts these to live workers and waits for replies; potatoq answers them from
 the heartbeat every worker writes to the broker (every ``worker_heartbeat_interval``), so
@@ -10,63 +11,28 @@ replied". ``--json`` prints ``{node: reply}``, as ``celery inspect --json`` does
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import Any
 
+from potatoq.control import reply_for
 from potatoq.utils.printable import printable
 
-from .nodes import Node, read_nodes, running_json
+from .nodes import Node, read_nodes
 from .output import duration
 from .session import Exit, Registrar, Session, guarded
 
 __all__ = ["register"]
 
 
-def _active(node: Node) -> Any:
-    return [
-        {
-            "id": run["id"],
-            "name": run["task"],
-            "worker_pid": run["pid"],
-            "time_start": run["started_at"],
-            "runtime": run["runtime"],
-            "hostname": node.name,
-        }
-        for run in running_json(node)
-    ]
-
-
-def _registered(node: Node) -> Any:
-    return list(node.info.registered)
-
-
-def _stats(node: Node) -> Any:
-    info = node.info
-    return {
-        "pid": info.pid,
-        "hostname": info.hostname,
-        "pool": {"max-concurrency": info.concurrency, "running": len(info.running)},
-        "total": info.processed,
-        "uptime": round(node.uptime, 3),
-        "queues": list(info.queues),
-        "last_heartbeat_age": round(node.seen_age, 3),
-    }
-
-
-def _ping(node: Node) -> Any:
-    return {"ok": "pong"}
-
-
-def _active_queues(node: Node) -> Any:
-    return [{"name": queue} for queue in node.info.queues]
-
-
-REPLIES: dict[str, tuple[Callable[[Node], Any], str]] = {
-    "active": (_active, "tasks each node is running now"),
-    "registered": (_registered, "task names each node knows"),
-    "stats": (_stats, "pid, concurrency, tasks processed, uptime, queues"),
-    "ping": (_ping, "which nodes are alive"),
-    "active_queues": (_active_queues, "queues each node consumes"),
+#: The inspect methods, with their help lines; the replies are built by ``potatoq.control``
+#: (the same as ``app.control.inspect()`` returns).
+METHODS: dict[str, str] = {
+    "active": "tasks each node is running now",
+    "scheduled": "tasks with an eta each node holds (none: the broker holds them)",
+    "reserved": "tasks each node took but hasn't started (none: no prefetch)",
+    "registered": "task names each node knows",
+    "stats": "pid, concurrency, tasks processed, uptime, queues",
+    "ping": "which nodes are alive",
+    "active_queues": "queues each node consumes",
 }
 
 
@@ -79,7 +45,7 @@ def _text(method: str, node: Node, reply: Any) -> list[str]:
             f"* {r['name'] or '?'}[{r['id']}] pid {r['worker_pid']}, running for {duration(r['runtime'])}"
             for r in reply
         ] or ["- empty -"]
-    if method == "registered":
+    if method in ("registered", "scheduled", "reserved"):
         return [f"* {name}" for name in reply] or ["- empty -"]
     if method == "active_queues":
         return [f"* {q['name']}" for q in reply] or ["- empty -"]
@@ -96,7 +62,7 @@ def _plain(value: Any) -> str:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     methods = parser.add_subparsers(dest="inspect_method", metavar="METHOD", required=True)
-    for name, (_, help_text) in REPLIES.items():
+    for name, help_text in METHODS.items():
         sub = methods.add_parser(name, help=help_text, description=help_text)
         sub.add_argument(
             "-d",
@@ -117,8 +83,7 @@ def cmd_inspect(session: Session) -> int:
         for n in read_nodes(session.broker, float(session.app.conf.worker_dead_after), only=only)
         if n.online
     ]
-    build = REPLIES[args.inspect_method][0]
-    replies = {n.name: build(n) for n in nodes}
+    replies = {n.name: reply_for(args.inspect_method, n.info, n.now, session.broker) for n in nodes}
     if args.json:
         session.json(replies)
     else:
@@ -143,6 +108,6 @@ def cmd_inspect(session: Session) -> int:
 def register(command: Registrar) -> None:
     command(
         "inspect",
-        "Celery-style inspect (active, registered, stats, ping, active_queues)",
+        "Celery-style inspect (active, scheduled, reserved, registered, stats, ping, active_queues)",
         arguments=_arguments,
     )(guarded(cmd_inspect))

@@ -34,7 +34,7 @@ from potatoq import signals
 from potatoq.brokers.base import Delivery, Outcome, WorkerRef
 from potatoq.exceptions import SoftTimeLimitExceeded
 
-from .ipc import SlotBoard, Tally
+from .ipc import SharedFlag, SlotBoard, Tally
 from .limits import SOFT_LIMIT_CANCEL, SoftLimits
 from .options import WorkerOptions
 from .procinfo import rss_kib
@@ -165,6 +165,8 @@ class ChildRunner:
                     continue
                 limits = self._limits(delivery)
                 self.reporter.start(delivery, *limits, thread=index)
+            if self._wait_for_rate(delivery):
+                self.reporter.start(delivery, *limits, thread=index)  # its time limits count from now
             outcome = self._execute(delivery, limits[0])
             self._count_task()
             delivery, limits = self._settle(delivery, outcome, index)
@@ -176,6 +178,18 @@ class ChildRunner:
             logger.exception("can't read the time limits of %s; using none", describe(delivery))
             return None, None
         return soft, hard
+
+    def _wait_for_rate(self, delivery: Delivery) -> bool:
+        """Wait for the task's rate-limit token, outside its time limits (as Celery, which
+        holds a rate-limited task back before it reaches a pool process). The delivery was
+        reported already, so its lease is extended meanwhile and a crash still settles it."""
+        try:
+            # the hard-limit clock stops while it waits (as while a settle is retried)
+            waited: bool = self.executor.wait_for_rate(delivery, lambda: self.reporter.settling(delivery))
+        except Exception:
+            logger.exception("can't apply the rate limit of %s; running it now", describe(delivery))
+            return False
+        return waited
 
     def _execute(self, delivery: Delivery, soft: float | None) -> Outcome:
         started = time.perf_counter()
@@ -267,8 +281,14 @@ def child_main(
     index: int = 1,
     tally: Tally | None = None,
     board: SlotBoard | None = None,
+    grants_fd: int | None = None,
+    terminating: SharedFlag | None = None,
 ) -> None:
-    """The body of a forked child; never returns (``os._exit``)."""
+    """The body of a forked child; never returns (``os._exit``).
+
+    ``grants_fd``: where the supervisor grants rate-limit tokens (``ratelimit``);
+    ``terminating``: set by the supervisor before it signals ``revoke(terminate=True)``.
+    """
     code = 0
     try:
         import multiprocessing
@@ -284,11 +304,19 @@ def child_main(
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
         from .executor import Executor
         from .ipc import EventWriter
+        from .ratelimit import NodeRateLimiter
 
         signals.worker_process_init.send(sender=app)
-        runner = ChildRunner(app, options, EventWriter(write_fd, tally, board), Executor(app))
+        writer = EventWriter(write_fd, tally, board)
+        limiter = NodeRateLimiter(writer.token, grants_fd) if grants_fd is not None else None
+        runner = ChildRunner(app, options, writer, Executor(app, rate_limiter=limiter))
 
         def on_term(signum: int, frame: FrameType | None) -> None:
+            if terminating is not None and terminating.is_set():
+                # revoke(terminate=True): die of the signal, as a Celery pool process does
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
             runner.request_stop()
 
         signal.signal(signal.SIGTERM, on_term)

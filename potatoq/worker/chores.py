@@ -1,5 +1,5 @@
 """The supervisor's periodic broker chores: heartbeat, recovery, leases, periodic tasks,
-and settles kept for later because the broker was unreachable.
+termination requests, and settles kept for later because the broker was unreachable.
 
 Each chore runs when due (:meth:`Chores.run_due` returns when to call it again). A chore
 that finds the broker unreachable ends the round: the others would only wait out the same
@@ -29,6 +29,8 @@ __all__ = ["Chores", "PendingSettle"]
 logger = logging.getLogger("potatoq.worker.supervisor")
 
 LEASE_EXTEND_INTERVAL = 5.0
+#: How often running tasks are checked for a ``revoke(terminate=True)`` request.
+TERMINATE_CHECK_INTERVAL = 1.0
 
 
 @dataclasses.dataclass
@@ -52,6 +54,7 @@ class Chores:
         *,
         processed: Callable[[], int] = lambda: 0,
         orphans: Callable[[], None] | None = None,
+        terminations: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
@@ -59,6 +62,7 @@ class Chores:
         self.running = running
         self.processed = processed
         self.orphans = orphans  # settles this node's claims held by no live process
+        self.terminations = terminations  # signals the tasks revoke(terminate=True) asked to stop
         self.clock = clock
         self.started_at = time.time()
         self.pending: list[PendingSettle] = []
@@ -68,6 +72,8 @@ class Chores:
         # Leases last dead_after; extend well before that (every 5 s by default).
         self.extend_interval = max(0.2, min(LEASE_EXTEND_INTERVAL, options.dead_after / 3))
         self._due = {"heartbeat": now, "recover": now, "extend": now + self.extend_interval, "beat": now}
+        if terminations is not None:
+            self._due["terminate"] = now
         self._unreachable_since: float | None = None
 
     @property
@@ -106,6 +112,9 @@ class Chores:
                 if self.broker.capabilities.leases:
                     self._guard("lease extension", self._extend)
                 self._due["extend"] = now + self.extend_interval
+            if self.terminations is not None and self._due["terminate"] <= now:
+                self._guard("checking for revoked tasks to terminate", self.terminations)
+                self._due["terminate"] = now + TERMINATE_CHECK_INTERVAL
             if self.scheduler is not None and self._due["beat"] <= now:
                 delay = self._guard("periodic scheduler", self.scheduler.tick)
                 self._due["beat"] = now + (delay if isinstance(delay, float) else 1.0)

@@ -40,7 +40,7 @@ from ..exceptions import ChordError, Ignore, Reject, Retry, TaskRevokedError
 from ..message import Message
 from ..result import decode_exception, encode_exception
 from ..serialization import dumps, loads
-from .ratelimit import RateLimiter
+from .ratelimit import Limiter, RateLimiter
 
 if TYPE_CHECKING:
     from ..app import Potatoq
@@ -68,6 +68,7 @@ class Executor:
         backend: Broker | bool | None = True,
         hostname: str | None = None,
         always_store_results: bool = False,
+        rate_limiter: Limiter | None = None,
     ) -> None:
         self.app = app
         self.broker = broker if broker is not None else app.broker
@@ -85,7 +86,7 @@ class Executor:
         self.hostname = hostname
         self.always_store_results = always_store_results
         self._local = threading.local()
-        self._rate_limiter = RateLimiter()
+        self._rate_limiter: Limiter = rate_limiter if rate_limiter is not None else RateLimiter()
 
     # ------------------------------------------------------------------------- public API
     def execute(self, delivery: Delivery) -> Outcome:
@@ -106,6 +107,42 @@ class Executor:
         task = self.app.tasks.get(message.task)
         request = self._request(message, delivery)
         return self._failure(message, task, request, exc, f"{type(exc).__name__}: {exc}\n", dead=True)
+
+    def terminated_outcome(self, delivery: Delivery, signal_name: str) -> Outcome:
+        """The outcome for a delivery whose process was stopped by ``revoke(terminate=True)``:
+        a REVOKED result (and chord join), not run again."""
+        message = delivery.message
+        if message is None:
+            return DeadLetter(reason=f"revoked and terminated ({signal_name})")
+        request = self._request(message, delivery)
+        task = self.app.tasks.get(message.task)
+        signals.task_revoked.send(
+            sender=task, request=request, terminated=True, signum=signal_name, expired=False
+        )
+        return self._revoked(message, request, f"revoked and terminated ({signal_name})")
+
+    def wait_for_rate(self, delivery: Delivery, before: Callable[[], None] | None = None) -> bool:
+        """Block until the delivery's task may start under its rate limit. True when it has
+        one (``before`` is called first: the caller stops its time-limit clocks); the
+        following :meth:`execute` of it in this thread then doesn't wait again."""
+        message = delivery.message
+        task = self.app.tasks.get(message.task) if message is not None else None
+        if message is None or task is None:
+            return False
+        rate = self._rate_of(task)
+        if not rate:
+            return False
+        if before is not None:
+            before()
+        self._rate_limiter.acquire(task.name, rate)
+        self._local.granted = message.id
+        return True
+
+    def _rate_of(self, task: Task) -> str | float | int | None:
+        if self.app.conf.worker_disable_rate_limits:
+            return None
+        rate: str | float | int | None = task.rate_limit or self.app.conf.task_default_rate_limit
+        return rate
 
     def time_limits(self, delivery: Delivery) -> tuple[float | None, float | None]:
         """(soft, hard) seconds for this delivery: message headers, then task, then settings."""
@@ -171,9 +208,11 @@ class Executor:
     def _run(
         self, task: Task, message: Message, request: Context, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome:
-        rate = task.rate_limit or self.app.conf.task_default_rate_limit
-        if rate and not self.app.conf.worker_disable_rate_limits:
-            self._rate_limiter.acquire(task.name, rate)
+        rate = self._rate_of(task)
+        if rate:
+            if getattr(self._local, "granted", None) != message.id:  # not waited for already
+                self._rate_limiter.acquire(task.name, rate)
+            self._local.granted = None
         token = context.push(task, request)
         started = time.monotonic()
         signals.task_prerun.send(sender=task, task_id=message.id, task=task, args=args, kwargs=kwargs)

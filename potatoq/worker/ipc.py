@@ -12,6 +12,9 @@ node, pid, raw]``
               hard-limit clock)
 ``["e", id, token]``  end: the delivery was settled (or refused as stale): forget it
 ``["r", why]``        retire: the child is leaving on its own (max tasks, memory)
+``["t", request, name, per_second]``  token: a thread wants to run rate-limited task
+              ``name``; the supervisor answers ``request`` on the child's grants pipe
+              when the node's rate allows (``ratelimit``)
 
 This runs for every task, so both ends are kept cheap: flat arrays through the C JSON
 codec (no object hooks), and the supervisor decodes a start's message only when it needs
@@ -58,6 +61,7 @@ __all__ = [
     "ChildEvent",
     "EventReader",
     "EventWriter",
+    "SharedFlag",
     "SlotBoard",
     "Tally",
     "reports_every_task",
@@ -104,6 +108,24 @@ class Tally:
 
     def close(self) -> None:
         self._word.release()
+        self._map.close()
+
+
+class SharedFlag:
+    """One byte in an anonymous shared mapping, made before the fork: the supervisor sets
+    it just before it sends the child the signal of ``revoke(terminate=True)``, so that the
+    child tells that SIGTERM ("stop the task now") from a shutdown's ("stop claiming")."""
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, mmap.PAGESIZE)
+
+    def set(self) -> None:
+        self._map[0] = 1
+
+    def is_set(self) -> bool:
+        return self._map[0] == 1
+
+    def close(self) -> None:
         self._map.close()
 
 
@@ -183,7 +205,7 @@ class SlotBoard:
 
 
 class ChildEvent(NamedTuple):  # a tuple: cheap to build, the supervisor makes one per event
-    kind: str  # start | settling | end | retire
+    kind: str  # start | settling | end | retire | token
     task_id: str = ""
     token: str = ""
     load: Callable[[], Delivery] | None = None  # start: decodes the delivery when called
@@ -192,6 +214,8 @@ class ChildEvent(NamedTuple):  # a tuple: cheap to build, the supervisor makes o
     thread: int = 0
     why: str = ""
     started: float | None = None  # start: the child's time.monotonic() at the claim
+    request: int = 0  # token: the child's request id (task_id holds the task name)
+    rate: float = 0.0  # token: the task's rate limit, per second
 
     @property
     def key(self) -> tuple[str, str]:
@@ -278,6 +302,9 @@ class EventWriter:
 
     def retire(self, why: str) -> None:
         self._send(_line(["r", why]))
+
+    def token(self, request: int, name: str, per_second: float) -> None:
+        self._send(_line(["t", request, name, per_second]))
 
 
 def _line(fields: list[Any]) -> bytes:
@@ -384,6 +411,8 @@ def _parse(fields: list[Any]) -> ChildEvent:
         return ChildEvent("end", fields[1], fields[2])
     if kind == "g":
         return ChildEvent("settling", fields[1], fields[2])
+    if kind == "t":
+        return ChildEvent("token", fields[2], request=fields[1], rate=fields[3])
     return ChildEvent("retire", why=fields[1])
 
 

@@ -21,7 +21,12 @@ on the children's event pipes and a signal wake-up pipe, and in each turn:
    this node's claims that no live process holds (a claim a database server committed
    after its child was reaped), lease extension, the periodic scheduler, settles kept
    because the broker was unreachable;
-5. replaces exited children (recycled ones, crashed ones) unless shutting down.
+5. replaces exited children (recycled ones, crashed ones) unless shutting down;
+6. grants rate-limit tokens (``ratelimit``: one clock per task name for the whole node)
+   and, about once a second, signals the children running a task that
+   ``revoke(terminate=True)`` asked to stop (``potatoq.terminate``): the signal (SIGTERM
+   by default), then SIGKILL after ``TERMINATE_GRACE``; the task is settled REVOKED, its
+   child's other threads' tasks go back to the queue uncounted.
 
 Shutdown (SIGTERM or SIGINT): children are told to stop claiming (SIGTERM) and get
 ``worker_shutdown_timeout`` to finish; then they are killed and their tasks requeued
@@ -47,13 +52,15 @@ from types import FrameType
 from typing import Any, NamedTuple
 
 from potatoq import signals
-from potatoq.brokers.base import Delivery, Outcome, Requeue, WorkerRef
+from potatoq.brokers.base import Complete, Delivery, Outcome, Requeue, WorkerRef
 from potatoq.exceptions import TimeLimitExceeded, WorkerLostError
+from potatoq.terminate import termination_requests
 
 from .child import child_main
 from .chores import Chores
-from .ipc import ChildEvent, EventReader, SlotBoard, Tally, reports_every_task, widen_pipe
+from .ipc import ChildEvent, EventReader, SharedFlag, SlotBoard, Tally, reports_every_task, widen_pipe
 from .options import WorkerOptions
+from .ratelimit import TokenDispenser
 from .running import Running, RunningTable
 from .settling import connection_errors, describe
 
@@ -64,6 +71,15 @@ logger = logging.getLogger("potatoq.worker.supervisor")
 # Why the supervisor killed a child; decides what its deliveries become.
 KILLED_AT_SHUTDOWN = "shutdown"
 KILLED_AT_HARD_LIMIT = "hard time limit"
+KILLED_BY_REVOKE = "revoked with terminate=True"
+
+#: After signalling a child for ``revoke(terminate=True)``, SIGKILL it if it is still alive
+#: this many seconds later (a task may catch SIGTERM to clean up, or be stuck in C code).
+TERMINATE_GRACE = 5.0
+
+#: Tasks running for less than this aren't checked for a termination request yet (the
+#: next check, a second later, asks about them).
+TERMINATE_MIN_AGE = 0.5
 
 #: After reading children's events, wait this long for more before reading again
 #: (signals still wake the supervisor at once).
@@ -92,6 +108,11 @@ class Child:
     ever_ran: bool = False
     tally: Tally = dataclasses.field(default_factory=Tally)  # tasks it finished
     board: SlotBoard | None = None  # what its threads run, when it doesn't report every task
+    grants_fd: int = -1  # where its rate-limit tokens are granted
+    terminating: SharedFlag = dataclasses.field(default_factory=SharedFlag)
+    # revoke(terminate=True) victims: (task id, token) -> the signal's name
+    revoked: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    kill_at: float | None = None  # SIGKILL then, if still alive (after a terminate signal)
 
     @property
     def finished(self) -> int:
@@ -113,8 +134,14 @@ class Supervisor:
         # Whether children report every task over the pipe, or use a board (see ipc).
         self.every_task = reports_every_task(app.broker.capabilities)
         self.chores = Chores(
-            app, options, self._running, processed=lambda: self.finished, orphans=self._settle_orphans
+            app,
+            options,
+            self._running,
+            processed=lambda: self.finished,
+            orphans=self._settle_orphans,
+            terminations=self._terminate_revoked,
         )
+        self.tokens = TokenDispenser()
         self._executor: Any = None
         self._signals: list[int] = []
         self._wakeup_r, self._wakeup_w = os.pipe()
@@ -174,7 +201,9 @@ class Supervisor:
                     heard = True
             self._handle_signals()
             self._reap()
+            self._grant_tokens()
             self._enforce_hard_limits()
+            self._enforce_terminate_grace()
             next_chores = min(next_chores, self.chores.next_due())  # a settle may have been deferred
             if time.monotonic() >= next_chores:
                 next_chores = self.chores.run_due()
@@ -206,6 +235,11 @@ class Supervisor:
             if child.killed is None:
                 for limited in _limited(child):
                     deadline = min(deadline, limited.deadline)
+            elif child.kill_at is not None:
+                deadline = min(deadline, child.kill_at)
+        token_due = self.tokens.next_due()
+        if token_due is not None:
+            deadline = min(deadline, token_due)
         if self.stopping and self.stop_deadline is not None:
             deadline = min(deadline, self.stop_deadline)
         if not self.stopping and len(self.children) < self.options.processes:
@@ -216,8 +250,10 @@ class Supervisor:
 
     def _spawn(self, index: int) -> None:
         read_fd, write_fd = os.pipe()
-        inherited = [self._wakeup_r, self._wakeup_w, read_fd]
+        grants_r, grants_w = os.pipe()
+        inherited = [self._wakeup_r, self._wakeup_w, read_fd, grants_w]
         inherited += [child.reader.fd for child in self.children.values()]
+        inherited += [child.grants_fd for child in self.children.values()]
         selector_fd = getattr(self.selector, "fileno", None)  # epoll/kqueue selectors own an fd
         if callable(selector_fd):
             inherited.append(selector_fd())
@@ -229,6 +265,7 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         tally = Tally()
         board = None if self.every_task else SlotBoard(self.options.threads)
+        terminating = SharedFlag()
         # Everything the supervisor made so far (the app, its tasks, the imported libraries)
         # leaves the garbage collector's generations: a child's full collections then scan
         # only what the child itself creates, a fraction of a millisecond instead of about
@@ -242,12 +279,23 @@ class Supervisor:
         try:
             pid = os.fork()
             if pid == 0:  # the child
-                child_main(self.app, self.options, write_fd, inherited, index, tally, board)
+                child_main(
+                    self.app, self.options, write_fd, inherited, index, tally, board, grants_r, terminating
+                )
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.close(write_fd)
+        os.close(grants_r)
         widen_pipe(read_fd)  # a batched read leaves more events in the pipe
-        child = Child(pid=pid, reader=EventReader(read_fd), index=index, tally=tally, board=board)
+        child = Child(
+            pid=pid,
+            reader=EventReader(read_fd),
+            index=index,
+            tally=tally,
+            board=board,
+            grants_fd=grants_w,
+            terminating=terminating,
+        )
         self.children[pid] = child
         self.selector.register(read_fd, selectors.EVENT_READ, child)
         logger.debug("started child %d", pid)
@@ -288,6 +336,8 @@ class Supervisor:
             child.running.mark_settling((event.task_id, event.token))
         elif event.kind == "retire":
             child.retired = event.why
+        elif event.kind == "token":
+            self.tokens.request(child.pid, event.request, event.task_id, event.rate)
 
     def _reap(self) -> None:
         while self.children:
@@ -309,6 +359,9 @@ class Supervisor:
         self._read_events(child)  # whatever it wrote before dying is still in the pipe
         self.selector.unregister(child.reader.fd)
         os.close(child.reader.fd)
+        with contextlib.suppress(OSError):
+            os.close(child.grants_fd)
+        child.terminating.close()
         finished = child.finished
         self._finished_by_exited += finished
         child.tally.close()
@@ -411,6 +464,17 @@ class Supervisor:
         victims = child.victims if child is not None else {}
         killed = child.killed if child is not None else None
         delivery = item.delivery
+        revoked = child.revoked.get(item.key) if child is not None else None
+        if revoked is not None:
+            logger.warning("%s revoked and terminated (%s): its process %s", describe(delivery), revoked, how)
+            if not self.app.broker.capabilities.supervisor_settles:
+                return None  # revoke() recorded it; the redelivered copy is skipped at claim
+            try:
+                outcome: Outcome = self.executor.terminated_outcome(delivery, revoked)
+                return outcome
+            except Exception:
+                logger.exception("building the revoked outcome of %s failed", describe(delivery))
+                return Complete()
         if not self.app.broker.capabilities.supervisor_settles:
             logger.warning(
                 "%s lost with child %d; the broker will redeliver it", describe(delivery), item.pid
@@ -508,6 +572,68 @@ class Supervisor:
                 continue
             items += [_holding(d, child.pid) for d in found if (d.id, d.token) in running - known]
         return items
+
+    # -- rate limits and revoke(terminate=True) ----------------------------------------------
+
+    def _grant_tokens(self) -> None:
+        """Tell each child whose rate-limit token is due that it may run its task."""
+        for pid, request_id in self.tokens.due():
+            child = self.children.get(pid)
+            if child is None:
+                continue  # it died waiting
+            try:
+                os.write(child.grants_fd, f"{request_id}\n".encode())
+            except OSError as exc:  # it is exiting: reaped soon
+                logger.debug("could not grant a rate-limit token to child %d: %r", pid, exc)
+
+    def _terminate_revoked(self) -> None:
+        """Signal the children running a task that ``revoke(terminate=True)`` asked to stop
+        (a chore, about once a second: one ``get_result`` per running task)."""
+        broker = self.app.broker
+        if self.stopping or not (broker.capabilities.stores_results or broker.config.result_backend):
+            return  # (RabbitMQ without a result backend can't revoke at all)
+        running: dict[str, list[tuple[Child, tuple[str, str]]]] = {}
+        # A task that started moments ago is asked about next round: a busy node of short
+        # tasks then makes no broker call for them at all.
+        started_before = time.monotonic() - TERMINATE_MIN_AGE
+        for child in self.children.values():
+            if child.killed is None:
+                for key, started in _running_since(child).items():
+                    if started <= started_before:
+                        running.setdefault(key[0], []).append((child, key))
+        if not running:
+            return
+        for task_id, signum in termination_requests(broker, list(running)).items():
+            for child, key in running[task_id]:
+                self._terminate(child, key, signum)
+
+    def _terminate(self, child: Child, key: tuple[str, str], signum: signal.Signals) -> None:
+        self._read_events(child)  # it may have finished just now
+        if child.killed is not None or key not in _running_since(child):
+            return
+        logger.warning(
+            "task [%s] revoked with terminate=True: sending %s to child %d", key[0], signum.name, child.pid
+        )
+        child.revoked[key] = signum.name
+        self._before_kill(child, {})
+        child.killed = KILLED_BY_REVOKE
+        child.kill_at = time.monotonic() + TERMINATE_GRACE
+        child.terminating.set()  # before the signal: a SIGTERM now means "die", not "stop claiming"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signum)
+
+    def _enforce_terminate_grace(self) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.kill_at is not None and child.kill_at <= now:
+                child.kill_at = None
+                logger.warning(
+                    "child %d still alive %gs after its terminate signal: killing it",
+                    child.pid,
+                    TERMINATE_GRACE,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGKILL)
 
     # -- time limits and kills -----------------------------------------------------------------
 
@@ -665,12 +791,19 @@ def _limited(child: Child) -> list[Limited]:
     return found
 
 
+def _running_since(child: Child) -> dict[tuple[str, str], float]:
+    """(task id, token) -> start (monotonic clock) of what ``child`` runs, from what it
+    reported and its board: no broker call."""
+    found = {item.key: item.started for item in child.running.items()}
+    if child.board is not None:
+        for task_id, token, started, _hard in child.board.entries():
+            found.setdefault((task_id, token), started)
+    return found
+
+
 def _count_running(child: Child) -> int:
-    """How many tasks ``child`` runs, from what it reported and its board: no broker call
-    (only a log line needs it)."""
-    on_board = child.board.entries() if child.board is not None else []
-    reported = {item.key for item in child.running.items()}
-    return len(reported) + sum(1 for task_id, token, _s, _h in on_board if (task_id, token) not in reported)
+    """How many tasks ``child`` runs (only a log line needs it)."""
+    return len(_running_since(child))
 
 
 def _holding(delivery: Delivery, pid: int) -> Running:

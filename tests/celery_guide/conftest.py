@@ -123,8 +123,20 @@ class World:
         env: dict[str, str] | None = None,
         settings: dict[str, Any] | None = None,
     ) -> Worker:
+        log = self.tmp / f"worker-{len(self.workers)}.log"
+        worker = Worker(app, list(args), self.environ(path, env, settings), log, cwd=path or ROOT)
+        self.workers.append(worker)
+        return worker
+
+    def environ(
+        self,
+        path: Path | None = None,
+        env: dict[str, str] | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> dict[str, str]:
+        """The environment a ``potatoq`` command on this broker runs in."""
         pythonpath = [str(ROOT)] + ([str(path)] if path else [])
-        variables = {
+        return {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(pythonpath),
             "PYTHONUNBUFFERED": "1",
@@ -133,10 +145,18 @@ class World:
             "POTATOQ_GUIDE_DIR": str(self.tmp),
             **(env or {}),
         }
-        log = self.tmp / f"worker-{len(self.workers)}.log"
-        worker = Worker(app, list(args), variables, log, cwd=path or ROOT)
-        self.workers.append(worker)
-        return worker
+
+    def command(self, app: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run ``potatoq -A app ARGS`` (a command other than ``worker``) to its end."""
+        return subprocess.run(
+            [sys.executable, "-m", "potatoq.cli", "-A", app, *args],
+            cwd=ROOT,
+            env=self.environ(),
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+            check=False,
+        )
 
     def point(self, app: Any) -> Iterator[Any]:
         """Point ``app`` (imported in this process) at this broker for the duration."""

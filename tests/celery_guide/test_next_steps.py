@@ -11,7 +11,7 @@ import pytest
 
 from potatoq import chain, chord, group
 
-from .conftest import World
+from .conftest import World, wait_for
 
 APP = "tests.celery_guide.proj"
 TIMEOUT = 20
@@ -137,3 +137,25 @@ def test_timezone_setting(proj):
         assert str(resolve_timezone(proj.conf.timezone)) == "Europe/London"
     finally:
         proj.conf.timezone = None
+
+
+def test_remote_control_inspect_active_and_status(proj, world: World):
+    """``celery -A proj inspect active`` (also ``--destination=``) and ``celery -A proj
+    status``: answered from the workers' heartbeats, with no broadcast."""
+    from tests.celery_guide.proj.tasks import add
+
+    pong = wait_for(proj.control.ping, what="the worker to answer ping")
+    node = next(iter(pong[0]))
+    assert node.startswith("potatoq@")
+    assert add.delay(1, 1).get(timeout=TIMEOUT) == 2
+    done = world.command(APP, "inspect", "active")
+    assert done.returncode == 0, done.stderr
+    assert f"-> {node}: OK" in done.stdout
+    done = world.command(APP, "inspect", "active", f"--destination={node}")
+    assert done.returncode == 0 and f"-> {node}: OK" in done.stdout, done.stderr
+    inspect = proj.control.inspect(destination=[node])
+    wait_for(lambda: inspect.active() == {node: []}, what="a heartbeat with nothing running")
+    done = world.command(APP, "inspect", "active", "--destination=celery@example.com")
+    assert done.returncode == 3, "no such node: Celery's 'no nodes replied'"
+    done = world.command(APP, "status")
+    assert done.returncode == 0 and node in done.stdout, done.stderr

@@ -297,18 +297,16 @@ def test_pydantic_needs_pydantic_and_dict_options(monkeypatch):
         app.task(pydantic=True)(lambda arg: arg)
 
 
-def test_rate_limit_per_worker_process(proj):
+def test_rate_limit_per_worker_node(proj):
     from tests.celery_guide.proj.guide import annotated_limited, limited
 
     # annotated_limited gets its rate limit from task_annotations, in the worker's settings
     for task in (limited, annotated_limited):
         starts = potatoq.group(task.s(i) for i in range(6))().get(timeout=TIMEOUT)
-        by_pid = collections.defaultdict(list)
-        for pid, started in starts:
-            by_pid[pid].append(started)
-        for times in by_pid.values():
-            times.sort()
-            assert all(b - a >= 0.45 for a, b in zip(times, times[1:])), times  # 2/s per process
+        times = sorted(started for _, started in starts)
+        # 2/s for the whole worker (-c 2), as in Celery: six starts span 2.5 s (the first
+        # token is free); per process they would span about 1 s.
+        assert times[-1] - times[0] >= 2.0, times
 
 
 def test_custom_state_progress(proj):

@@ -67,7 +67,7 @@ def test_status_and_inspect_show_what_each_process_runs(env, client, cli):
     stats = as_json(cli("inspect", "stats", "--json"))[name]
     assert stats["pid"] == worker.pid and stats["pool"]["max-concurrency"] == 2
     queues = as_json(cli("inspect", "active_queues", "--json"))
-    assert queues == {name: [{"name": "default"}, {"name": "extra"}]}
+    assert queues == {name: [{"name": q, "routing_key": q} for q in ("default", "extra")]}
 
     elsewhere = cli("inspect", "ping", "-d", "other@host")
     assert elsewhere.returncode == 3

@@ -138,3 +138,23 @@ async def async_soft(self, seconds: float) -> str:
         mark(f"soft-{self.request.id}")
         raise
     return "finished"
+
+
+@app.task(name="proj.rated", bind=True, rate_limit="5/s")
+def rated(self) -> None:
+    """Record when this run started (tests count the starts within a window)."""
+    mark(f"rated-{self.request.id}", {"at": time.time(), "pid": os.getpid()})
+
+
+@app.task(name="proj.stubborn", bind=True)
+def stubborn(self, name: str) -> None:
+    """Ignore SIGTERM, mark ``started-name``, then wait (only SIGKILL stops it)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    mark(f"started-{name}", {"pid": os.getpid(), "delivery": self.request.deliveries})
+    time.sleep(120)
+
+
+@app.task(name="proj.rated_briefly", rate_limit="2/s", soft_time_limit=1.0, time_limit=1.5)
+def rated_briefly(n: int) -> int:
+    """Rate-limited with time limits shorter than the wait for a token on a busy node."""
+    return n
