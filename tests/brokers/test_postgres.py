@@ -19,9 +19,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from potatoq.brokers import create_broker, pgmigrate, pgsql, pgwake
+from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig, Complete, Delivery, WorkerInfo, WorkerRef
-from potatoq.brokers.postgres import PostgresBroker, PostgresOptions
+from potatoq.brokers.postgres import PostgresBroker, PostgresOptions, migrate, statements, wakeups
 from potatoq.exceptions import ImproperlyConfigured, InvalidName
 from potatoq.message import Message
 from tests import services
@@ -162,7 +162,7 @@ def _prepared(stmt_text: str, names: list[str]) -> str:
 def test_cast_array_parameters_go_in_binary_for_psycopg_3_only() -> None:
     # psycopg 3's text array dumper escapes every element in Python (~30 us per message of
     # a batch); %b sends the binary form. psycopg 2 takes the text form, which keeps %s.
-    stmt = pgsql.Statements("public")["job_enqueue"]
+    stmt = statements.Statements("public")["job_enqueue"]
     assert b"%(m_payloads)b::bytea[]" in stmt.query and b"%(m_ids)b::text[]" in stmt.query
     assert b"%(channels)b::text[]" in stmt.query
     assert "%(m_payloads)s::bytea[]" in stmt.text and ")b::" not in stmt.text
@@ -189,7 +189,7 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
     broker.enqueue([msg(f"q{i % 5}") for i in range(3000)])
     broker.enqueue([msg("later", eta=time.time() + 86400) for _ in range(2000)])
     schema = broker.schema
-    stmts = pgsql.Statements(schema)
+    stmts = statements.Statements(schema)
     with monitor(pg_url) as mon:
         mon.execute(sql.SQL("ANALYZE {}.potatoq_jobs").format(sql.Identifier(schema)))
         mon.execute(
@@ -283,7 +283,7 @@ def test_heartbeats_are_hot_updates(make: Make, pg_url: str) -> None:
     broker = make()
     info = WorkerInfo("hot-node", "host", 1, ("default",), 1, time.time())
     broker.heartbeat(info)
-    stmt = pgsql.Statements(broker.schema)["worker_heartbeat"]
+    stmt = statements.Statements(broker.schema)["worker_heartbeat"]
     with psycopg.connect(pg_url) as conn:  # one transaction: its own stats are exact
         for _ in range(20):
             conn.execute(stmt.query, {"node": "hot-node", "info": info.encode()})
@@ -358,7 +358,7 @@ def test_long_queue_names_get_hashed_channels_that_sql_and_python_agree_on(
     make: Make,
 ) -> None:
     queue = "long-" + "q" * 150
-    channel = pgwake.channel_name(pgwake.channel_prefix("s"), queue)
+    channel = wakeups.channel_name(wakeups.channel_prefix("s"), queue)
     assert len(channel.encode()) <= 63 and channel.startswith("potatoq:")
     waiter = make(poll_interval=QUIET)
     promoter = make()
@@ -620,10 +620,12 @@ def test_migrations_in_order_equal_a_fresh_install(pg_url: str) -> None:
     fresh, stepped = f"pq_fresh_{uuid.uuid4().hex[:8]}", f"pq_steps_{uuid.uuid4().hex[:8]}"
     try:
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            assert pgmigrate.upgrade(conn, pgsql.Statements(fresh)) == [m.number for m in pgsql.migrations()]
-            applied = pgmigrate.upgrade(conn, pgsql.Statements(stepped), fresh_install=False)
-            assert applied == list(range(1, pgmigrate.latest_version() + 1))
-            assert pgmigrate.upgrade(conn, pgsql.Statements(fresh)) == []  # current: nothing to do
+            assert migrate.upgrade(conn, statements.Statements(fresh)) == [
+                m.number for m in statements.migrations()
+            ]
+            applied = migrate.upgrade(conn, statements.Statements(stepped), fresh_install=False)
+            assert applied == list(range(1, migrate.latest_version() + 1))
+            assert migrate.upgrade(conn, statements.Statements(fresh)) == []  # current: nothing to do
             a, b = _catalog(conn, fresh), _catalog(conn, stepped)
         assert a["columns"], "nothing was installed"
         for part in a:
@@ -666,7 +668,7 @@ def test_many_processes_installing_at_once_install_once(pg_url: str) -> None:
             versions = conn.execute(
                 sql.SQL("SELECT version FROM {}.potatoq_migrations").format(sql.Identifier(schema))
             ).fetchall()
-        assert [v for (v,) in versions] == [m.number for m in pgsql.migrations()]
+        assert [v for (v,) in versions] == [m.number for m in statements.migrations()]
     finally:
         drop_schema(pg_url, schema)
 
@@ -843,7 +845,7 @@ def test_a_single_enqueue_notifies_only_a_new_ready_task(make: Make, pg_url: str
     queue in the same statement; a duplicate id and a scheduled task don't."""
     broker = make(notify_debounce=0)  # every enqueue may notify inline
     broker.migrate()
-    channel = pgwake.channel_name(broker._channel_prefix, "solo")
+    channel = wakeups.channel_name(broker._channel_prefix, "solo")
     first = msg("solo")
     with psycopg.connect(pg_url, autocommit=True) as listener:
         listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))

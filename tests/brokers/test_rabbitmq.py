@@ -26,7 +26,6 @@ import pytest
 
 from potatoq import serialization
 from potatoq.brokers import create_broker
-from potatoq.brokers import rabbitmq_delay as delay
 from potatoq.brokers.base import (
     BrokerConfig,
     ChordJoin,
@@ -39,7 +38,7 @@ from potatoq.brokers.base import (
     WorkerInfo,
     WorkerRef,
 )
-from potatoq.brokers.rabbitmq import RabbitMQBroker
+from potatoq.brokers.rabbitmq import RabbitMQBroker, delay
 from potatoq.exceptions import ImproperlyConfigured, InvalidName
 from potatoq.message import Message
 from potatoq.states import FAILURE, SUCCESS

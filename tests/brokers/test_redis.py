@@ -21,7 +21,6 @@ import redis
 import redis.connection
 
 from potatoq.brokers import create_broker
-from potatoq.brokers import redis as redis_module
 from potatoq.brokers.base import (
     BrokerConfig,
     ChordJoin,
@@ -34,7 +33,8 @@ from potatoq.brokers.base import (
     WorkerInfo,
     WorkerRef,
 )
-from potatoq.brokers.redis import (
+from potatoq.brokers.redis import broker as redis_broker
+from potatoq.brokers.redis.broker import (
     ENQUEUE_BATCH,
     SCRIPTS,
     RedisBroker,
@@ -205,7 +205,7 @@ def test_each_script_carries_only_the_helpers_it_uses(broker: RedisBroker) -> No
     client = raw_client(broker)
     for script in SCRIPTS.values():
         assert client.script_load(script.source) == script.sha, script.name
-    lib = Path(redis_module.__file__).with_name("redis").joinpath("_lib.lua").read_text()
+    lib = Path(redis_broker.__file__).with_name("lua").joinpath("_lib.lua").read_text()
     hot = _defined_helpers(SCRIPTS["settle_and_claim.complete"].source)
     assert hot >= {"settle_complete", "claim", "fenced_holder"}
     assert not hot & {"settle_dead", "settle_retry", "settle_requeue", "add_dead", "fenced"}

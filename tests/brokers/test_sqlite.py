@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from potatoq import states
-from potatoq.brokers import create_broker, sqlite_setup
+from potatoq.brokers import create_broker
 from potatoq.brokers.base import (
     BrokerConfig,
     ChordJoin,
@@ -31,6 +31,7 @@ from potatoq.brokers.base import (
     WorkerRef,
 )
 from potatoq.brokers.sqlite import SQLiteBroker, SQLiteOptions
+from potatoq.brokers.sqlite import setup as sqlite_setup
 from potatoq.exceptions import ImproperlyConfigured, InvalidName
 from potatoq.message import Message, new_id
 from tests.factories.sqlite import inject_raw

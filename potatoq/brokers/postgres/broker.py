@@ -1,8 +1,8 @@
 """The PostgreSQL broker: ``postgresql://`` and ``postgres://`` URLs, on psycopg 3.
 
 Storage layout (schema ``broker_transport_options={"schema": ...}``, else the connection's
-current schema; SQL in ``postgres/*.sql``, created by ``postgres/install/current.sql`` or
-the numbered ``postgres/migrations/``):
+current schema; SQL in ``sql/*.sql``, created by ``sql/install/current.sql`` or
+the numbered ``sql/migrations/``):
 
 * ``potatoq_jobs``: the hot table. It only holds scheduled (state 0), ready (1) and running
   (2) tasks; a settled task's row is deleted, so the table and its indexes stay small.
@@ -35,7 +35,7 @@ Why it is built this way:
   process, read continuously by its own thread (a backend whose client stops reading holds
   back the cluster's notification queue), with a 1 s poll as the safety net. Producers
   debounce NOTIFYs per queue with a token bucket (5 at once, then one per 10 ms): a trickle
-  is announced inline, a burst beyond it by trailing NOTIFYs (see :mod:`.pgwake`). An idle
+  is announced inline, a burst beyond it by trailing NOTIFYs (see :mod:`.wakeups`). An idle
   worker's claim commits asynchronously: the WAL flush would only delay the task's start.
   ``{"notify": False}`` (PgBouncer in transaction mode) switches to polling with backoff.
 * Transactional enqueue: ``enqueue(messages, connection=conn)`` runs the same one-statement
@@ -63,8 +63,7 @@ from potatoq.message import Message
 from potatoq.states import FAILURE
 from potatoq.utils import mask_url
 
-from . import pgmigrate, pgsql, pgwake
-from .base import (
+from ..base import (
     Broker,
     BrokerConfig,
     Capabilities,
@@ -87,6 +86,7 @@ from .base import (
     decode_queued,
     validate_queue_name,
 )
+from . import migrate, statements, wakeups
 
 __all__ = ["PostgresBroker", "PostgresOptions"]
 
@@ -142,7 +142,7 @@ class PostgresOptions:
                 )
             if name == "schema":
                 if value is not None:
-                    pgsql.validate_schema_name(value)
+                    statements.validate_schema_name(value)
             elif field.type == "bool":
                 if not isinstance(value, bool):
                     raise ImproperlyConfigured(
@@ -268,15 +268,15 @@ class PostgresBroker(Broker):
         super().__init__(config)
         self.options = PostgresOptions.from_transport_options(config.transport_options)
         self._conninfo = libpq_url(config.url)
-        self._channel_prefix = pgwake.channel_prefix(self.options.schema)
+        self._channel_prefix = wakeups.channel_prefix(self.options.schema)
         self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(self._connect, _close_connection)
-        self._stmts: pgsql.Statements | None = None
+        self._stmts: statements.Statements | None = None
         self._setup_lock = threading.Lock()
-        self._listener = pgwake.PerProcess(self._make_listener)
-        self._debouncer = pgwake.PerProcess(self._make_debouncer)
-        self._promotion = pgwake.PerProcess(lambda: _PromotionClock(self.options.poll_interval))
-        self._sweep = pgwake.PerProcess(_SweepClock)
-        self._poller = pgwake.PerProcess(_Poller)
+        self._listener = wakeups.PerProcess(self._make_listener)
+        self._debouncer = wakeups.PerProcess(self._make_debouncer)
+        self._promotion = wakeups.PerProcess(lambda: _PromotionClock(self.options.poll_interval))
+        self._sweep = wakeups.PerProcess(_SweepClock)
+        self._poller = wakeups.PerProcess(_Poller)
         self._poll_delay = threading.local()  # per thread: the notify=False backoff
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
@@ -316,7 +316,7 @@ class PostgresBroker(Broker):
                 self._conns.discard()
             raise OperationalError(f"PostgreSQL broker at {mask_url(self.config.url)}: {exc}") from exc
 
-    def _statements(self) -> pgsql.Statements:
+    def _statements(self) -> statements.Statements:
         """The rendered SQL, installing or upgrading the schema on first use."""
         stmts = self._stmts
         if stmts is None:
@@ -324,14 +324,14 @@ class PostgresBroker(Broker):
                 stmts = self._stmts
                 if stmts is None:
                     with self._connection() as conn:
-                        stmts = pgsql.Statements(self._resolve_schema(conn))
+                        stmts = statements.Statements(self._resolve_schema(conn))
                         self._upgrade(conn, stmts)
                     self._stmts = stmts
         return stmts
 
-    def _upgrade(self, conn: psycopg.Connection[Any], stmts: pgsql.Statements) -> None:
+    def _upgrade(self, conn: psycopg.Connection[Any], stmts: statements.Statements) -> None:
         try:
-            pgmigrate.upgrade(conn, stmts)
+            migrate.upgrade(conn, stmts)
         except psycopg.errors.InsufficientPrivilege as exc:
             raise ImproperlyConfigured(
                 f"can't create potatoq's tables in schema {stmts.schema!r} as this database user "
@@ -362,11 +362,11 @@ class PostgresBroker(Broker):
             cur = conn.execute(stmt.query, params)
             return cur.fetchall() if cur.description is not None else []
 
-    def _make_listener(self) -> pgwake.Listener:
-        return pgwake.Listener(self._connect, lambda channel: self._statements().listen(channel))
+    def _make_listener(self) -> wakeups.Listener:
+        return wakeups.Listener(self._connect, lambda channel: self._statements().listen(channel))
 
-    def _make_debouncer(self) -> pgwake.NotifyDebouncer:
-        return pgwake.NotifyDebouncer(
+    def _make_debouncer(self) -> wakeups.NotifyDebouncer:
+        return wakeups.NotifyDebouncer(
             self.options.notify_debounce, self._send_notifies, burst=self.options.notify_burst
         )
 
@@ -376,7 +376,7 @@ class PostgresBroker(Broker):
     # -- parameters ---------------------------------------------------------------------------
 
     def _channel(self, queue: str) -> str:
-        return pgwake.channel_name(self._channel_prefix, queue)
+        return wakeups.channel_name(self._channel_prefix, queue)
 
     def _queues(self, queues: Sequence[str]) -> list[str]:
         if isinstance(queues, str):

@@ -1,7 +1,7 @@
 """Declaring, probing and reading queues (operations run on the I/O thread).
 
-Each function here is an *operation* (see :mod:`.rabbitmq_io`): a generator that yields
-:class:`~.rabbitmq_io.Await` steps. Declarations run on a channel of their own, so that a
+Each function here is an *operation* (see :mod:`.io`): a generator that yields
+:class:`~.io.Await` steps. Declarations run on a channel of their own, so that a
 declare RabbitMQ refuses (a queue that already exists with other arguments answers
 ``406 PRECONDITION_FAILED`` and closes the channel) never takes a busy channel down.
 """
@@ -16,9 +16,9 @@ from typing import Any
 import pika
 import pika.channel
 
-from potatoq.brokers import rabbitmq_delay as delay
-from potatoq.brokers.rabbitmq_io import AmqpLink, Await, ChannelLost, Op, Publish
-from potatoq.brokers.rabbitmq_topology import QueueDecl, Topology
+from potatoq.brokers.rabbitmq import delay
+from potatoq.brokers.rabbitmq.io import AmqpLink, Await, ChannelLost, Op, Publish
+from potatoq.brokers.rabbitmq.topology import QueueDecl, Topology
 
 log = logging.getLogger("potatoq.brokers.rabbitmq")
 

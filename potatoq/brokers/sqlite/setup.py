@@ -3,8 +3,8 @@
 Everything here runs before (or while) a connection is first opened: parsing
 ``broker_transport_options`` into :class:`SQLiteOptions`, refusing set-ups SQLite can't
 serve safely (in-memory URLs, SQLite < 3.35, network filesystems) and bringing a database
-file's schema up to date with the numbered migrations in ``sqlite/migrations/``. The
-broker itself is in :mod:`potatoq.brokers.sqlite`.
+file's schema up to date with the numbered migrations in ``sql/migrations/``. The
+broker itself is in :mod:`potatoq.brokers.sqlite.broker`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
 
-from . import sqlfiles
+from .. import sqlfiles
 
 __all__ = [
     "LATEST_VERSION",
@@ -49,9 +49,9 @@ NETWORK_FILESYSTEMS = frozenset(
 )  # fmt: skip
 
 
-SQL = sqlfiles.load_directory("potatoq.brokers", "sqlite")
-_INSTALL = tuple(sqlfiles.load_file("potatoq.brokers", "sqlite/install/current.sql").items())
-_MIGRATIONS = sqlfiles.load_migrations("potatoq.brokers", "sqlite/migrations")
+SQL = sqlfiles.load_directory("potatoq.brokers.sqlite", "sql")
+_INSTALL = tuple(sqlfiles.load_file("potatoq.brokers.sqlite", "sql/install/current.sql").items())
+_MIGRATIONS = sqlfiles.load_migrations("potatoq.brokers.sqlite", "sql/migrations")
 LATEST_VERSION = len(_MIGRATIONS)
 
 # ----------------------------------------------------------------------------- options

@@ -17,16 +17,16 @@ import psycopg
 
 from potatoq.exceptions import ImproperlyConfigured
 
-from . import pgsql
+from . import statements
 
 log = logging.getLogger("potatoq.brokers.postgres")
 
 
 def latest_version() -> int:
-    return pgsql.migrations()[-1].number
+    return statements.migrations()[-1].number
 
 
-def applied_versions(conn: psycopg.Connection[Any], stmts: pgsql.Statements) -> list[int]:
+def applied_versions(conn: psycopg.Connection[Any], stmts: statements.Statements) -> list[int]:
     """Versions applied to the schema, or ``[]`` when it isn't installed."""
     row = conn.execute(stmts["schema_installed"].query, {"schema": stmts.schema}).fetchone()
     if row is None or not row[0]:
@@ -35,7 +35,7 @@ def applied_versions(conn: psycopg.Connection[Any], stmts: pgsql.Statements) -> 
 
 
 def upgrade(
-    conn: psycopg.Connection[Any], stmts: pgsql.Statements, *, fresh_install: bool = True
+    conn: psycopg.Connection[Any], stmts: statements.Statements, *, fresh_install: bool = True
 ) -> list[int]:
     """Bring the schema up to date; return the versions applied now (``[]``: it was current).
 
@@ -51,7 +51,7 @@ def upgrade(
         conn.execute(stmts["schema_create_schema"].query)
         conn.execute(stmts["schema_create_versions"].query)
         done = {r[0] for r in conn.execute(stmts["schema_applied"].query)}  # again, under the lock
-        todo = [m for m in pgsql.migrations() if m.number not in done]
+        todo = [m for m in statements.migrations() if m.number not in done]
         if todo and not done and fresh_install:
             for statement in stmts.install():
                 conn.execute(statement.query)
@@ -68,7 +68,7 @@ def upgrade(
     return [m.number for m in todo]
 
 
-def _refuse_newer(stmts: pgsql.Statements, version: int) -> None:
+def _refuse_newer(stmts: statements.Statements, version: int) -> None:
     if version > latest_version():
         raise ImproperlyConfigured(
             f"the PostgreSQL schema {stmts.schema!r} is at migration {version}, newer than this "

@@ -1,6 +1,6 @@
 """The RabbitMQ broker (``amqp://``, ``amqps://``), on pika, for RabbitMQ 4.0 and newer.
 
-Storage layout (names in :mod:`.rabbitmq_topology`, the cascade in :mod:`.rabbitmq_delay`):
+Storage layout (names in :mod:`.topology`, the cascade in :mod:`.delay`):
 
 * every potatoq queue is one quorum queue per priority band (``q``, ``q.p3``, ``q.p6``,
   ``q.p9`` by default), with ``x-delivery-limit = max_deliveries - 1`` and at-least-once
@@ -13,14 +13,14 @@ Storage layout (names in :mod:`.rabbitmq_topology`, the cascade in :mod:`.rabbit
   live in AMQP queues: they go to ``config.result_backend`` (a Redis, PostgreSQL or SQLite
   broker). Without one, results and revocation raise a clear error and chords are refused;
 * the periodic scheduler's leader holds a token in a single-active-consumer queue
-  (:mod:`.rabbitmq_lease`);
+  (:mod:`.lease`);
 * a registry queue lists the potatoq queues that exist, for ``dead list`` and stats.
 
 Why this shape: RabbitMQ can't delete or update a queued message, so every state change is
 "publish the next state (confirmed), then ack the delivery". The publish is confirmed
 before the ack, so a crash in between duplicates (at-least-once) and never loses.
 
-Process model (:mod:`.rabbitmq_io`, :mod:`.rabbitmq_consume`): one connection per process,
+Process model (:mod:`.io`, :mod:`.consume`): one connection per process,
 owned by an I/O thread; ``claim``/``wait``/``settle`` marshal their work onto it. Each
 delivery's token names the process and the work channel's generation; a settle after the
 channel or connection was replaced is refused (returns False).
@@ -44,7 +44,6 @@ from typing import Any, ClassVar
 import pika
 
 from potatoq import serialization
-from potatoq.brokers import rabbitmq_declare as declare
 from potatoq.brokers.base import (
     Broker,
     BrokerConfig,
@@ -66,12 +65,13 @@ from potatoq.brokers.base import (
     decode_delivery,
     validate_queue_name,
 )
-from potatoq.brokers.rabbitmq_consume import Intake, Pending
-from potatoq.brokers.rabbitmq_io import AmqpLink, Await, Op, Publish
-from potatoq.brokers.rabbitmq_lease import SchedulerLease
-from potatoq.brokers.rabbitmq_options import RabbitMQOptions
-from potatoq.brokers.rabbitmq_session import Outgoing, Session, properties_for
-from potatoq.brokers.rabbitmq_topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
+from potatoq.brokers.rabbitmq import declare
+from potatoq.brokers.rabbitmq.consume import Intake, Pending
+from potatoq.brokers.rabbitmq.io import AmqpLink, Await, Op, Publish
+from potatoq.brokers.rabbitmq.lease import SchedulerLease
+from potatoq.brokers.rabbitmq.options import RabbitMQOptions
+from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
+from potatoq.brokers.rabbitmq.topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES, REVOKED
@@ -617,7 +617,7 @@ class RabbitMQBroker(Broker):
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
         """Dead letters, newest first. Reads each ``q.dlq`` without removing or reordering
-        (see :func:`.rabbitmq_declare.read_queue`)."""
+        (see :func:`.declare.read_queue`)."""
         state = self._process()
         records: list[tuple[float, int, DeadLetterRecord]] = []
         for queue in self._registered():

@@ -1,7 +1,7 @@
 """The Redis / Valkey broker: every state change is one Lua script call.
 
 Storage layout. Every key starts with ``global_keyprefix`` (transport option, default
-``potatoq``) and a colon; :class:`Keys` builds them (and ``redis/_lib.lua`` builds the
+``potatoq``) and a colon; :class:`Keys` builds them (and ``lua/_lib.lua`` builds the
 same names inside the scripts)::
 
     q:<queue>:ready     ZSET  task id -> -priority·2^40 + seq    priorities, FIFO within one
@@ -307,10 +307,10 @@ def _source(header: str, helpers: Sequence[_Helper], body: str) -> str:
 
 
 def _load_scripts() -> dict[str, Script]:
-    """Read every ``redis/*.lua`` once; each script is the part of ``_lib.lua`` it needs
+    """Read every ``lua/*.lua`` once; each script is the part of ``_lib.lua`` it needs
     followed by its body. ``settle_and_claim`` becomes ``settle_and_claim.<kind>``, one per
     outcome kind, with ``settle_KIND`` in its body replaced by ``settle_<kind>``."""
-    folder = resources.files(__package__ or "potatoq.brokers").joinpath("redis")
+    folder = resources.files("potatoq.brokers.redis").joinpath("lua")
     header, helpers = _parse_lib(folder.joinpath("_lib.lua").read_text(encoding="utf-8"))
     bodies = {}
     for entry in folder.iterdir():

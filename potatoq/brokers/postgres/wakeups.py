@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 
 import psycopg
 
-from ..exceptions import OperationalError
+from ...exceptions import OperationalError
 
 log = logging.getLogger("potatoq.brokers.postgres")
 

@@ -22,9 +22,9 @@ from typing import Any
 import pika
 import pika.channel
 
-from potatoq.brokers import rabbitmq_declare as declare
-from potatoq.brokers.rabbitmq_io import AmqpLink, Op, Publish
-from potatoq.brokers.rabbitmq_session import Session
+from potatoq.brokers.rabbitmq import declare
+from potatoq.brokers.rabbitmq.io import AmqpLink, Op, Publish
+from potatoq.brokers.rabbitmq.session import Session
 
 log = logging.getLogger("potatoq.brokers.rabbitmq")
 

@@ -1,4 +1,4 @@
--- Wake-ups: LISTEN/NOTIFY channels named potatoq:<queue> (see pgwake.channel_name).
+-- Wake-ups: LISTEN/NOTIFY channels named potatoq:<queue> (see wakeups.channel_name).
 
 -- name: notify_channels
 -- The trailing edge of a debounce window: one NOTIFY per channel whose enqueues were held.

@@ -25,7 +25,7 @@ for one process.
   at the next ``settle_and_claim`` or ``wait`` that finds the buffer empty.
 
 Every delivery is fenced with a token naming this process's link and the work channel's
-generation (see :class:`~.rabbitmq_io.AmqpLink`): when the channel or connection is
+generation (see :class:`~.io.AmqpLink`): when the channel or connection is
 replaced, RabbitMQ has already returned its unacked deliveries to their queues, so a
 settle of one of them is refused. A settle after the I/O thread stalled (the process was
 stopped) or after holding the delivery for half the heartbeat timeout first checks with
@@ -44,10 +44,10 @@ from typing import Any
 
 import pika.channel
 
-from potatoq.brokers.rabbitmq_declare import cancel_keeping
-from potatoq.brokers.rabbitmq_io import AmqpLink, ChannelLost, Op, Publish
-from potatoq.brokers.rabbitmq_session import Outgoing, Session, properties_for
-from potatoq.brokers.rabbitmq_topology import H_PRIOR
+from potatoq.brokers.rabbitmq.declare import cancel_keeping
+from potatoq.brokers.rabbitmq.io import AmqpLink, ChannelLost, Op, Publish
+from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
+from potatoq.brokers.rabbitmq.topology import H_PRIOR
 
 _arrival = itertools.count()
 

@@ -1,8 +1,8 @@
 """The PostgreSQL broker's SQL, rendered for one schema.
 
-The statements live in ``potatoq/brokers/postgres/*.sql`` as named blocks (read by the
+The statements live in ``potatoq/brokers/postgres/sql/*.sql`` as named blocks (read by the
 shared :mod:`potatoq.brokers.sqlfiles` loader), the fresh install in
-``postgres/install/current.sql`` and the numbered migrations in ``postgres/migrations/``.
+``sql/install/current.sql`` and the numbered migrations in ``sql/migrations/``.
 Every file writes ``{schema}`` where the schema name goes; :func:`render` replaces it with
 the name quoted as an identifier (psycopg's ``sql.Identifier``), so a hostile schema name
 is only ever an odd but harmless identifier. Values are always bound parameters
@@ -20,25 +20,25 @@ from psycopg import sql
 
 from potatoq.exceptions import ImproperlyConfigured
 
-from . import sqlfiles
+from .. import sqlfiles
 
-PACKAGE = "potatoq.brokers"
+PACKAGE = "potatoq.brokers.postgres"
 NAMEDATALEN = 63  # the longest identifier PostgreSQL keeps, in bytes
 
 
 @functools.cache
 def queries() -> Mapping[str, str]:
-    return sqlfiles.load_directory(PACKAGE, "postgres")
+    return sqlfiles.load_directory(PACKAGE, "sql")
 
 
 @functools.cache
 def install_blocks() -> tuple[tuple[str, str], ...]:
-    return tuple(sqlfiles.load_file(PACKAGE, "postgres/install/current.sql").items())
+    return tuple(sqlfiles.load_file(PACKAGE, "sql/install/current.sql").items())
 
 
 @functools.cache
 def migrations() -> tuple[sqlfiles.Migration, ...]:
-    return tuple(sqlfiles.load_migrations(PACKAGE, "postgres/migrations"))
+    return tuple(sqlfiles.load_migrations(PACKAGE, "sql/migrations"))
 
 
 def validate_schema_name(schema: object) -> str:

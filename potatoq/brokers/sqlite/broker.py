@@ -1,6 +1,6 @@
 """The SQLite broker: the embedded default, ``sqlite:///path/to/file.sqlite3``.
 
-Storage layout (one database file in WAL mode, schema in ``sqlite/migrations/``):
+Storage layout (one database file in WAL mode, schema in ``sql/migrations/``):
 
 * ``potatoq_jobs``: the hot table. It only holds tasks that are scheduled (state 0), ready
   (1) or running (2); a finished task's row is deleted. Partial indexes per state keep each
@@ -13,7 +13,7 @@ Storage layout (one database file in WAL mode, schema in ``sqlite/migrations/``)
   ``potatoq_chords`` + ``potatoq_chord_parts`` (a fired flag per group, one row per header
   part) and ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time).
 * ``potatoq_migrations``: which numbered migrations the file has had (applied on first use
-  by :mod:`potatoq.brokers.sqlite_setup`, which also holds the options and start-up checks).
+  by :mod:`potatoq.brokers.sqlite.setup`, which also holds the options and start-up checks).
 
 Why it is built this way:
 
@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 from potatoq.exceptions import OperationalError
 from potatoq.message import Message
 
-from .base import (
+from ..base import (
     Broker,
     BrokerConfig,
     Capabilities,
@@ -75,7 +75,7 @@ from .base import (
     decode_queued,
     validate_queue_name,
 )
-from .sqlite_setup import (
+from .setup import (
     SQL,
     SQLiteOptions,
     check_local_filesystem,

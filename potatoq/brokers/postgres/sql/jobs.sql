@@ -2,7 +2,7 @@
 --
 -- Conventions: {schema} is the quoted schema name. Batches of messages are passed as
 -- parallel arrays m_ids, m_queues, m_priorities, m_etas (epoch seconds or NULL = now) and
--- m_payloads; NOTIFY channels are computed by the caller (pgwake.channel_name) and passed as
+-- m_payloads; NOTIFY channels are computed by the caller (wakeups.channel_name) and passed as
 -- an array, except where the queues are only known inside the statement (promote, recover,
 -- dead_retry), which build the same name from channel_prefix. States are literals:
 -- 0 scheduled, 1 ready, 2 running.

@@ -8,10 +8,9 @@ from collections.abc import Mapping, Sequence
 
 import pika
 
-from potatoq.brokers import rabbitmq_declare as declare
-from potatoq.brokers import rabbitmq_delay as delay
-from potatoq.brokers.rabbitmq_io import AmqpLink, ChannelLost, Op, Publish
-from potatoq.brokers.rabbitmq_topology import Topology
+from potatoq.brokers.rabbitmq import declare, delay
+from potatoq.brokers.rabbitmq.io import AmqpLink, ChannelLost, Op, Publish
+from potatoq.brokers.rabbitmq.topology import Topology
 from potatoq.exceptions import OperationalError
 from potatoq.message import Message
 

@@ -1,0 +1,7 @@
+"""The Redis / Valkey broker (``redis://``, ``rediss://``, ``valkey://``, ``unix://``)."""
+
+from __future__ import annotations
+
+from .broker import Keys, RedisBroker, RedisOptions, cluster_enabled, redis_url
+
+__all__ = ["Keys", "RedisBroker", "RedisOptions", "cluster_enabled", "redis_url"]
