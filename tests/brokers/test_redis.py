@@ -33,17 +33,10 @@ from potatoq.brokers.base import (
     WorkerInfo,
     WorkerRef,
 )
-from potatoq.brokers.redis import broker as redis_broker
-from potatoq.brokers.redis.broker import (
-    ENQUEUE_BATCH,
-    SCRIPTS,
-    RedisBroker,
-    _parse_lib,
-    _source,
-    check_server,
-    cluster_enabled,
-    redis_url,
-)
+from potatoq.brokers.redis import RedisBroker, scripts
+from potatoq.brokers.redis.broker import ENQUEUE_BATCH
+from potatoq.brokers.redis.options import check_server, cluster_enabled, redis_url
+from potatoq.brokers.redis.scripts import SCRIPTS, _parse_lib, _source
 from potatoq.exceptions import ImproperlyConfigured, InvalidName, OperationalError
 from potatoq.message import Message, new_id
 from tests import services
@@ -205,7 +198,7 @@ def test_each_script_carries_only_the_helpers_it_uses(broker: RedisBroker) -> No
     client = raw_client(broker)
     for script in SCRIPTS.values():
         assert client.script_load(script.source) == script.sha, script.name
-    lib = Path(redis_broker.__file__).with_name("lua").joinpath("_lib.lua").read_text()
+    lib = Path(scripts.__file__).with_name("lua").joinpath("_lib.lua").read_text()
     hot = _defined_helpers(SCRIPTS["settle_and_claim.complete"].source)
     assert hot >= {"settle_complete", "claim", "fenced_holder"}
     assert not hot & {"settle_dead", "settle_retry", "settle_requeue", "add_dead", "fenced"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
-from .broker import Keys, RedisBroker, RedisOptions, cluster_enabled, redis_url
+from .broker import RedisBroker
+from .keys import Keys
+from .options import RedisOptions, cluster_enabled, redis_url
 
 __all__ = ["Keys", "RedisBroker", "RedisOptions", "cluster_enabled", "redis_url"]

@@ -54,20 +54,14 @@ silently deletes tasks.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import logging
-import math
-import os
 import random
-import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from importlib import resources
 from typing import Any, ClassVar
 
 import redis
@@ -79,8 +73,6 @@ from potatoq.brokers.base import (
     BrokerConfig,
     Capabilities,
     ChordJoin,
-    Complete,
-    DeadLetter,
     DeadLetterRecord,
     Delivery,
     Outcome,
@@ -88,9 +80,7 @@ from potatoq.brokers.base import (
     QueuedTask,
     QueueStats,
     RecoverReport,
-    Requeue,
     ResultRecord,
-    RetryLater,
     WorkerInfo,
     WorkerRef,
     decode_delivery,
@@ -100,380 +90,35 @@ from potatoq.brokers.base import (
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
 from potatoq.message import Message
 
-__all__ = ["Keys", "RedisBroker", "RedisOptions", "cluster_enabled", "redis_url"]
+from .keys import Keys
+from .options import RedisOptions, check_server, redis_url
+from .packing import (
+    _SETTLE_AND_CLAIM,
+    _SETTLE_KIND,
+    _command,
+    _disconnect,
+    _message_fields,
+    _messages_fields,
+    _ms,
+    _Packer,
+    _worker_lost_template,
+)
+from .scripts import (
+    SCRIPTS,
+)
 
-_pack: Callable[[Any], bytes] | None
-try:
-    from hiredis import pack_command as _pack
-except ImportError:  # redis-py without its C parser still works, a little slower
-    _pack = None
+__all__ = ["RedisBroker"]
+
 
 log = logging.getLogger("potatoq.brokers.redis")
 
 ENQUEUE_BATCH = 1000  # messages per script call: bounds how long one call blocks the server
 REAP_BATCH = 1000  # expired leases recovered per call
 WORKER_PRUNE_AGE = 86400.0  # heartbeat records silent this long are dropped
-ID_PLACEHOLDER = "@@PQ_ID@@"
 
-
-# ----------------------------------------------------------------------------- options
-
-
-@dataclasses.dataclass(frozen=True)
-class RedisOptions:
-    """``broker_transport_options`` understood by the Redis broker."""
-
-    global_keyprefix: str = "potatoq"
-    #: Socket read timeout for ordinary commands; blocking waits stay below it.
-    socket_timeout: float = 30.0
-    health_check_interval: float = 25.0
-    #: How long a periodic fire time is remembered (dedup window between schedulers).
-    periodic_record_ttl: float = 86400.0
-
-    @classmethod
-    def from_transport_options(cls, options: Mapping[str, Any]) -> RedisOptions:
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        values: dict[str, Any] = {}
-        for name, value in options.items():
-            if name not in known:
-                # Celery transport options such as visibility_timeout mean nothing here.
-                log.debug("ignoring broker_transport_options[%r]: not a Redis broker option", name)
-                continue
-            if name == "global_keyprefix":
-                if not isinstance(value, str) or not value.strip(":"):
-                    raise ImproperlyConfigured(
-                        f"broker_transport_options['global_keyprefix'] must be a non-empty string, "
-                        f"got {value!r:.60}"
-                    )
-                values[name] = value
-            else:
-                try:
-                    number = float(value)
-                except (TypeError, ValueError):
-                    number = -1.0
-                if number <= 0:
-                    raise ImproperlyConfigured(
-                        f"broker_transport_options[{name!r}] must be a positive number, got {value!r:.60}"
-                    )
-                values[name] = number
-        return cls(**values)
-
-    @property
-    def max_block(self) -> float:
-        """The longest single blocking command, kept safely under the socket timeout."""
-        return max(0.05, min(20.0, self.socket_timeout * 0.66))
-
-
-class Keys:
-    """Key names under one prefix (the layout is documented in the module docstring)."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix.rstrip(":") + ":"
-
-    def ready(self, queue: str) -> str:
-        return f"{self.prefix}q:{queue}:ready"
-
-    def delayed(self, queue: str) -> str:
-        return f"{self.prefix}q:{queue}:delayed"
-
-    def active(self, queue: str) -> str:
-        return f"{self.prefix}q:{queue}:active"
-
-    def marker(self, queue: str) -> str:
-        return f"{self.prefix}q:{queue}:marker"
-
-    def job(self, task_id: str) -> str:
-        return f"{self.prefix}job:{task_id}"
-
-    def result(self, task_id: str) -> str:
-        return f"{self.prefix}result:{task_id}"
-
-    def waiting(self, task_id: str) -> str:
-        return f"{self.prefix}waiting:{task_id}"
-
-    def notify(self, task_id: str) -> str:
-        return f"{self.prefix}notify:{task_id}"
-
-    def chord(self, group_id: str) -> str:
-        return f"{self.prefix}chord:{group_id}"
-
-    def wake(self, instance: str) -> str:
-        return f"{self.prefix}wake:{os.getpid()}:{instance}:{threading.get_ident()}"
-
-    @property
-    def dead(self) -> str:
-        return f"{self.prefix}dead"
-
-    @property
-    def dead_payload(self) -> str:
-        return f"{self.prefix}dead:payload"
-
-    @property
-    def dead_info(self) -> str:
-        return f"{self.prefix}dead:info"
-
-    @property
-    def workers(self) -> str:
-        return f"{self.prefix}workers"
-
-    @property
-    def workers_seen(self) -> str:
-        return f"{self.prefix}workers:seen"
-
-    @property
-    def queues(self) -> str:
-        return f"{self.prefix}queues"
-
-    @property
-    def periodic_last(self) -> str:
-        # Can't equal a periodic:<name>:<ms> key: those have two more colons.
-        return f"{self.prefix}periodic:last"
-
-
-# ----------------------------------------------------------------------------- scripts
-
-
-@dataclasses.dataclass(frozen=True)
-class Script:
-    name: str
-    source: str  # the helpers of _lib.lua the body needs, then the body: what the server runs
-    sha: str
-    body: str  # the transition's own file, starting with its KEYS/ARGV header
-
-
-@dataclasses.dataclass(frozen=True)
-class _Helper:
-    """One top-level ``local`` statement of ``_lib.lua`` with the comment lines above it."""
-
-    names: frozenset[str]  # what it defines
-    uses: frozenset[str]  # every identifier in its code (comments and strings stripped)
-    text: str
-
-
-_LUA_STRING_OR_COMMENT = re.compile(r"--[^\n]*|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
-_LUA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_LUA_LOCAL = re.compile(r"local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]*?)\s*=)")
-# Settle outcome kinds: settle_and_claim.lua is built once per kind, so each variant's
-# source holds only the helpers that kind needs (the "complete" one runs for most tasks).
-SETTLE_KINDS = ("complete", "dead", "retry", "requeue")
-
-
-def _identifiers(code: str) -> frozenset[str]:
-    return frozenset(_LUA_NAME.findall(_LUA_STRING_OR_COMMENT.sub(" ", code)))
-
-
-def _parse_lib(lib: str) -> tuple[str, list[_Helper]]:
-    """Split ``_lib.lua`` into its header comment and its helpers, in file order.
-
-    A helper starts at a column-0 ``local`` line, together with the comment lines right
-    above it, and runs until the next such start. Every script pays, on every call, for
-    creating each helper closure its source defines, so the loader includes only the
-    helpers a body needs (see :func:`_source`).
-    """
-    lines = lib.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith("local ")]
-    if not starts:
-        return lib, []
-    cuts = []
-    for start in starts:
-        cut = start
-        while cut > 0 and lines[cut - 1].startswith("--"):
-            cut -= 1
-        cuts.append(cut)
-    header = "".join(lines[: cuts[0]])
-    helpers = []
-    for n, cut in enumerate(cuts):
-        text = "".join(lines[cut : cuts[n + 1] if n + 1 < len(cuts) else len(lines)])
-        match = _LUA_LOCAL.match(lines[starts[n]])
-        if match is None:
-            raise ValueError(f"_lib.lua: can't read the names defined by {lines[starts[n]].strip()!r}")
-        names = match.group(1) or match.group(2)
-        helpers.append(_Helper(frozenset(x.strip() for x in names.split(",")), _identifiers(text), text))
-    return header, helpers
-
-
-def _source(header: str, helpers: Sequence[_Helper], body: str) -> str:
-    """``header`` + the helpers ``body`` uses, directly or through other helpers, in file order."""
-    needed: set[int] = set()  # indexes into helpers
-    wanted = set(_identifiers(body))
-    while True:
-        more = {i for i, h in enumerate(helpers) if i not in needed and h.names & wanted}
-        if not more:
-            break
-        needed |= more
-        for i in more:
-            wanted |= helpers[i].uses
-    return header + "".join(h.text for i, h in enumerate(helpers) if i in needed) + "\n" + body
-
-
-def _load_scripts() -> dict[str, Script]:
-    """Read every ``lua/*.lua`` once; each script is the part of ``_lib.lua`` it needs
-    followed by its body. ``settle_and_claim`` becomes ``settle_and_claim.<kind>``, one per
-    outcome kind, with ``settle_KIND`` in its body replaced by ``settle_<kind>``."""
-    folder = resources.files("potatoq.brokers.redis").joinpath("lua")
-    header, helpers = _parse_lib(folder.joinpath("_lib.lua").read_text(encoding="utf-8"))
-    bodies = {}
-    for entry in folder.iterdir():
-        if entry.name.endswith(".lua") and not entry.name.startswith("_"):
-            name = entry.name[: -len(".lua")]
-            body = entry.read_text(encoding="utf-8")
-            if "settle_KIND" in body:
-                for kind in SETTLE_KINDS:
-                    variant = body.replace("settle_KIND", f"settle_{kind}")
-                    bodies[f"{name}.{kind}"] = variant.replace("@KIND@", kind)
-            else:
-                bodies[name] = body
-    scripts = {}
-    for name, body in bodies.items():
-        source = _source(header, helpers, body)
-        scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), body)
-    return scripts
-
-
-SCRIPTS = _load_scripts()
 
 # The job hash's state names, as queued_task() reports them.
 _QUEUED_STATES = {"delayed": "scheduled", "ready": "ready", "active": "running"}
-
-
-# ----------------------------------------------------------------------------- server checks
-
-
-def redis_url(url: str) -> str:
-    """``url`` as redis-py understands it: ``valkey://`` -> ``redis://``, ``valkeys://`` -> ``rediss://``."""
-    scheme, sep, rest = url.partition("://")
-    translated = {"valkey": "redis", "valkeys": "rediss"}.get(scheme.lower(), scheme)
-    return f"{translated}{sep}{rest}"
-
-
-def cluster_enabled(info: Mapping[str, Any]) -> bool:
-    """True when ``INFO cluster`` output says the server runs in cluster mode."""
-    return str(info.get("cluster_enabled", "0")).strip() in {"1", "True", "true", "yes"}
-
-
-def check_server(client: redis.Redis[bytes]) -> None:
-    """Refuse Redis Cluster; warn unless ``maxmemory-policy`` is ``noeviction``.
-
-    Reads ``INFO`` rather than ``CONFIG GET`` because managed services often disable CONFIG.
-    """
-    pipe = client.pipeline(transaction=False)
-    pipe.info("cluster")
-    pipe.info("memory")
-    cluster_info, memory_info = pipe.execute()
-    if cluster_enabled(cluster_info):
-        raise ImproperlyConfigured(
-            "the Redis broker doesn't support Redis Cluster yet: its scripts touch keys of "
-            "several queues, which can't live in one hash slot; use a standalone server or "
-            "Sentinel-managed primary"
-        )
-    policy = memory_info.get("maxmemory_policy")
-    if policy is not None and str(policy) != "noeviction":
-        log.warning(
-            "Redis maxmemory-policy is %r: under memory pressure the server will evict keys, "
-            "which deletes queued tasks and results. Set maxmemory-policy noeviction.",
-            str(policy),
-        )
-
-
-# ----------------------------------------------------------------------------- argument packing
-
-
-def _command(conn: Connection, *args: Any) -> Any:
-    """One command on ``conn``, retried on a connection error as ``Redis.execute_command``
-    does, without its per-call layers: redis-py 8 checks a connection out of the pool,
-    records observability metrics and runs deprecation wrappers for every command, about
-    45 us of CPU per call here against a ~20 us round trip. A worker pays that on every
-    task (one script call each), so the script calls take this path."""
-    # hiredis packs our str/bytes/int arguments as they are; redis-py's pack_command
-    # first copies them through a generator (it accepts more types).
-    packed: Any = [_pack(args)] if _pack is not None else conn.pack_command(*args)
-
-    def send_and_read() -> Any:
-        conn.send_packed_command(packed)
-        return conn.read_response()  # raises the reply's ResponseError (NOSCRIPT ...)
-
-    return conn.retry.call_with_retry(send_and_read, lambda _: conn.disconnect())
-
-
-def _disconnect(conn: Connection) -> None:
-    conn.disconnect()
-
-
-def _ms(seconds: float) -> int:
-    return max(1, int(seconds * 1000))
-
-
-def _message_fields(message: Message) -> list[str | bytes]:
-    validate_queue_name(message.queue)
-    # Rounded up: the scripts compare against the server clock floored to the millisecond,
-    # so a task is never claimed before its eta.
-    due = "" if message.eta is None else str(math.ceil(message.eta * 1000))
-    return [message.id, message.queue, str(int(message.priority)), due, message.encode()]
-
-
-def _messages_fields(messages: Sequence[Message]) -> list[str | bytes]:
-    fields: list[str | bytes] = [str(len(messages))]
-    for message in messages:
-        fields.extend(_message_fields(message))
-    return fields
-
-
-class _Packer:
-    """Turns outcomes into the ARGV blocks the settle scripts read (see their headers)."""
-
-    def __init__(self, config: BrokerConfig) -> None:
-        self.result_ttl = str(_ms(config.result_expires))
-        self.dead_max = str(max(1, int(config.dead_letter_max)))
-        self.dead_ttl = str(_ms(config.dead_letter_ttl))
-
-    def _result(self, record: ResultRecord | None) -> list[str | bytes]:
-        return [b"" if record is None else record.encode(), self.result_ttl]
-
-    def _tail(self, outcome: Complete | DeadLetter) -> list[str | bytes]:
-        fields = self._result(outcome.result)
-        join = outcome.chord
-        if join is None:
-            fields += ["", "0", "0", b"", "", "", "", "", b""]
-        else:
-            fields += [join.group_id, str(join.index), str(join.size), join.value]
-            fields += _message_fields(join.callback)
-        fields += _messages_fields(outcome.followups)
-        return fields
-
-    def settle(self, delivery: Delivery, outcome: Outcome) -> tuple[str, list[str | bytes]]:
-        """(script name, its ARGV after the prefix) for settling ``delivery`` with ``outcome``."""
-        head: list[str | bytes] = [delivery.id, delivery.token]
-        if isinstance(outcome, Complete):
-            return "complete", head + self._tail(outcome)
-        if isinstance(outcome, DeadLetter):
-            return "dead_letter", [*head, outcome.reason, self.dead_max, self.dead_ttl, *self._tail(outcome)]
-        if isinstance(outcome, RetryLater):
-            message = outcome.message
-            fields = _message_fields(message)
-            return "retry", head + self._result(outcome.result) + fields[1:]
-        if isinstance(outcome, Requeue):
-            return "requeue", [*head, "1" if outcome.crashed else "0"]
-        raise TypeError(f"unknown outcome {outcome!r:.80}")
-
-
-_SETTLE_KIND = {"complete": "complete", "dead_letter": "dead", "retry": "retry", "requeue": "requeue"}
-_SETTLE_AND_CLAIM = {name: f"settle_and_claim.{kind}" for name, kind in _SETTLE_KIND.items()}
-
-
-def _worker_lost_template(max_deliveries: int) -> bytes:
-    """A FAILURE ResultRecord for a task whose workers kept dying; the script fills in the id."""
-    message = f"worker lost while running the task, {max_deliveries} deliveries in a row"
-    record = ResultRecord(
-        task_id=ID_PLACEHOLDER,
-        state="FAILURE",
-        result={
-            "exc_type": "WorkerLostError",
-            "exc_module": "potatoq.exceptions",
-            "exc_message": [message],
-        },
-        date_done=time.time(),
-    )
-    return record.encode()
 
 
 # ----------------------------------------------------------------------------- the broker
