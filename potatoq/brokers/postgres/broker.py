@@ -1,54 +1,8 @@
-"""The PostgreSQL broker: ``postgresql://`` and ``postgres://`` URLs, on psycopg 3.
-
-Storage layout (schema ``broker_transport_options={"schema": ...}``, else the connection's
-current schema; SQL in ``sql/*.sql``, created by ``sql/install/current.sql`` or
-the numbered ``sql/migrations/``):
-
-* ``potatoq_jobs``: the hot table. It only holds scheduled (state 0), ready (1) and running
-  (2) tasks; a settled task's row is deleted, so the table and its indexes stay small.
-  Partial indexes, one per state, with the state literal in the SQL text (so generic plans
-  still match): ``(queue, priority DESC, seq) WHERE state = 1`` for claims, ``(run_at)
-  WHERE state = 0`` for promotion (far-future ETAs never touch the ready scan) and
-  ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` gives FIFO order within a
-  priority; ``token`` (a random uuid per claim) fences settles. Autovacuum on fixed
-  thresholds, no scale factor and no cost delay.
-* ``potatoq_results`` (expiry index), ``potatoq_dead`` (capped by dead_letter_max at each
-  dead letter, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node;
-  fillfactor 50 and no index on its updated columns, so heartbeats are HOT updates),
-  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, and
-  ``potatoq_migrations``.
-
-Why it is built this way:
-
-* Every state change is one statement (hence one transaction and one round trip): the
-  claim is ``WITH picked AS MATERIALIZED (… FOR UPDATE SKIP LOCKED LIMIT 1) UPDATE …
-  RETURNING``; a settle deletes (or updates) the row fenced on its token and, in the same
-  statement, writes the result, the dead letter, the chord join, the follow-up tasks and
-  their NOTIFYs. ``settle_and_claim`` pipelines the settle and the next claim: two
-  statements, one transaction, one round trip.
-* No transaction is open while a task runs: connections are in autocommit mode, and a
-  claim commits at once. Ownership is ``(worker node, pid)`` plus a heartbeat row per node;
-  ``recover()`` requeues the tasks of nodes silent for ``dead_after``.
-* Scheduled tasks are promoted to ready by every worker about once a second (inside
-  ``claim``/``wait``), with SKIP LOCKED, and each affected queue gets one NOTIFY.
-* Wake-ups: ``wait()`` LISTENs on ``potatoq:<queue>`` on one dedicated connection per
-  process, read continuously by its own thread (a backend whose client stops reading holds
-  back the cluster's notification queue), with a 1 s poll as the safety net. Producers
-  debounce NOTIFYs per queue with a token bucket (5 at once, then one per 10 ms): a trickle
-  is announced inline, a burst beyond it by trailing NOTIFYs (see :mod:`.wakeups`). An idle
-  worker's claim commits asynchronously: the WAL flush would only delay the task's start.
-  ``{"notify": False}`` (PgBouncer in transaction mode) switches to polling with backoff.
-* Transactional enqueue: ``enqueue(messages, connection=conn)`` runs the same one-statement
-  insert through the caller's psycopg 3 or psycopg 2 connection, inside their transaction.
-* Fork safety: connections live in a :class:`~potatoq.brokers.base.ProcessLocal` (one per
-  process and thread), the listener and the debouncer in a per-process holder; a child
-  never uses, closes or garbage-collects its parent's connections.
-"""
+"""The :class:`PostgresBroker` class: connections, enqueue, claim, settle, wake-ups and recovery."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
 import time
@@ -70,12 +24,9 @@ from ..base import (
     ChordJoin,
     Complete,
     DeadLetter,
-    DeadLetterRecord,
     Delivery,
     Outcome,
     ProcessLocal,
-    QueuedTask,
-    QueueStats,
     RecoverReport,
     Requeue,
     ResultRecord,
@@ -83,163 +34,23 @@ from ..base import (
     WorkerInfo,
     WorkerRef,
     decode_delivery,
-    decode_queued,
     validate_queue_name,
 )
 from . import migrate, statements, wakeups
+from .admin import PostgresAdmin
+from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
+from .options import PostgresOptions, libpq_url
+from .results import PostgresResults
 
 __all__ = ["PostgresBroker", "PostgresOptions"]
 
 log = logging.getLogger("potatoq.brokers.postgres")
 
-PROMOTE_BATCH = 1000  # scheduled tasks made ready per statement
-SWEEP_EVERY = 60.0  # seconds between housekeeping sweeps, per process
 SWEEP_BATCH = 5000
 PERIODIC_RETENTION = 7 * 86400.0  # claimed fire times remembered this long
 NEVER = 100 * 365 * 86400.0  # result_expires <= 0: keep results (a century)
 POLL_MIN = 0.01  # notify=False: first poll after 10 ms, doubling up to poll_interval
 INT32 = 2**31
-
-
-# ----------------------------------------------------------------------------- options
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PostgresOptions:
-    """``broker_transport_options`` understood by the PostgreSQL broker."""
-
-    #: schema holding potatoq's tables (created if missing); None: the connection's current schema.
-    schema: str | None = None
-    #: LISTEN/NOTIFY wake-ups. False for PgBouncer in transaction mode: workers poll instead.
-    notify: bool = True
-    #: seconds of the NOTIFY debounce window: a process sends at most ``notify_burst``
-    #: NOTIFYs per queue at once, then one per ``notify_debounce / notify_burst`` (a token
-    #: bucket). Enqueues beyond that are announced by one trailing NOTIFY, never left to the
-    #: fallback poll. 0: one NOTIFY per enqueue.
-    notify_debounce: float = 0.05
-    #: NOTIFYs per queue a process sends inline within one window before it coalesces; a
-    #: trickle below this rate is announced at once (the size of the token bucket).
-    notify_burst: int = 5
-    #: seconds between safety-net polls of an idle worker, and between promotions of due
-    #: scheduled tasks by each worker process.
-    poll_interval: float = 1.0
-    #: application_name of potatoq's connections (visible in pg_stat_activity).
-    application_name: str = "potatoq"
-    #: server-side prepared statements for hot statements (psycopg prepares a statement on
-    #: its 5th use). False for PgBouncer older than 1.21 in transaction mode.
-    prepared_statements: bool = True
-
-    @classmethod
-    def from_transport_options(cls, options: Mapping[str, Any]) -> PostgresOptions:
-        """Parse and check ``options``; an unknown name or a wrong type is a clear error."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        for name, value in options.items():
-            field = fields.get(name)
-            if field is None:
-                known = ", ".join(sorted(fields))
-                raise ImproperlyConfigured(
-                    f"unknown PostgreSQL broker_transport_options key {name!r}; known options: {known}"
-                )
-            if name == "schema":
-                if value is not None:
-                    statements.validate_schema_name(value)
-            elif field.type == "bool":
-                if not isinstance(value, bool):
-                    raise ImproperlyConfigured(
-                        f"PostgreSQL broker_transport_options[{name!r}] must be True or False, got {value!r}"
-                    )
-            elif field.type == "float":
-                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                    raise ImproperlyConfigured(
-                        f"PostgreSQL broker_transport_options[{name!r}] must be a number of seconds >= 0, "
-                        f"got {value!r}"
-                    )
-            elif field.type == "int":
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ImproperlyConfigured(
-                        f"PostgreSQL broker_transport_options[{name!r}] must be an integer >= 1, "
-                        f"got {value!r}"
-                    )
-            elif not isinstance(value, str):
-                raise ImproperlyConfigured(
-                    f"PostgreSQL broker_transport_options[{name!r}] must be a string, got {value!r}"
-                )
-        parsed = cls(**dict(options))
-        if parsed.poll_interval <= 0:
-            raise ImproperlyConfigured("PostgreSQL broker_transport_options['poll_interval'] must be > 0")
-        return parsed
-
-
-def libpq_url(url: str) -> str:
-    """The URL as libpq takes it: ``postgresql+psycopg://`` (SQLAlchemy style) loses its ``+…``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.split("+", 1)[0].lower() not in ("postgresql", "postgres"):
-        raise ImproperlyConfigured(f"not a PostgreSQL URL: {mask_url(url)!r} (use postgresql://host/dbname)")
-    return f"postgresql://{rest}"
-
-
-# ----------------------------------------------------------------------------- per-process state
-
-
-class _PromotionClock:
-    """When this process last promoted due scheduled tasks, and when it must again.
-
-    Promotion is timed only (every ``poll_interval``, from ``wait`` or alongside a claim),
-    never before each claim of an idle worker: a worker woken by a NOTIFY claims with one
-    plain statement. A pipelined promote in front of that claim cost twice its CPU and
-    round-trip time on the path from enqueue to start, and an idle worker's ``wait``
-    promotes on the same timetable anyway.
-    """
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._lock = threading.Lock()
-        self._next = 0.0  # monotonic time the next timed promotion is due
-
-    def timed_due(self) -> bool:
-        with self._lock:
-            return time.monotonic() >= self._next
-
-    def until_due(self) -> float:
-        with self._lock:
-            return max(0.0, self._next - time.monotonic())
-
-    def promoted(self, count: int) -> None:
-        with self._lock:
-            # a full batch means more are due: promote again at the next chance
-            self._next = time.monotonic() + (0.0 if count >= PROMOTE_BATCH else self.interval)
-
-
-class _SweepClock:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next = 0.0
-
-    def take(self) -> bool:
-        with self._lock:
-            now = time.monotonic()
-            if now < self._next:
-                return False
-            self._next = now + SWEEP_EVERY
-            return True
-
-
-class _Poller:
-    """Sleeps of ``notify=False`` mode, cut short by :meth:`interrupt`."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._interrupts = 0
-
-    def sleep(self, seconds: float) -> None:
-        with self._cond:
-            seen = self._interrupts
-            self._cond.wait_for(lambda: self._interrupts != seen, timeout=seconds)
-
-    def interrupt(self) -> None:
-        with self._cond:
-            self._interrupts += 1
-            self._cond.notify_all()
 
 
 # ----------------------------------------------------------------------------- the broker
@@ -253,7 +64,7 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class PostgresBroker(Broker):
+class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
@@ -274,9 +85,9 @@ class PostgresBroker(Broker):
         self._setup_lock = threading.Lock()
         self._listener = wakeups.PerProcess(self._make_listener)
         self._debouncer = wakeups.PerProcess(self._make_debouncer)
-        self._promotion = wakeups.PerProcess(lambda: _PromotionClock(self.options.poll_interval))
-        self._sweep = wakeups.PerProcess(_SweepClock)
-        self._poller = wakeups.PerProcess(_Poller)
+        self._promotion = wakeups.PerProcess(lambda: PromotionClock(self.options.poll_interval))
+        self._sweep = wakeups.PerProcess(SweepClock)
+        self._poller = wakeups.PerProcess(Poller)
         self._poll_delay = threading.local()  # per thread: the notify=False backoff
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
@@ -540,7 +351,7 @@ class PostgresBroker(Broker):
                 with conn.pipeline():  # one round trip: promote, then claim
                     promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
                     claimed = conn.execute(stmts["job_claim"].query, params)
-                clock.promoted(_first(promoted.fetchone()))
+                clock.promoted(statements.first_int(promoted.fetchone()))
             else:
                 claimed = conn.execute(stmts["job_claim"].query, params)
             delivery = self._delivery(claimed.fetchone(), worker)
@@ -578,7 +389,7 @@ class PostgresBroker(Broker):
             )
         ok = self._settled(settled.fetchone(), held, outcome)
         if promoted is not None:
-            clock.promoted(_first(promoted.fetchone()))
+            clock.promoted(statements.first_int(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
         self._claimed(next_delivery)
         return ok, next_delivery
@@ -671,7 +482,7 @@ class PostgresBroker(Broker):
         clock = self._promotion.get()
         if clock.timed_due():
             rows = self._run("job_promote", self._promote_params())
-            count = _first(rows[0] if rows else None)
+            count = statements.first_int(rows[0] if rows else None)
             clock.promoted(count)
             if count:
                 return  # tasks just became ready (in some queue): claim now
@@ -722,7 +533,7 @@ class PostgresBroker(Broker):
             "notify": self.options.notify,
         }
         rows = self._run("job_recover", params)
-        requeued = _first(rows[0] if rows else None)
+        requeued = statements.first_int(rows[0] if rows else None)
         dead = 0
         for task_id, queue, token, deliveries, payload, node, pid in self._run("job_lost", params):
             delivery = decode_delivery(
@@ -790,104 +601,6 @@ class PostgresBroker(Broker):
         rows = self._run("periodic_last", {"names": list(names)})
         return {str(name): float(fire_time) for name, fire_time in rows}
 
-    def queued_task(self, task_id: str) -> QueuedTask | None:
-        rows = self._run("job_find", {"id": task_id})
-        if not rows:
-            return None
-        _, queue, state, priority, due, deliveries, payload = rows[0]
-        return decode_queued(
-            id=task_id,
-            queue=queue,
-            # The states are the literals of the jobs table: 0 scheduled, 1 ready, 2 running.
-            state=("scheduled", "ready", "running")[state],
-            priority=priority,
-            due=due,
-            deliveries=deliveries,
-            raw=bytes(payload),
-        )
-
-    # -- results ------------------------------------------------------------------------------
-
-    def store_result(self, record: ResultRecord) -> None:
-        if self._result_backend is not None:
-            self._result_backend.store_result(record)
-            return
-        self._run(
-            "result_store",
-            {
-                "task_id": record.task_id,
-                "state": record.state,
-                "record": record.encode(),
-                "result_expires": self._expires,
-            },
-        )
-
-    def get_result(self, task_id: str) -> ResultRecord | None:
-        if self._result_backend is not None:
-            return self._result_backend.get_result(task_id)
-        rows = self._run("result_get", {"task_id": task_id})
-        return ResultRecord.decode(bytes(rows[0][0])) if rows else None
-
-    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
-        if self._result_backend is not None:
-            return self._result_backend.wait_for_result(task_id, timeout)
-        return super().wait_for_result(task_id, timeout)
-
-    def forget_result(self, task_id: str) -> None:
-        if self._result_backend is not None:
-            self._result_backend.forget_result(task_id)
-            return
-        self._run("result_forget", {"task_id": task_id})
-
-    # -- revocation, dead letters, stats --------------------------------------------------
-
-    def revoke(self, task_id: str) -> bool:
-        return bool(self._run("job_revoke", {"id": task_id}))
-
-    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        params = {"limit": max(0, int(limit)), "offset": max(0, int(offset)), "ttl": self._dead_ttl}
-        rows = self._run("dead_list", params)
-        return [
-            DeadLetterRecord(
-                id=task_id,
-                queue=queue,
-                task=task,
-                reason=reason,
-                raw=bytes(payload),
-                died_at=died_at,
-                deliveries=deliveries,
-            )
-            for task_id, queue, task, reason, payload, died_at, deliveries in rows
-        ]
-
-    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        params = {
-            "all": ids is None,
-            "ids": list(ids or ()),
-            "ttl": self._dead_ttl,
-            "channel_prefix": self._channel_prefix,
-            "notify": self.options.notify,
-        }
-        rows = self._run("dead_retry", params)
-        return _first(rows[0] if rows else None)
-
-    def purge_dead(self) -> int:
-        stmt = self._statements()["dead_purge"]
-        with self._connection() as conn:
-            return conn.execute(stmt.query).rowcount
-
-    def queue_stats(self) -> list[QueueStats]:
-        return [
-            QueueStats(queue=queue, waiting=waiting, delayed=delayed, running=running, oldest_waiting_age=age)
-            for queue, waiting, delayed, running, age in self._run("queue_stats")
-        ]
-
-    def purge(self, queues: Sequence[str]) -> int:
-        names = self._queues(queues)
-        stmt = self._statements()["jobs_purge"]
-        with self._connection() as conn:
-            return conn.execute(stmt.query, {"queues": names}).rowcount
-
     # -- lifecycle ----------------------------------------------------------------------------
 
     def migrate(self) -> None:
@@ -920,7 +633,3 @@ def _is_token(token: str) -> bool:
 def _array_fields(prefix: str) -> tuple[str, ...]:
     """The parallel array parameters of a batch of messages (see _message_params)."""
     return tuple(f"{prefix}_{field}" for field in ("ids", "queues", "priorities", "etas", "payloads"))
-
-
-def _first(row: tuple[Any, ...] | None) -> int:
-    return int(row[0]) if row and row[0] is not None else 0

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from psycopg import sql
 
@@ -116,3 +117,8 @@ class Statements:
 
     def migration(self, migration: sqlfiles.Migration) -> list[Statement]:
         return [Statement.of(name, render(body, schema=self.schema)) for name, body in migration.statements]
+
+
+def first_int(row: tuple[Any, ...] | None) -> int:
+    """The count in a one-column result row (0 for no row or NULL)."""
+    return int(row[0]) if row and row[0] is not None else 0

@@ -1,7 +1,7 @@
-"""The Redis broker's Lua scripts, read from lua/*.lua once per process.
+"""The Redis broker's Lua scripts, read from ``lua/*.lua`` once per process.
 
-Each script is sent as the part of lua/_lib.lua it needs followed by its body, so a
-helper is written once and every script still runs as one self-contained EVALSHA."""
+Each script is sent as the part of ``lua/_lib.lua`` it needs followed by its body, so a
+helper is written once and every script still runs as one self-contained ``EVALSHA``."""
 
 from __future__ import annotations
 
