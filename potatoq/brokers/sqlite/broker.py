@@ -1,41 +1,4 @@
-"""The SQLite broker: the embedded default, ``sqlite:///path/to/file.sqlite3``.
-
-Storage layout (one database file in WAL mode, schema in ``sql/migrations/``):
-
-* ``potatoq_jobs``: the hot table. It only holds tasks that are scheduled (state 0), ready
-  (1) or running (2); a finished task's row is deleted. Partial indexes per state keep each
-  hot query a short index search: ``(queue, priority DESC, seq) WHERE state = 1`` for
-  claims, ``(queue, run_at) WHERE state = 0`` for ETAs (so far-future tasks never slow the
-  ready scan), ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` (the rowid) gives
-  FIFO order within a priority; ``token`` is a random fencing token set by each claim.
-* ``potatoq_results`` (with an expiry index), ``potatoq_dead`` (capped by count and age),
-  ``potatoq_workers`` (one heartbeat row per worker node, its WorkerInfo as JSON),
-  ``potatoq_chords`` + ``potatoq_chord_parts`` (a fired flag per group, one row per header
-  part) and ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time).
-* ``potatoq_migrations``: which numbered migrations the file has had (applied on first use
-  by :mod:`potatoq.brokers.sqlite.setup`, which also holds the options and start-up checks).
-
-Why it is built this way:
-
-* SQLite has one writer, so a claim is a plain ``UPDATE … WHERE seq = (SELECT … LIMIT 1)
-  RETURNING …`` (3.35+) under ``BEGIN IMMEDIATE``; no SKIP LOCKED is needed. A cheap read
-  first checks for work, so idle workers never take the write lock. Due scheduled tasks are
-  promoted to ready in the same claim transaction: there is no poller.
-* Every write transaction is ``BEGIN IMMEDIATE``: a deferred transaction that reads and
-  then writes fails at once with SQLITE_BUSY_SNAPSHOT (the busy timeout doesn't cover lock
-  upgrades). Connections are in autocommit mode, so an idle one never pins a snapshot that
-  would stop checkpoints.
-* WAL with ``synchronous=NORMAL`` survives process crashes; only an OS crash or power loss
-  can drop the last commits (``{"durable": True}`` selects FULL).
-* Settling is one transaction: the fenced delete (or update) of the job row, the result,
-  the chord join and the follow-up tasks. ``settle_and_claim`` adds the next claim to it.
-* Idle workers wake up through ``PRAGMA data_version``, which changes whenever another
-  connection commits; it costs microseconds, so a 2 ms → 50 ms backoff gives millisecond
-  latency with no extra process.
-* Fork safety: connections live in a :class:`~potatoq.brokers.base.ProcessLocal`, so a
-  child never uses, closes or garbage-collects its parent's connection (closing one would
-  release the parent's POSIX locks).
-"""
+"""The :class:`SQLiteBroker` class: connections, enqueue, claim, settle, wait and recovery."""
 
 from __future__ import annotations
 
@@ -59,12 +22,9 @@ from ..base import (
     ChordJoin,
     Complete,
     DeadLetter,
-    DeadLetterRecord,
     Delivery,
     Outcome,
     ProcessLocal,
-    QueuedTask,
-    QueueStats,
     RecoverReport,
     Requeue,
     ResultRecord,
@@ -72,9 +32,11 @@ from ..base import (
     WorkerInfo,
     WorkerRef,
     decode_delivery,
-    decode_queued,
     validate_queue_name,
 )
+from .admin import SQLiteAdmin
+from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .results import SQLiteResults
 from .setup import (
     SQL,
     SQLiteOptions,
@@ -90,36 +52,12 @@ __all__ = ["SQLiteBroker", "SQLiteOptions"]
 # How long claimed periodic fire times are remembered (nobody races for older ones).
 PERIODIC_RETENTION = 7 * 86400.0
 
-_WAIT_MIN = 0.002  # data_version backoff: first check after 2 ms ...
-_WAIT_MAX = 0.050  # ... doubling up to 50 ms
-
-_SCHEDULED, _READY, _RUNNING = 0, 1, 2
-_STATE_NAMES = {_SCHEDULED: "scheduled", _READY: "ready", _RUNNING: "running"}  # for queued_task()
-
-
-# ----------------------------------------------------------------------------- connections
-
-
-class _Connection:
-    """One thread's connection, plus the interrupts its wait() calls have seen."""
-
-    __slots__ = ("conn", "interrupts")
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        # interrupt() calls counted when this thread's last wait() returned: one made since
-        # makes the next wait() return at once, even if it came before that wait started.
-        self.interrupts = 0
-
-    def data_version(self) -> int:
-        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
-
 
 def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class SQLiteBroker(Broker):
+class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
@@ -140,7 +78,7 @@ class SQLiteBroker(Broker):
             check_local_filesystem(self.path)
         #: the clock used for due times, claims, heartbeats and expiry (injectable in tests)
         self.clock: Callable[[], float] = time.time
-        self._local: ProcessLocal[_Connection] = ProcessLocal(self._open, lambda c: c.conn.close())
+        self._local: ProcessLocal[ThreadConnection] = ProcessLocal(self._open, lambda c: c.conn.close())
         self._schema_ready = False
         self._pid = os.getpid()
         self._wake = threading.Condition()
@@ -151,7 +89,7 @@ class SQLiteBroker(Broker):
 
     # -- connections ------------------------------------------------------------------------
 
-    def _open(self) -> _Connection:
+    def _open(self) -> ThreadConnection:
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -171,7 +109,7 @@ class SQLiteBroker(Broker):
         except BaseException:
             conn.close()
             raise
-        return _Connection(conn)
+        return ThreadConnection(conn)
 
     def _set_up(self, conn: sqlite3.Connection) -> None:
         """Pragmas and schema for a new connection.
@@ -199,7 +137,7 @@ class SQLiteBroker(Broker):
                     raise
                 time.sleep(0.01)
 
-    def _conn(self) -> _Connection:
+    def _conn(self) -> ThreadConnection:
         return self._local.get()
 
     @contextlib.contextmanager
@@ -252,7 +190,7 @@ class SQLiteBroker(Broker):
             "queue": message.queue,
             "task": message.task,
             "priority": int(message.priority),
-            "state": _READY if due else _SCHEDULED,
+            "state": READY if due else SCHEDULED,
             "run_at": now if message.eta is None else float(message.eta),
             "payload": message.encode(),
         }
@@ -455,7 +393,7 @@ class SQLiteBroker(Broker):
         next_due = self._read("job_next_due", {"queues": names})[0][0]
         if next_due is not None:
             deadline = min(deadline, start + max(0.0, float(next_due) - self.clock()))
-        delay = _WAIT_MIN
+        delay = WAIT_MIN
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -465,7 +403,7 @@ class SQLiteBroker(Broker):
                     return
                 if local.data_version() != baseline:
                     return
-                delay = min(delay * 2, _WAIT_MAX)
+                delay = min(delay * 2, WAIT_MAX)
         finally:
             local.interrupts = self._interrupts
 
@@ -596,130 +534,6 @@ class SQLiteBroker(Broker):
             return {}
         rows = self._read("periodic_last", {"names": json.dumps(list(names))})
         return {str(name): float(fire_time) for name, fire_time in rows}
-
-    def queued_task(self, task_id: str) -> QueuedTask | None:
-        rows = self._read("job_find", {"id": task_id})
-        if not rows:
-            return None
-        _, queue, state, priority, run_at, deliveries, payload = rows[0]
-        return decode_queued(
-            id=task_id,
-            queue=queue,
-            state=_STATE_NAMES.get(state, "scheduled"),
-            priority=priority,
-            due=run_at,
-            deliveries=deliveries,
-            raw=payload,
-        )
-
-    # -- results ------------------------------------------------------------------------------
-
-    def store_result(self, record: ResultRecord) -> None:
-        if self._result_backend is not None:
-            self._result_backend.store_result(record)
-            return
-        now = self.clock()
-        with self._write() as conn:
-            self._result_in(conn, record, now)
-
-    def get_result(self, task_id: str) -> ResultRecord | None:
-        if self._result_backend is not None:
-            return self._result_backend.get_result(task_id)
-        rows = self._read("result_get", {"task_id": task_id, "now": self.clock()})
-        return ResultRecord.decode(rows[0][0]) if rows else None
-
-    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
-        """Re-read the result when data_version says something was committed (2 → 50 ms backoff)."""
-        if self._result_backend is not None:
-            return self._result_backend.wait_for_result(task_id, timeout)
-        from potatoq.states import READY_STATES
-
-        local = self._conn()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = _WAIT_MIN
-        while True:
-            version = local.data_version()
-            record = self.get_result(task_id)
-            if record is not None and record.state in READY_STATES:
-                return record
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return record
-                time.sleep(delay if remaining is None else min(delay, remaining))
-                if local.data_version() != version:
-                    delay = _WAIT_MIN  # something was committed: look, and poll fast again
-                    break
-                delay = min(delay * 2, _WAIT_MAX)
-
-    def forget_result(self, task_id: str) -> None:
-        if self._result_backend is not None:
-            self._result_backend.forget_result(task_id)
-            return
-        with self._write() as conn:
-            conn.execute(SQL["result_delete"], {"task_id": task_id})
-
-    # -- revocation, dead letters, stats ------------------------------------------------------
-
-    def revoke(self, task_id: str) -> bool:
-        with self._write() as conn:
-            return conn.execute(SQL["job_revoke"], {"id": task_id}).rowcount > 0
-
-    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        cutoff = self.clock() - self.config.dead_letter_ttl
-        rows = self._read("dead_list", {"cutoff": cutoff, "limit": int(limit), "offset": int(offset)})
-        return [
-            DeadLetterRecord(
-                id=task_id,
-                queue=queue,
-                task=task,
-                reason=reason,
-                raw=bytes(payload) if not isinstance(payload, str) else payload.encode(),
-                died_at=died_at,
-                deliveries=deliveries,
-            )
-            for task_id, queue, task, reason, payload, died_at, deliveries in rows
-        ]
-
-    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Restore the latest death of each id; one whose id is waiting or running again stays."""
-        now = self.clock()
-        params = {
-            "cutoff": now - self.config.dead_letter_ttl,
-            "ids": None if ids is None else json.dumps(list(ids)),
-        }
-        restored = 0
-        with self._write() as conn:
-            for seq, task_id, queue, task, priority, payload in conn.execute(
-                SQL["dead_newest"], params
-            ).fetchall():
-                job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
-                if conn.execute(SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
-                    conn.execute(SQL["dead_delete"], {"seq": seq})
-                    restored += 1
-        return restored
-
-    def purge_dead(self) -> int:
-        with self._write() as conn:
-            return conn.execute(SQL["dead_purge"]).rowcount
-
-    def queue_stats(self) -> list[QueueStats]:
-        now = self.clock()
-        return [
-            QueueStats(
-                queue=queue,
-                waiting=int(waiting or 0),
-                delayed=int(delayed or 0),
-                running=int(running or 0),
-                oldest_waiting_age=None if oldest is None else max(0.0, now - oldest),
-            )
-            for queue, waiting, delayed, running, oldest in self._read("job_stats", {"now": now})
-        ]
-
-    def purge(self, queues: Sequence[str]) -> int:
-        names = self._queue_list(queues)
-        with self._write() as conn:
-            return conn.execute(SQL["job_purge"], {"queues": names}).rowcount
 
     # -- lifecycle ----------------------------------------------------------------------------
 
