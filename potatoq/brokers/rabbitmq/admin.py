@@ -16,7 +16,7 @@ from potatoq.brokers.base import (
     QueueStats,
 )
 from potatoq.brokers.rabbitmq import declare
-from potatoq.brokers.rabbitmq.io import Op, Publish
+from potatoq.brokers.rabbitmq.ops import Op, Publish
 from potatoq.brokers.rabbitmq.session import Outgoing, properties_for
 from potatoq.brokers.rabbitmq.topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
 from potatoq.exceptions import MessageDecodeError

@@ -38,8 +38,9 @@ from potatoq.brokers.base import (
 )
 from potatoq.brokers.rabbitmq import declare
 from potatoq.brokers.rabbitmq.consume import Intake, Pending
-from potatoq.brokers.rabbitmq.io import AmqpLink, Await, Op, Publish
+from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.lease import SchedulerLease
+from potatoq.brokers.rabbitmq.ops import Await, Op, Publish
 from potatoq.brokers.rabbitmq.options import RabbitMQOptions
 from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
 from potatoq.brokers.rabbitmq.topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology

@@ -45,7 +45,8 @@ from typing import Any
 import pika.channel
 
 from potatoq.brokers.rabbitmq.declare import cancel_keeping
-from potatoq.brokers.rabbitmq.io import AmqpLink, ChannelLost, Op, Publish
+from potatoq.brokers.rabbitmq.io import AmqpLink
+from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
 from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
 from potatoq.brokers.rabbitmq.topology import H_PRIOR
 

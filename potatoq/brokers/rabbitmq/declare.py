@@ -17,7 +17,8 @@ import pika
 import pika.channel
 
 from potatoq.brokers.rabbitmq import delay
-from potatoq.brokers.rabbitmq.io import AmqpLink, Await, ChannelLost, Op, Publish
+from potatoq.brokers.rabbitmq.io import AmqpLink
+from potatoq.brokers.rabbitmq.ops import Await, ChannelLost, Op, Publish
 from potatoq.brokers.rabbitmq.topology import QueueDecl, Topology
 
 log = logging.getLogger("potatoq.brokers.rabbitmq")

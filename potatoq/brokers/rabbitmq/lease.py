@@ -23,7 +23,8 @@ import pika
 import pika.channel
 
 from potatoq.brokers.rabbitmq import declare
-from potatoq.brokers.rabbitmq.io import AmqpLink, Op, Publish
+from potatoq.brokers.rabbitmq.io import AmqpLink
+from potatoq.brokers.rabbitmq.ops import Op, Publish
 from potatoq.brokers.rabbitmq.session import Session
 
 log = logging.getLogger("potatoq.brokers.rabbitmq")

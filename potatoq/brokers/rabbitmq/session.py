@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 import pika
 
 from potatoq.brokers.rabbitmq import declare, delay
-from potatoq.brokers.rabbitmq.io import AmqpLink, ChannelLost, Op, Publish
+from potatoq.brokers.rabbitmq.io import AmqpLink
+from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
 from potatoq.brokers.rabbitmq.topology import Topology
 from potatoq.exceptions import OperationalError
 from potatoq.message import Message
