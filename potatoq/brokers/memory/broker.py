@@ -1,40 +1,12 @@
-"""The in-process broker (``memory://NAME``): the whole contract in RAM, for unit tests.
-
-Storage layout (one :class:`_Store` per URL name, kept in a module-level registry so that an
-app and a worker thread of the same process that use ``memory://NAME`` share one queue):
-
-* ``jobs``: task id -> :class:`_Job`, every task that is scheduled, ready or running. The
-  payload is kept as the encoded bytes of :meth:`Message.encode`, and decoded again at
-  claim with :func:`decode_delivery`, so tests exercise the same serialization (and the
-  same garbage handling) as the real brokers.
-* ``ready``: per queue, a heap of ``(-priority, seq, id)``; ``scheduled``: one heap of
-  ``(run_at, seq, id)``. Heaps are pruned lazily: an entry whose job is gone, in another
-  state or re-queued under a newer ``seq`` is skipped when popped. Due scheduled tasks are
-  moved to their ready heap at claim, stats and wait time, never by a worker holding them.
-* ``results`` (encoded :class:`ResultRecord` + expiry), ``dead`` (a log in death order, keyed
-  by a sequence number because one id can die more than once; capped by ``dead_letter_max``
-  and ``dead_letter_ttl``), ``chords``, ``fired`` (periodic dedup),
-  ``heartbeats``.
-
-One lock guards a store; every contract operation is one critical section, which is what
-makes settle (result + chord join + follow-ups + removal) atomic here. Two conditions on
-that lock wake :meth:`MemoryBroker.wait` (on enqueue) and :meth:`wait_for_result` (on
-store). Nothing survives the process and a forked child gets a private copy, hence the
-capabilities ``multiprocess=False`` and ``crash_safe_storage=False``.
-"""
+"""The :class:`MemoryBroker` class: every contract operation as one critical section on its store."""
 
 from __future__ import annotations
 
-import dataclasses
-import heapq
-import os
-import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
-from urllib.parse import urlsplit
 
 from potatoq.brokers.base import (
     Broker,
@@ -62,202 +34,21 @@ from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES
 
+from .store import (
+    FIRED_KEEP,
+    READY,
+    RUNNING,
+    SCHEDULED,
+    Job,
+    Store,
+    encode_checked,
+    name_of,
+    priority_of,
+    store_for,
+    task_name,
+)
+
 __all__ = ["MemoryBroker"]
-
-SCHEDULED, READY, RUNNING = "scheduled", "ready", "running"
-# How many fire times per periodic entry are remembered for dedup; older ones are dropped.
-_FIRED_KEEP = 1000
-
-
-@dataclasses.dataclass(slots=True)
-class _Job:
-    id: str
-    queue: str
-    priority: int
-    raw: bytes
-    seq: int
-    state: str
-    run_at: float  # when it is (or became) due
-    deliveries: int = 0
-    token: str | None = None
-    worker: WorkerRef | None = None
-    claimed_at: float = 0.0
-
-
-@dataclasses.dataclass(slots=True)
-class _Chord:
-    parts: dict[int, bytes]
-    fired: bool
-    expires_at: float
-
-
-class _Store:
-    """All state behind one ``memory://NAME``."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.enqueued = threading.Condition(self.lock)
-        self.result_stored = threading.Condition(self.lock)
-        self.seq = 0
-        self.jobs: dict[str, _Job] = {}
-        self.ready: dict[str, list[tuple[int, int, str]]] = {}
-        self.scheduled: list[tuple[float, int, str]] = []
-        self.known_queues: set[str] = set()
-        self.results: dict[str, tuple[bytes, float]] = {}
-        self.dead: OrderedDict[int, DeadLetterRecord] = OrderedDict()
-        self.chords: dict[str, _Chord] = {}
-        self.fired: dict[str, OrderedDict[float, None]] = {}
-        self.heartbeats: dict[str, tuple[bytes, float]] = {}
-
-    def reinit_locks(self) -> None:
-        """In a forked child: a lock held by a parent thread at fork time would never be freed."""
-        self.lock = threading.Lock()
-        self.enqueued = threading.Condition(self.lock)
-        self.result_stored = threading.Condition(self.lock)
-
-    # The helpers below run with ``lock`` held.
-
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
-
-    def put(self, job: _Job, now: float) -> None:
-        """Index ``job`` (already in ``jobs``) as scheduled or ready, by its ``run_at``."""
-        self.known_queues.add(job.queue)
-        job.token, job.worker = None, None
-        if job.run_at > now:
-            job.state = SCHEDULED
-            heapq.heappush(self.scheduled, (job.run_at, job.seq, job.id))
-        else:
-            self.make_ready(job)
-
-    def make_ready(self, job: _Job) -> None:
-        job.state = READY
-        heapq.heappush(self.ready.setdefault(job.queue, []), (-job.priority, job.seq, job.id))
-
-    def add_raw(
-        self, task_id: str, queue: str, *, priority: int, raw: bytes, run_at: float, now: float
-    ) -> bool:
-        if task_id in self.jobs:  # already waiting or running: enqueue is a no-op
-            return False
-        job = _Job(task_id, queue, priority, raw, self.next_seq(), READY, run_at)
-        self.jobs[task_id] = job
-        self.put(job, now)
-        return True
-
-    def add_message(self, message: Message, raw: bytes, now: float) -> bool:
-        run_at = now if message.eta is None else message.eta
-        return self.add_raw(
-            message.id, message.queue, priority=message.priority, raw=raw, run_at=run_at, now=now
-        )
-
-    def promote_due(self, now: float) -> None:
-        while self.scheduled and self.scheduled[0][0] <= now:
-            _, seq, task_id = heapq.heappop(self.scheduled)
-            job = self.jobs.get(task_id)
-            if job is not None and job.state == SCHEDULED and job.seq == seq:
-                self.make_ready(job)
-
-    def pop_ready(self, queue: str) -> _Job | None:
-        heap = self.ready.get(queue)
-        while heap:
-            _, seq, task_id = heapq.heappop(heap)
-            job = self.jobs.get(task_id)
-            if job is not None and job.state == READY and job.seq == seq:
-                return job
-        return None
-
-    def has_ready(self, queues: Iterable[str]) -> bool:
-        for queue in queues:
-            for _, seq, task_id in self.ready.get(queue, ()):
-                job = self.jobs.get(task_id)
-                if job is not None and job.state == READY and job.seq == seq:
-                    return True
-        return False
-
-    def next_due(self) -> float | None:
-        while self.scheduled:
-            run_at, seq, task_id = self.scheduled[0]
-            job = self.jobs.get(task_id)
-            if job is not None and job.state == SCHEDULED and job.seq == seq:
-                return run_at
-            heapq.heappop(self.scheduled)
-        return None
-
-    def store_result(self, task_id: str, encoded: bytes, expires: float, now: float) -> None:
-        self.results[task_id] = (encoded, now + expires)
-        self.result_stored.notify_all()
-
-    def add_dead(self, record: DeadLetterRecord, limit: int, ttl: float, now: float) -> None:
-        self.dead[self.next_seq()] = record
-        self.prune_dead(limit, ttl, now)
-
-    def prune_dead(self, limit: int, ttl: float, now: float) -> None:
-        while self.dead:
-            oldest = next(iter(self.dead.values()))
-            if len(self.dead) <= limit and oldest.died_at >= now - ttl:
-                break
-            self.dead.popitem(last=False)
-
-    def join_chord(self, join: ChordJoin, expires: float, now: float, enqueue_callback: bool) -> bool:
-        chord = self.chords.get(join.group_id)
-        if chord is None or chord.expires_at <= now:
-            chord = self.chords[join.group_id] = _Chord({}, False, 0.0)
-        chord.expires_at = now + expires
-        chord.parts.setdefault(join.index, join.value)  # a second join of an index counts once
-        if chord.fired or len(chord.parts) < join.size:
-            return False
-        chord.fired = True
-        if enqueue_callback:
-            self.add_message(join.callback, join.callback.encode(), now)
-            self.enqueued.notify_all()
-        return True
-
-
-_STORES: dict[str, _Store] = {}
-_STORES_LOCK = threading.Lock()
-
-
-def _store_for(name: str) -> _Store:
-    with _STORES_LOCK:
-        store = _STORES.get(name)
-        if store is None:
-            store = _STORES[name] = _Store()
-        return store
-
-
-def _after_fork_in_child() -> None:
-    global _STORES_LOCK
-    _STORES_LOCK = threading.Lock()
-    for store in _STORES.values():
-        store.reinit_locks()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _name_of(url: str) -> str:
-    parts = urlsplit(url)
-    return (parts.netloc + parts.path).strip("/") or "default"
-
-
-def _encode_checked(message: Message) -> tuple[Message, bytes]:
-    validate_queue_name(message.queue)
-    return message, message.encode()
-
-
-def _task_name(raw: bytes) -> str | None:
-    try:
-        return Message.decode(raw).task
-    except MessageDecodeError:
-        return None
-
-
-def _priority_of(raw: bytes) -> int:
-    try:
-        return Message.decode(raw).priority
-    except MessageDecodeError:
-        return 0
 
 
 class MemoryBroker(Broker):
@@ -270,8 +61,8 @@ class MemoryBroker(Broker):
 
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__(config)
-        self.name = _name_of(config.url)
-        self._store = _store_for(self.name)
+        self.name = name_of(config.url)
+        self._store = store_for(self.name)
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -279,7 +70,7 @@ class MemoryBroker(Broker):
         if connection is not None:
             raise TypeError("memory:// has no database connection to enqueue through")
         # Validate and encode everything first: a bad message leaves the store untouched.
-        encoded = [_encode_checked(m) for m in messages]
+        encoded = [encode_checked(m) for m in messages]
         store = self._store
         with store.lock:
             now = time.time()
@@ -325,7 +116,7 @@ class MemoryBroker(Broker):
         followups: list[tuple[Message, bytes]] = []
         chord: ChordJoin | None = None
         if isinstance(outcome, Complete | DeadLetter):
-            followups = [_encode_checked(m) for m in outcome.followups]
+            followups = [encode_checked(m) for m in outcome.followups]
             chord = outcome.chord
         retry_raw = None
         if isinstance(outcome, RetryLater):
@@ -364,7 +155,7 @@ class MemoryBroker(Broker):
                     record = DeadLetterRecord(
                         id=job.id,
                         queue=job.queue,
-                        task=delivery.message.task if delivery.message else _task_name(job.raw),
+                        task=delivery.message.task if delivery.message else task_name(job.raw),
                         reason=outcome.reason,
                         raw=job.raw,
                         died_at=now,
@@ -465,7 +256,7 @@ class MemoryBroker(Broker):
                 store.enqueued.notify_all()
         return RecoverReport(requeued=requeued, dead=dead)
 
-    def _dead_letter_lost(self, job: _Job, max_deliveries: int, now: float) -> None:
+    def _dead_letter_lost(self, job: Job, max_deliveries: int, now: float) -> None:
         """With the lock held: a task whose holders kept dying goes to the dead letters."""
         store, config = self._store, self.config
         holder = job.worker
@@ -536,7 +327,7 @@ class MemoryBroker(Broker):
             if fire_time in fired:
                 return False
             fired[fire_time] = None
-            while len(fired) > _FIRED_KEEP:
+            while len(fired) > FIRED_KEEP:
                 fired.popitem(last=False)
             if message is not None and raw is not None:
                 store.add_message(message, raw, time.time())
@@ -640,7 +431,7 @@ class MemoryBroker(Broker):
                 if store.add_raw(
                     record.id,
                     record.queue,
-                    priority=_priority_of(record.raw),
+                    priority=priority_of(record.raw),
                     raw=record.raw,
                     run_at=now,
                     now=now,
@@ -709,7 +500,7 @@ class MemoryBroker(Broker):
         """Forget everything stored under this URL name (tasks, results, dead letters, ...)."""
         store = self._store
         with store.lock:
-            fresh = _Store()
+            fresh = Store()
             for field in ("seq", "jobs", "ready", "scheduled", "known_queues", "results", "dead"):
                 setattr(store, field, getattr(fresh, field))
             store.chords, store.fired, store.heartbeats = {}, {}, {}
