@@ -1,5 +1,5 @@
 -- Fresh install of the PostgreSQL broker's schema: what the numbered migrations 0001..
--- produce, written out as one piece. tests/brokers/test_postgres.py checks the two stay
+-- produce, written out as one piece. tests/brokers/postgres/test_broker.py checks the two stay
 -- equal. Each block is one statement; they run in order in the installing transaction.
 -- {schema} is the quoted schema name.
 

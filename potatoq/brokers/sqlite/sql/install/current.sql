@@ -1,5 +1,5 @@
 -- A fresh install: the schema that migrations 0001..latest produce, created in one step.
--- Keep it equal to applying every migration in order (tests/brokers/test_sqlite.py checks).
+-- Keep it equal to applying every migration in order (tests/brokers/sqlite/test_broker.py checks).
 -- potatoq_jobs only ever holds scheduled (state 0), ready (1) and running (2) tasks;
 -- finished tasks are deleted, so the hot table stays as small as the backlog.
 

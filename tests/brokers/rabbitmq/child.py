@@ -1,6 +1,6 @@
 """A separate process for the RabbitMQ tests that need one to die for real (SIGKILL).
 
-    python -m tests.brokers.rabbitmq_child MODE CONFIG_JSON
+    python -m tests.brokers.rabbitmq.child MODE CONFIG_JSON
 
 CONFIG_JSON holds ``url``, ``prefix`` and ``max_deliveries``. Modes:
 

@@ -45,7 +45,7 @@ from potatoq.states import FAILURE, SUCCESS
 from tests import services
 
 WORKER = WorkerRef("node-r", 7)
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OLD_SERVER = os.environ.get("POTATOQ_TEST_RABBITMQ3_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
@@ -134,7 +134,7 @@ def poll(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
 def child(mode: str, config: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.brokers.rabbitmq_child", mode, config],
+        [sys.executable, "-m", "tests.brokers.rabbitmq.child", mode, config],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
