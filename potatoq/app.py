@@ -14,6 +14,7 @@ from .brokers import create_broker, scheme_of
 from .brokers.base import Broker, BrokerConfig, ResultRecord
 from .canvas import Signature, resolve_eta, resolve_expires
 from .config import Settings, load_object
+from .eager import apply_eagerly
 from .exceptions import ImproperlyConfigured, MessageTooLarge, NotRegistered, OperationalError
 from .message import Message, new_id
 from .result import AsyncResult as _AsyncResult
@@ -374,6 +375,11 @@ class Potatoq:
             retries=retries,
             headers=dict(headers or {}),
         )
+
+    def apply_eagerly(self, sig: Signature) -> Any:
+        """Run ``sig`` here and now through a private in-memory broker (``task.apply()``,
+        ``task_always_eager``); tasks and signatures reach the eager runner through this."""
+        return apply_eagerly(self, sig)
 
     def send_messages(
         self,

@@ -129,9 +129,7 @@ class Task:
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any
     ) -> AsyncResult:
         """Run the task here and now, through the serializer, returning an EagerResult."""
-        from .eager import apply_eagerly
-
-        result: AsyncResult = apply_eagerly(self.app, self.signature(args, kwargs, **options))
+        result: AsyncResult = self.app.apply_eagerly(self.signature(args, kwargs, **options))
         return result
 
     def signature(
