@@ -15,8 +15,6 @@ from ..exceptions import MessageDecodeError
 from ..message import Message
 from ..utils.frozen import positional_builder
 
-# ----------------------------------------------------------------------------- value types
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerRef:

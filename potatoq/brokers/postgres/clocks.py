@@ -10,9 +10,6 @@ PROMOTE_BATCH = 1000  # scheduled tasks made ready per statement
 SWEEP_EVERY = 60.0  # seconds between housekeeping sweeps, per process
 
 
-# ----------------------------------------------------------------------------- per-process state
-
-
 class PromotionClock:
     """When this process last promoted due scheduled tasks, and when it must again.
 

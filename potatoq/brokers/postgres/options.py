@@ -11,8 +11,6 @@ from potatoq.utils import mask_url
 
 from . import statements
 
-# ----------------------------------------------------------------------------- options
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PostgresOptions:

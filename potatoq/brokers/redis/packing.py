@@ -32,9 +32,6 @@ except ImportError:  # redis-py without its C parser still works, a little slowe
 ID_PLACEHOLDER = "@@PQ_ID@@"
 
 
-# ----------------------------------------------------------------------------- argument packing
-
-
 def _command(conn: Connection, *args: Any) -> Any:
     """One command on ``conn``, retried on a connection error as ``Redis.execute_command``
     does, without its per-call layers: redis-py 8 checks a connection out of the pool,

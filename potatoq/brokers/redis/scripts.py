@@ -11,8 +11,6 @@ import re
 from collections.abc import Sequence
 from importlib import resources
 
-# ----------------------------------------------------------------------------- scripts
-
 
 @dataclasses.dataclass(frozen=True)
 class Script:

@@ -12,9 +12,6 @@ SCHEDULED, READY, RUNNING = 0, 1, 2
 STATE_NAMES = {SCHEDULED: "scheduled", READY: "ready", RUNNING: "running"}  # for queued_task()
 
 
-# ----------------------------------------------------------------------------- connections
-
-
 class ThreadConnection:
     """One thread's connection, plus the interrupts its wait() calls have seen."""
 
