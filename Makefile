@@ -96,6 +96,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check potatoq tests benchmarks scripts
 	$(VENV)/bin/ruff format --check potatoq tests benchmarks scripts
 	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_layers.py  # DESIGN's import directions
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format potatoq tests benchmarks scripts

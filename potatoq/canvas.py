@@ -210,9 +210,7 @@ class Signature(dict[str, Any]):
         sig = self.clone(args, kwargs, **options) if (args or kwargs or options) else self
         app = sig.app
         if app.conf.task_always_eager:
-            from .eager import apply_eagerly
-
-            return apply_eagerly(app, sig)
+            return app.apply_eagerly(sig)
         connection = sig.options.pop("connection", None)
         retry = sig.options.pop("retry", None)
         retry_policy = sig.options.pop("retry_policy", None)
@@ -236,9 +234,7 @@ class Signature(dict[str, Any]):
         self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, **options: Any
     ) -> Any:
         """Run it here and now (eagerly), returning its result."""
-        from .eager import apply_eagerly
-
-        return apply_eagerly(self.app, self.clone(args, kwargs, **options))
+        return self.app.apply_eagerly(self.clone(args, kwargs, **options))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task inline in this process, as Celery does for a plain signature."""

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from .brokers.base import BrokerConfig
 from .brokers.memory import MemoryBroker
 from .canvas import Signature, build_messages
+from .result import AsyncResult, EagerResult, GroupResult
+from .testing import drain
 
 if TYPE_CHECKING:
     from .app import Potatoq
@@ -22,9 +24,6 @@ _counter = itertools.count()
 
 
 def apply_eagerly(app: Potatoq, sig: Signature) -> Any:
-    from .result import AsyncResult, EagerResult, GroupResult
-    from .testing import drain
-
     broker = MemoryBroker(BrokerConfig(url=f"memory://potatoq-eager-{next(_counter)}"))
     sig.options.pop("connection", None)
     handle = sig.freeze()

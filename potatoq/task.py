@@ -162,9 +162,7 @@ class Task(Generic[P, R]):
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any
     ) -> AsyncResult[R]:
         """Run the task here and now, through the serializer, returning an EagerResult."""
-        from .eager import apply_eagerly
-
-        result: AsyncResult[R] = apply_eagerly(self.app, self.signature(args, kwargs, **options))
+        result: AsyncResult[R] = self.app.apply_eagerly(self.signature(args, kwargs, **options))
         return result
 
     def signature(

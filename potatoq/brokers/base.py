@@ -14,10 +14,11 @@ messages in the same step that removes the task, and it is *fenced*: a delivery 
 was lost (its worker was declared dead and the task was delivered again) is refused, so a
 late worker can never overwrite the newer delivery's outcome.
 
-What crosses the boundary are small frozen dataclasses defined here: :class:`Delivery`,
-the outcome types, :class:`ResultRecord`, :class:`ChordJoin`, :class:`WorkerInfo`,
-:class:`QueueStats`, :class:`DeadLetterRecord`. All of them are JSON-friendly so the worker
-supervisor can receive a child's delivery over a pipe and settle it if the child dies.
+What crosses the boundary are small frozen dataclasses (defined in :mod:`.records`,
+re-exported here): :class:`Delivery`, the outcome types, :class:`ResultRecord`,
+:class:`ChordJoin`, :class:`WorkerInfo`, :class:`QueueStats`, :class:`DeadLetterRecord`.
+All of them are JSON-friendly so the worker supervisor can receive a child's delivery over
+a pipe and settle it if the child dies.
 
 Rules every implementation follows:
 
@@ -42,10 +43,28 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from .. import serialization
-from ..exceptions import InvalidName, MessageDecodeError, OperationalError
+from ..exceptions import InvalidName, OperationalError
 from ..message import Message
-from ..utils.frozen import positional_builder
+from .records import (
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    DeadLetterRecord,
+    Delivery,
+    Outcome,
+    QueuedTask,
+    QueueStats,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    RunningTask,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    decode_queued,
+)
 
 __all__ = [
     "Broker",
@@ -64,6 +83,7 @@ __all__ = [
     "Requeue",
     "ResultRecord",
     "RetryLater",
+    "RunningTask",
     "WorkerInfo",
     "WorkerRef",
     "decode_delivery",
@@ -89,329 +109,6 @@ def validate_queue_name(name: str, *, allow_dots: bool = True) -> str:
         allowed = "letters, digits, '_', '-', ':'" + (", '.'" if allow_dots else " (no '.')")
         raise InvalidName(f"invalid queue name {name!r:.80}: use {allowed}")
     return name
-
-
-# ----------------------------------------------------------------------------- value types
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WorkerRef:
-    """Who holds a claim: a worker node (one per supervisor run) and the child's pid."""
-
-    node: str
-    pid: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Delivery:
-    """A claimed task. ``token`` fences it: only this delivery can settle it."""
-
-    id: str
-    queue: str
-    raw: bytes
-    token: str
-    deliveries: int  # times delivered, this one included (crashes count, shutdowns don't)
-    worker: WorkerRef
-    message: Message | None = None  # None when ``raw`` couldn't be decoded
-    error: str | None = None  # why decoding failed
-    handle: str | int | None = None  # broker-private (e.g. an AMQP delivery tag)
-    claimed_at: float = dataclasses.field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-able dict, for sending a child's delivery to its supervisor."""
-        return {
-            "id": self.id,
-            "queue": self.queue,
-            "raw": self.raw,
-            "token": self.token,
-            "deliveries": self.deliveries,
-            "worker": [self.worker.node, self.worker.pid],
-            "handle": self.handle,
-            "claimed_at": self.claimed_at,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Delivery:
-        node, pid = data["worker"]
-        return decode_delivery(
-            id=data["id"],
-            queue=data["queue"],
-            raw=data["raw"],
-            token=data["token"],
-            deliveries=data["deliveries"],
-            worker=WorkerRef(node, pid),
-            handle=data.get("handle"),
-            claimed_at=data.get("claimed_at") or time.time(),
-        )
-
-
-def _decode_raw(raw: bytes | str) -> tuple[bytes, Message | None, str | None]:
-    """``raw`` as bytes, and its decoded message or why it couldn't be decoded."""
-    data = raw.encode() if isinstance(raw, str) else bytes(raw)
-    try:
-        return data, Message.decode(data), None
-    except MessageDecodeError as exc:
-        return data, None, exc.reason
-
-
-def decode_delivery(
-    *,
-    id: str,  # noqa: A002 - mirrors Delivery.id
-    queue: str,
-    raw: bytes | str,
-    token: str,
-    deliveries: int,
-    worker: WorkerRef,
-    handle: str | int | None = None,
-    claimed_at: float | None = None,
-) -> Delivery:
-    """Build a :class:`Delivery`, decoding ``raw``; a decode failure is recorded, not raised."""
-    data, message, error = _decode_raw(raw)
-    # Positionally, without the dataclass __init__: a worker builds one per task.
-    return _build_delivery(
-        id,
-        queue,
-        data,
-        str(token),
-        int(deliveries),
-        worker,
-        message,
-        error,
-        handle,
-        time.time() if claimed_at is None else claimed_at,
-    )
-
-
-_build_delivery = positional_builder(Delivery)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class QueuedTask:
-    """A task the broker still holds, as :meth:`Broker.queued_task` reads it back.
-
-    ``state`` is ``"scheduled"`` (its eta is ahead, or it is due but not yet made ready),
-    ``"ready"`` or ``"running"``. ``due`` is when it is (or became) due, epoch seconds.
-    ``deliveries`` counts the deliveries of this attempt so far (crashes count).
-    """
-
-    id: str
-    queue: str
-    state: str
-    priority: int
-    due: float | None
-    deliveries: int
-    raw: bytes
-    message: Message | None = None  # None when ``raw`` couldn't be decoded
-    error: str | None = None  # why decoding failed
-
-
-def decode_queued(
-    *,
-    id: str,  # noqa: A002 - mirrors QueuedTask.id
-    queue: str,
-    state: str,
-    priority: int,
-    due: float | None,
-    deliveries: int,
-    raw: bytes | str,
-) -> QueuedTask:
-    """Build a :class:`QueuedTask`, decoding ``raw``; a decode failure is recorded, not raised
-    (the page that shows it must still work for a row a worker will dead-letter)."""
-    data, message, error = _decode_raw(raw)
-    return QueuedTask(
-        id=id,
-        queue=queue,
-        state=state,
-        priority=int(priority),
-        due=None if due is None else float(due),
-        deliveries=int(deliveries),
-        raw=data,
-        message=message,
-        error=error,
-    )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ResultRecord:
-    """A task's state and outcome as stored by a result backend."""
-
-    task_id: str
-    state: str
-    result: Any = None  # the return value, an encoded exception, or custom-state meta
-    traceback: str | None = None
-    name: str | None = None
-    retries: int = 0
-    date_done: float | None = None
-    parent_id: str | None = None
-    group_id: str | None = None
-    children: tuple[str, ...] = ()
-    args: tuple[Any, ...] | None = None
-    kwargs: Mapping[str, Any] | None = None
-
-    def encode(self) -> bytes:
-        body = dataclasses.asdict(self)
-        body["children"] = list(self.children)
-        return serialization.dumps(body, where=f"result of task {self.task_id}").encode()
-
-    @classmethod
-    def decode(cls, data: bytes | str) -> ResultRecord:
-        body = serialization.loads(data)
-        body["children"] = tuple(body.get("children") or ())
-        if body.get("args") is not None:
-            body["args"] = tuple(body["args"])
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in body.items() if k in fields})
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ChordJoin:
-    """One header task of a chord reporting in.
-
-    ``value`` is the part's encoded outcome. The join is idempotent per ``index`` (a
-    redelivered header task joining twice counts once). The join that brings the number of
-    distinct parts to ``size`` enqueues ``callback``, exactly once, in the same atomic step.
-    The callback then reads the parts, in index order, with :meth:`Broker.chord_parts`.
-    """
-
-    group_id: str
-    index: int
-    size: int
-    value: bytes
-    callback: Message
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Complete:
-    """The task ran (successfully or not) and is done: remove it."""
-
-    result: ResultRecord | None = None
-    followups: tuple[Message, ...] = ()
-    chord: ChordJoin | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RetryLater:
-    """Run the task again: ``message`` (same id, retries + 1) becomes due at ``message.eta``.
-
-    The delivery count starts again from zero: it counts crashes of one attempt.
-    """
-
-    message: Message
-    result: ResultRecord | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Requeue:
-    """Put the task back, ready now.
-
-    ``crashed=False`` (a graceful shutdown) doesn't count this delivery towards
-    ``task_max_deliveries``; ``crashed=True`` (the process died) does.
-    """
-
-    crashed: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """Move the task, payload unchanged, to the dead letters with ``reason``."""
-
-    reason: str
-    result: ResultRecord | None = None
-    followups: tuple[Message, ...] = ()
-    chord: ChordJoin | None = None
-
-
-Outcome = Complete | RetryLater | Requeue | DeadLetter
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunningTask:
-    pid: int
-    task_id: str
-    task: str
-    started_at: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """What a worker node reports with each heartbeat."""
-
-    node: str
-    hostname: str
-    pid: int
-    queues: tuple[str, ...]
-    concurrency: int
-    started_at: float
-    running: tuple[RunningTask, ...] = ()
-    processed: int = 0
-    registered: tuple[str, ...] = ()
-    last_seen: float = 0.0  # filled in by the broker when read back
-
-    def encode(self) -> bytes:
-        return serialization.dumps(dataclasses.asdict(self), where="worker info").encode()
-
-    @classmethod
-    def decode(cls, data: bytes | str, last_seen: float | None = None) -> WorkerInfo:
-        body = serialization.loads(data)
-        body["queues"] = tuple(body.get("queues") or ())
-        body["registered"] = tuple(body.get("registered") or ())
-        body["running"] = tuple(RunningTask(**r) for r in body.get("running") or ())
-        if last_seen is not None:
-            body["last_seen"] = last_seen
-        return cls(**body)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class QueueStats:
-    queue: str
-    waiting: int
-    delayed: int
-    running: int
-    oldest_waiting_age: float | None  # seconds since the oldest ready task became due
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DeadLetterRecord:
-    id: str
-    queue: str
-    task: str | None
-    reason: str
-    raw: bytes  # the payload exactly as it was delivered; retry puts it back unchanged
-    died_at: float
-    deliveries: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RecoverReport:
-    requeued: int = 0
-    dead: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Capabilities:
-    """What a broker can do, as data: shared tests and the worker branch on these, never on names."""
-
-    transactional_enqueue: bool = False  # enqueue(..., connection=) through the caller's DB-API connection
-    stores_results: bool = True  # results can live in the broker itself
-    results_by_default: bool = (
-        True  # result_backend=None means "the broker" (databases) or "none" (Redis, AMQP)
-    )
-    supervisor_settles: bool = True  # the supervisor may settle a dead child's delivery
-    lists_holders: bool = True  # held_by() lists exactly what one worker process holds
-    exact_priorities: bool = True  # any int priority orders exactly (AMQP: bands)
-    leases: bool = False  # claims expire unless extend() is called
-    revoke_deletes: bool = True  # revoke() removes a waiting task from storage
-    crash_safe_storage: bool = True  # survives the broker process being killed (memory:// doesn't)
-    multiprocess: bool = True  # several processes share one broker (memory:// is per process)
-    # The four below are False only on RabbitMQ, whose queues can't be searched, updated or
-    # written together with a result store (added with the RabbitMQ broker):
-    unique_ids: bool = True  # enqueue of an id already waiting or running is a no-op
-    atomic_settle: bool = True  # result, follow-ups and removal in one step (AMQP: publish, then ack)
-    recovers_dead_holders: bool = True  # recover() finds dead holders (AMQP: the server requeues them)
-    full_stats: bool = True  # queue_stats/purge see scheduled and running tasks (AMQP: ready ones only)
-    # queued_task() finds a waiting task by id. AMQP queues can't be searched: a message is
-    # only seen when it is delivered, so RabbitMQ answers None until the task runs.
-    finds_queued: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -77,7 +77,7 @@ def parse_blocks(text: str, *, source: str = "<sql>") -> dict[str, str]:
 
 
 def load_file(package: str, path: str) -> dict[str, str]:
-    """The blocks of one file, ``package/path`` (e.g. ``"sqlite/install/current.sql"``)."""
+    """The blocks of one file, ``package/path`` (e.g. ``"sql/install/current.sql"``)."""
     text = resources.files(package).joinpath(path).read_text(encoding="utf-8")
     return parse_blocks(text, source=f"{package}/{path}")
 

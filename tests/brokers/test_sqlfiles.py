@@ -41,8 +41,8 @@ def test_malformed_files_are_refused_with_the_reason(text: str, problem: str) ->
 
 
 def test_sqlite_files_load_with_unique_names_and_numbered_migrations() -> None:
-    queries = sqlfiles.load_directory("potatoq.brokers", "sqlite")
+    queries = sqlfiles.load_directory("potatoq.brokers.sqlite", "sql")
     assert {"job_claim", "job_insert", "result_upsert", "chord_fire", "periodic_claim"} <= set(queries)
-    migrations = sqlfiles.load_migrations("potatoq.brokers", "sqlite/migrations")
+    migrations = sqlfiles.load_migrations("potatoq.brokers.sqlite", "sql/migrations")
     assert [m.number for m in migrations] == list(range(1, len(migrations) + 1))
     assert migrations[0].statements[0][0] == "create_jobs"

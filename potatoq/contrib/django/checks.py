@@ -56,7 +56,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **_: Any) -> list[c
     try:
         broker_class(url)
         if scheme_of(url) == "sqlite":
-            from potatoq.brokers.sqlite_setup import database_path
+            from potatoq.brokers.sqlite.setup import database_path
 
             database_path(url)
     except ImproperlyConfigured as exc:

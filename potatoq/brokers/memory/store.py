@@ -1,0 +1,217 @@
+"""The memory broker's state: one store per URL name (``memory://name``) shared by every
+broker object of the process, with its jobs, results, dead letters, chords and fire times
+under one lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from potatoq.brokers.base import (
+    ChordJoin,
+    DeadLetterRecord,
+    WorkerRef,
+    validate_queue_name,
+)
+from potatoq.exceptions import MessageDecodeError
+from potatoq.message import Message
+
+SCHEDULED, READY, RUNNING = "scheduled", "ready", "running"
+# How many fire times per periodic entry are remembered for dedup; older ones are dropped.
+FIRED_KEEP = 1000
+
+
+@dataclasses.dataclass(slots=True)
+class Job:
+    id: str
+    queue: str
+    priority: int
+    raw: bytes
+    seq: int
+    state: str
+    run_at: float  # when it is (or became) due
+    deliveries: int = 0
+    token: str | None = None
+    worker: WorkerRef | None = None
+    claimed_at: float = 0.0
+
+
+@dataclasses.dataclass(slots=True)
+class Chord:
+    parts: dict[int, bytes]
+    fired: bool
+    expires_at: float
+
+
+class Store:
+    """All state behind one ``memory://NAME``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.enqueued = threading.Condition(self.lock)
+        self.result_stored = threading.Condition(self.lock)
+        self.seq = 0
+        self.jobs: dict[str, Job] = {}
+        self.ready: dict[str, list[tuple[int, int, str]]] = {}
+        self.scheduled: list[tuple[float, int, str]] = []
+        self.known_queues: set[str] = set()
+        self.results: dict[str, tuple[bytes, float]] = {}
+        self.dead: OrderedDict[int, DeadLetterRecord] = OrderedDict()
+        self.chords: dict[str, Chord] = {}
+        self.fired: dict[str, OrderedDict[float, None]] = {}
+        self.heartbeats: dict[str, tuple[bytes, float]] = {}
+
+    def reinit_locks(self) -> None:
+        """In a forked child: a lock held by a parent thread at fork time would never be freed."""
+        self.lock = threading.Lock()
+        self.enqueued = threading.Condition(self.lock)
+        self.result_stored = threading.Condition(self.lock)
+
+    # The helpers below run with ``lock`` held.
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def put(self, job: Job, now: float) -> None:
+        """Index ``job`` (already in ``jobs``) as scheduled or ready, by its ``run_at``."""
+        self.known_queues.add(job.queue)
+        job.token, job.worker = None, None
+        if job.run_at > now:
+            job.state = SCHEDULED
+            heapq.heappush(self.scheduled, (job.run_at, job.seq, job.id))
+        else:
+            self.make_ready(job)
+
+    def make_ready(self, job: Job) -> None:
+        job.state = READY
+        heapq.heappush(self.ready.setdefault(job.queue, []), (-job.priority, job.seq, job.id))
+
+    def add_raw(
+        self, task_id: str, queue: str, *, priority: int, raw: bytes, run_at: float, now: float
+    ) -> bool:
+        if task_id in self.jobs:  # already waiting or running: enqueue is a no-op
+            return False
+        job = Job(task_id, queue, priority, raw, self.next_seq(), READY, run_at)
+        self.jobs[task_id] = job
+        self.put(job, now)
+        return True
+
+    def add_message(self, message: Message, raw: bytes, now: float) -> bool:
+        run_at = now if message.eta is None else message.eta
+        return self.add_raw(
+            message.id, message.queue, priority=message.priority, raw=raw, run_at=run_at, now=now
+        )
+
+    def promote_due(self, now: float) -> None:
+        while self.scheduled and self.scheduled[0][0] <= now:
+            _, seq, task_id = heapq.heappop(self.scheduled)
+            job = self.jobs.get(task_id)
+            if job is not None and job.state == SCHEDULED and job.seq == seq:
+                self.make_ready(job)
+
+    def pop_ready(self, queue: str) -> Job | None:
+        heap = self.ready.get(queue)
+        while heap:
+            _, seq, task_id = heapq.heappop(heap)
+            job = self.jobs.get(task_id)
+            if job is not None and job.state == READY and job.seq == seq:
+                return job
+        return None
+
+    def has_ready(self, queues: Iterable[str]) -> bool:
+        for queue in queues:
+            for _, seq, task_id in self.ready.get(queue, ()):
+                job = self.jobs.get(task_id)
+                if job is not None and job.state == READY and job.seq == seq:
+                    return True
+        return False
+
+    def next_due(self) -> float | None:
+        while self.scheduled:
+            run_at, seq, task_id = self.scheduled[0]
+            job = self.jobs.get(task_id)
+            if job is not None and job.state == SCHEDULED and job.seq == seq:
+                return run_at
+            heapq.heappop(self.scheduled)
+        return None
+
+    def store_result(self, task_id: str, encoded: bytes, expires: float, now: float) -> None:
+        self.results[task_id] = (encoded, now + expires)
+        self.result_stored.notify_all()
+
+    def add_dead(self, record: DeadLetterRecord, limit: int, ttl: float, now: float) -> None:
+        self.dead[self.next_seq()] = record
+        self.prune_dead(limit, ttl, now)
+
+    def prune_dead(self, limit: int, ttl: float, now: float) -> None:
+        while self.dead:
+            oldest = next(iter(self.dead.values()))
+            if len(self.dead) <= limit and oldest.died_at >= now - ttl:
+                break
+            self.dead.popitem(last=False)
+
+    def join_chord(self, join: ChordJoin, expires: float, now: float, enqueue_callback: bool) -> bool:
+        chord = self.chords.get(join.group_id)
+        if chord is None or chord.expires_at <= now:
+            chord = self.chords[join.group_id] = Chord({}, False, 0.0)
+        chord.expires_at = now + expires
+        chord.parts.setdefault(join.index, join.value)  # a second join of an index counts once
+        if chord.fired or len(chord.parts) < join.size:
+            return False
+        chord.fired = True
+        if enqueue_callback:
+            self.add_message(join.callback, join.callback.encode(), now)
+            self.enqueued.notify_all()
+        return True
+
+
+_STORES: dict[str, Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(name: str) -> Store:
+    with _STORES_LOCK:
+        store = _STORES.get(name)
+        if store is None:
+            store = _STORES[name] = Store()
+        return store
+
+
+def _after_fork_in_child() -> None:
+    global _STORES_LOCK
+    _STORES_LOCK = threading.Lock()
+    for store in _STORES.values():
+        store.reinit_locks()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def name_of(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.netloc + parts.path).strip("/") or "default"
+
+
+def encode_checked(message: Message) -> tuple[Message, bytes]:
+    validate_queue_name(message.queue)
+    return message, message.encode()
+
+
+def task_name(raw: bytes) -> str | None:
+    try:
+        return Message.decode(raw).task
+    except MessageDecodeError:
+        return None
+
+
+def priority_of(raw: bytes) -> int:
+    try:
+        return Message.decode(raw).priority
+    except MessageDecodeError:
+        return 0

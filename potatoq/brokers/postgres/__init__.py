@@ -1,0 +1,57 @@
+"""The PostgreSQL broker: ``postgresql://`` and ``postgres://`` URLs, on psycopg 3.
+
+Storage layout (schema ``broker_transport_options={"schema": ...}``, else the connection's
+current schema; SQL in ``sql/*.sql``, created by ``sql/install/current.sql`` or
+the numbered ``sql/migrations/``):
+
+* ``potatoq_jobs``: the hot table. It only holds scheduled (state 0), ready (1) and running
+  (2) tasks; a settled task's row is deleted, so the table and its indexes stay small.
+  Partial indexes, one per state, with the state literal in the SQL text (so generic plans
+  still match): ``(queue, priority DESC, seq) WHERE state = 1`` for claims, ``(run_at)
+  WHERE state = 0`` for promotion (far-future ETAs never touch the ready scan) and
+  ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` gives FIFO order within a
+  priority; ``token`` (a random uuid per claim) fences settles. Autovacuum on fixed
+  thresholds, no scale factor and no cost delay.
+* ``potatoq_results`` (expiry index), ``potatoq_dead`` (capped by dead_letter_max at each
+  dead letter, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node;
+  fillfactor 50 and no index on its updated columns, so heartbeats are HOT updates),
+  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, and
+  ``potatoq_migrations``.
+
+Why it is built this way:
+
+* Every state change is one statement (hence one transaction and one round trip): the
+  claim is ``WITH picked AS MATERIALIZED (… FOR UPDATE SKIP LOCKED LIMIT 1) UPDATE …
+  RETURNING``; a settle deletes (or updates) the row fenced on its token and, in the same
+  statement, writes the result, the dead letter, the chord join, the follow-up tasks and
+  their NOTIFYs. ``settle_and_claim`` pipelines the settle and the next claim: two
+  statements, one transaction, one round trip.
+* No transaction is open while a task runs: connections are in autocommit mode, and a
+  claim commits at once. Ownership is ``(worker node, pid)`` plus a heartbeat row per node;
+  ``recover()`` requeues the tasks of nodes silent for ``dead_after``.
+* Scheduled tasks are promoted to ready by every worker about once a second (inside
+  ``claim``/``wait``), with SKIP LOCKED, and each affected queue gets one NOTIFY.
+* Wake-ups: ``wait()`` LISTENs on ``potatoq:<queue>`` on one dedicated connection per
+  process, read continuously by its own thread (a backend whose client stops reading holds
+  back the cluster's notification queue), with a 1 s poll as the safety net. Producers
+  debounce NOTIFYs per queue with a token bucket (5 at once, then one per 10 ms): a trickle
+  is announced inline, a burst beyond it by trailing NOTIFYs (see :mod:`.wakeups`). An idle
+  worker's claim commits asynchronously: the WAL flush would only delay the task's start.
+  ``{"notify": False}`` (PgBouncer in transaction mode) switches to polling with backoff.
+* Transactional enqueue: ``enqueue(messages, connection=conn)`` runs the same one-statement
+  insert through the caller's psycopg 3 or psycopg 2 connection, inside their transaction.
+* Fork safety: connections live in a :class:`~potatoq.brokers.base.ProcessLocal` (one per
+  process and thread), the listener and the debouncer in a per-process holder; a child
+  never uses, closes or garbage-collects its parent's connections.
+
+Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
+``admin`` and ``results`` (its inspection/admin and result-store halves), ``options``,
+``statements`` (the SQL of ``sql/`` rendered for a schema), ``wakeups`` (LISTEN/NOTIFY),
+``clocks`` (per-process promotion/sweep pacing) and ``migrate`` (schema install/upgrade).
+"""
+
+from __future__ import annotations
+
+from .broker import PostgresBroker, PostgresOptions
+
+__all__ = ["PostgresBroker", "PostgresOptions"]

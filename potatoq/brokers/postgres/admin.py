@@ -1,0 +1,99 @@
+"""The PostgreSQL broker's inspection and admin calls: a queued task by id, revocation, the
+dead-letter table (list, retry, purge), queue statistics and purging a queue."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ..base import (
+    Broker,
+    DeadLetterRecord,
+    QueuedTask,
+    QueueStats,
+    decode_queued,
+)
+from . import statements
+from .options import PostgresOptions
+
+
+class PostgresAdmin(Broker):
+    """Inspection and admin on the broker's tables (mixed into :class:`PostgresBroker`)."""
+
+    if TYPE_CHECKING:
+        options: PostgresOptions
+        _dead_ttl: float
+        _channel_prefix: str
+
+        def _run(self, name: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]: ...
+        def _statements(self) -> statements.Statements: ...
+        def _connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
+        def _queues(self, queues: Sequence[str]) -> list[str]: ...
+
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        rows = self._run("job_find", {"id": task_id})
+        if not rows:
+            return None
+        _, queue, state, priority, due, deliveries, payload = rows[0]
+        return decode_queued(
+            id=task_id,
+            queue=queue,
+            # The states are the literals of the jobs table: 0 scheduled, 1 ready, 2 running.
+            state=("scheduled", "ready", "running")[state],
+            priority=priority,
+            due=due,
+            deliveries=deliveries,
+            raw=bytes(payload),
+        )
+
+    # -- revocation, dead letters, stats --------------------------------------------------
+
+    def revoke(self, task_id: str) -> bool:
+        return bool(self._run("job_revoke", {"id": task_id}))
+
+    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
+        params = {"limit": max(0, int(limit)), "offset": max(0, int(offset)), "ttl": self._dead_ttl}
+        rows = self._run("dead_list", params)
+        return [
+            DeadLetterRecord(
+                id=task_id,
+                queue=queue,
+                task=task,
+                reason=reason,
+                raw=bytes(payload),
+                died_at=died_at,
+                deliveries=deliveries,
+            )
+            for task_id, queue, task, reason, payload, died_at, deliveries in rows
+        ]
+
+    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        params = {
+            "all": ids is None,
+            "ids": list(ids or ()),
+            "ttl": self._dead_ttl,
+            "channel_prefix": self._channel_prefix,
+            "notify": self.options.notify,
+        }
+        rows = self._run("dead_retry", params)
+        return statements.first_int(rows[0] if rows else None)
+
+    def purge_dead(self) -> int:
+        stmt = self._statements()["dead_purge"]
+        with self._connection() as conn:
+            return conn.execute(stmt.query).rowcount
+
+    def queue_stats(self) -> list[QueueStats]:
+        return [
+            QueueStats(queue=queue, waiting=waiting, delayed=delayed, running=running, oldest_waiting_age=age)
+            for queue, waiting, delayed, running, age in self._run("queue_stats")
+        ]
+
+    def purge(self, queues: Sequence[str]) -> int:
+        names = self._queues(queues)
+        stmt = self._statements()["jobs_purge"]
+        with self._connection() as conn:
+            return conn.execute(stmt.query, {"queues": names}).rowcount

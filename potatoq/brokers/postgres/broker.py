@@ -1,0 +1,635 @@
+"""The :class:`PostgresBroker` class: connections, enqueue, claim, settle, wake-ups and recovery."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+import psycopg
+
+from potatoq.exceptions import ImproperlyConfigured, OperationalError
+from potatoq.message import Message
+from potatoq.states import FAILURE
+from potatoq.utils import mask_url
+
+from ..base import (
+    Broker,
+    BrokerConfig,
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    Delivery,
+    Outcome,
+    ProcessLocal,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    validate_queue_name,
+)
+from . import migrate, statements, wakeups
+from .admin import PostgresAdmin
+from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
+from .options import PostgresOptions, libpq_url
+from .results import PostgresResults
+
+__all__ = ["PostgresBroker", "PostgresOptions"]
+
+log = logging.getLogger("potatoq.brokers.postgres")
+
+SWEEP_BATCH = 5000
+PERIODIC_RETENTION = 7 * 86400.0  # claimed fire times remembered this long
+NEVER = 100 * 365 * 86400.0  # result_expires <= 0: keep results (a century)
+POLL_MIN = 0.01  # notify=False: first poll after 10 ms, doubling up to poll_interval
+INT32 = 2**31
+
+
+# ----------------------------------------------------------------------------- the broker
+
+
+def _close_connection(conn: psycopg.Connection[Any]) -> None:
+    conn.close()
+
+
+def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
+    return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
+
+
+class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
+    """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
+    schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
+    connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        *Broker.connection_errors,
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+    )
+
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        self.options = PostgresOptions.from_transport_options(config.transport_options)
+        self._conninfo = libpq_url(config.url)
+        self._channel_prefix = wakeups.channel_prefix(self.options.schema)
+        self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(self._connect, _close_connection)
+        self._stmts: statements.Statements | None = None
+        self._setup_lock = threading.Lock()
+        self._listener = wakeups.PerProcess(self._make_listener)
+        self._debouncer = wakeups.PerProcess(self._make_debouncer)
+        self._promotion = wakeups.PerProcess(lambda: PromotionClock(self.options.poll_interval))
+        self._sweep = wakeups.PerProcess(SweepClock)
+        self._poller = wakeups.PerProcess(Poller)
+        self._poll_delay = threading.local()  # per thread: the notify=False backoff
+        backend = config.result_backend
+        self._result_backend = backend if backend is not None and backend is not self else None
+        self._dead_ttl = float(config.dead_letter_ttl) if config.dead_letter_ttl > 0 else NEVER
+        self._expires = (
+            config.result_expires if config.result_expires and config.result_expires > 0 else NEVER
+        )
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection: an idle one never holds a transaction open."""
+        try:
+            return psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=max(1, round(self.config.connection_timeout)),
+                application_name=self.options.application_name,
+                prepare_threshold=5 if self.options.prepared_statements else None,
+            )
+        except psycopg.Error as exc:
+            raise OperationalError(
+                f"can't connect to PostgreSQL at {mask_url(self.config.url)}: {exc}"
+            ) from exc
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """This thread's connection; a connection error discards it and raises OperationalError."""
+        conn = self._conns.get()
+        if conn.closed or conn.broken:
+            self._conns.discard()
+            conn = self._conns.get()
+        try:
+            yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if conn.closed or conn.broken:
+                self._conns.discard()
+            raise OperationalError(f"PostgreSQL broker at {mask_url(self.config.url)}: {exc}") from exc
+
+    def _statements(self) -> statements.Statements:
+        """The rendered SQL, installing or upgrading the schema on first use."""
+        stmts = self._stmts
+        if stmts is None:
+            with self._setup_lock:
+                stmts = self._stmts
+                if stmts is None:
+                    with self._connection() as conn:
+                        stmts = statements.Statements(self._resolve_schema(conn))
+                        self._upgrade(conn, stmts)
+                    self._stmts = stmts
+        return stmts
+
+    def _upgrade(self, conn: psycopg.Connection[Any], stmts: statements.Statements) -> None:
+        try:
+            migrate.upgrade(conn, stmts)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ImproperlyConfigured(
+                f"can't create potatoq's tables in schema {stmts.schema!r} as this database user "
+                f"({exc}); run `potatoq migrate` once as a user who may, or choose a schema with "
+                "broker_transport_options={'schema': ...}"
+            ) from exc
+
+    def _resolve_schema(self, conn: psycopg.Connection[Any]) -> str:
+        if self.options.schema is not None:
+            return self.options.schema
+        row = conn.execute("SELECT current_schema()").fetchone()
+        if row is None or row[0] is None:
+            raise ImproperlyConfigured(
+                "the PostgreSQL connection has no current schema (empty search_path); set "
+                "broker_transport_options={'schema': 'potatoq'}"
+            )
+        return str(row[0])
+
+    @property
+    def schema(self) -> str:
+        """The schema holding potatoq's tables (installed on first use)."""
+        return self._statements().schema
+
+    def _run(self, name: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run one named statement on this thread's connection; its rows (if it returns any)."""
+        stmt = self._statements()[name]
+        with self._connection() as conn:
+            cur = conn.execute(stmt.query, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def _make_listener(self) -> wakeups.Listener:
+        return wakeups.Listener(self._connect, lambda channel: self._statements().listen(channel))
+
+    def _make_debouncer(self) -> wakeups.NotifyDebouncer:
+        return wakeups.NotifyDebouncer(
+            self.options.notify_debounce, self._send_notifies, burst=self.options.notify_burst
+        )
+
+    def _send_notifies(self, channels: list[str]) -> None:
+        self._run("notify_channels", {"channels": channels})
+
+    # -- parameters ---------------------------------------------------------------------------
+
+    def _channel(self, queue: str) -> str:
+        return wakeups.channel_name(self._channel_prefix, queue)
+
+    def _queues(self, queues: Sequence[str]) -> list[str]:
+        if isinstance(queues, str):
+            queues = [queues]
+        return [validate_queue_name(q) for q in queues]
+
+    def _message_params(
+        self, messages: Sequence[Message], prefix: str = "m"
+    ) -> tuple[dict[str, Any], set[str]]:
+        """Parallel arrays for the unnest() inserts, and the queues that get a ready task.
+
+        No messages (a settle without follow-ups, the usual case) gives NULLs, which unnest()
+        turns into no rows as it does empty arrays: psycopg adapts an empty list in Python
+        (about 5 us each; a settle has ten of them) and None for nothing.
+        """
+        if not messages:
+            return dict.fromkeys(_array_fields(prefix)), set()
+        now = time.time()
+        ids, queues, priorities, etas, payloads = [], [], [], [], []
+        ready: set[str] = set()
+        for message in messages:
+            validate_queue_name(message.queue)
+            priority = int(message.priority)
+            if not -INT32 <= priority < INT32:
+                raise ValueError(f"priority {priority} of task {message.id} is outside the 32-bit range")
+            ids.append(message.id)
+            queues.append(message.queue)
+            priorities.append(priority)
+            etas.append(None if message.eta is None else float(message.eta))
+            payloads.append(message.encode())
+            if message.eta is None or message.eta <= now:
+                ready.add(message.queue)
+        params = {
+            f"{prefix}_ids": ids,
+            f"{prefix}_queues": queues,
+            f"{prefix}_priorities": priorities,
+            f"{prefix}_etas": etas,
+            f"{prefix}_payloads": payloads,
+        }
+        return params, ready
+
+    def _enqueue_params(
+        self, messages: Sequence[Message], params: dict[str, Any], channels: list[str]
+    ) -> dict[str, Any]:
+        """job_enqueue's parameters for ``messages`` (already in ``params``), NOTIFYing
+        ``channels``: a single message in the scalars, a batch in the arrays."""
+        scalars = ("id", "queue", "priority", "eta", "payload")
+        if len(messages) == 1:  # a single delay(): scalars, not six one-element arrays
+            single = {name: params[array][0] for name, array in zip(scalars, _array_fields("m"), strict=True)}
+            return {
+                **dict.fromkeys(params),
+                **single,
+                "channels": None,
+                "channel": channels[0] if channels else None,
+            }
+        return {**params, **dict.fromkeys(scalars), "channels": channels, "channel": None}
+
+    def _admit(self, queues: Iterable[str]) -> tuple[list[str], list[str]]:
+        """NOTIFY channels to send inline now, and those held for the debouncer's trailing edge."""
+        if not self.options.notify:
+            return [], []
+        channels = [self._channel(q) for q in queues]
+        if self.options.notify_debounce <= 0:
+            return channels, []
+        return self._debouncer.get().admit(channels)
+
+    def _defer(self, held: list[str]) -> None:
+        """After the statement that held these channels committed: their trailing NOTIFY."""
+        if held:
+            self._debouncer.get().defer(held)
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        if not messages:
+            return
+        params, ready = self._message_params(messages)
+        if connection is not None:
+            self._enqueue_through(connection, messages, params, ready)
+            return
+        inline, held = self._admit(ready)
+        self._run("job_enqueue", self._enqueue_params(messages, params, inline))
+        self._defer(held)
+
+    def _enqueue_through(
+        self, connection: Any, messages: Sequence[Message], params: dict[str, Any], ready: set[str]
+    ) -> None:
+        """The same one-statement insert, inside the caller's open transaction.
+
+        The NOTIFYs aren't debounced here: PostgreSQL sends them at the caller's COMMIT (and
+        drops them on ROLLBACK), which the debouncer can't see; duplicates within one
+        transaction are folded by the server anyway.
+        """
+        channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
+        params = self._enqueue_params(messages, params, channels)
+        stmt = self._statements()["job_enqueue"]
+        # Django's wrapper holds the DB-API connection (None until it connects: then its own
+        # cursor(), which takes the same pyformat parameters, does)
+        raw = getattr(connection, "connection", None) or connection
+        if isinstance(raw, psycopg.Connection):
+            with raw.cursor() as cur:
+                cur.execute(stmt.query, params)
+            return
+        if isinstance(raw, psycopg.AsyncConnection):
+            raise TypeError(
+                "enqueue(connection=...) takes a synchronous connection, not a psycopg AsyncConnection"
+            )
+        cursor_factory = getattr(raw, "cursor", None)
+        if cursor_factory is None:
+            raise TypeError(
+                "enqueue(connection=...) needs a DB-API connection (psycopg 3 or psycopg 2), "
+                f"got {type(connection)!r}"
+            )
+        cur = cursor_factory()  # psycopg 2 and other pyformat DB-API drivers take the text form
+        try:
+            cur.execute(stmt.text, params)
+        finally:
+            cur.close()
+
+    def _promote_params(self) -> dict[str, Any]:
+        return {"limit": PROMOTE_BATCH, "channel_prefix": self._channel_prefix, "notify": self.options.notify}
+
+    def _claim_params(
+        self, queues: list[str], worker: WorkerRef, *, no_flush: bool = False
+    ) -> dict[str, Any]:
+        """job_claim's parameters: a worker of one queue (the usual case) passes it as the
+        scalar ``queue``, cheaper to send than a one-element array."""
+        one = len(queues) == 1
+        return {
+            "queues": None if one else queues,
+            "queue": queues[0] if one else None,
+            "worker": worker.node,
+            "pid": worker.pid,
+            "no_flush": no_flush,
+        }
+
+    def _delivery(self, row: tuple[Any, ...] | None, worker: WorkerRef) -> Delivery | None:
+        if row is None:
+            return None
+        task_id, queue, deliveries, token, payload, claimed_at = row
+        return decode_delivery(
+            id=task_id,
+            queue=queue,
+            raw=payload,
+            token=token,
+            deliveries=deliveries,
+            worker=worker,
+            claimed_at=claimed_at,
+        )
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        names = self._queues(queues)
+        if not names:
+            return None
+        stmts = self._statements()
+        clock = self._promotion.get()
+        with self._connection() as conn:
+            # no_flush: this transaction is only the claim (and a promotion); see job_claim
+            params = self._claim_params(names, worker, no_flush=True)
+            if clock.timed_due():
+                with conn.pipeline():  # one round trip: promote, then claim
+                    promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
+                    claimed = conn.execute(stmts["job_claim"].query, params)
+                clock.promoted(statements.first_int(promoted.fetchone()))
+            else:
+                claimed = conn.execute(stmts["job_claim"].query, params)
+            delivery = self._delivery(claimed.fetchone(), worker)
+        self._claimed(delivery)
+        return delivery
+
+    def _claimed(self, delivery: Delivery | None) -> None:
+        if delivery is not None:
+            self._poll_delay.value = POLL_MIN
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        if not _is_token(delivery.token):
+            return False  # not a token this broker issued: it can't fence anything here
+        name, params, held = self._settle_params(delivery, outcome)
+        rows = self._run(name, params)
+        return self._settled(rows[0] if rows else None, held, outcome)
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        """The settle and the next claim pipelined: one round trip, one transaction."""
+        names = self._queues(queues)
+        if not _is_token(delivery.token):
+            return False, self.claim(names, worker)
+        name, params, held = self._settle_params(delivery, outcome)
+        stmts = self._statements()
+        clock = self._promotion.get()
+        promoted = None
+        with self._connection() as conn, conn.pipeline():
+            settled = conn.execute(stmts[name].query, params)
+            if names and clock.timed_due():
+                promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
+            claimed = (
+                conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
+            )
+        ok = self._settled(settled.fetchone(), held, outcome)
+        if promoted is not None:
+            clock.promoted(statements.first_int(promoted.fetchone()))
+        next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
+        self._claimed(next_delivery)
+        return ok, next_delivery
+
+    def _settled(self, row: tuple[Any, ...] | None, held: list[str], outcome: Outcome) -> bool:
+        """After a settle statement committed: trailing NOTIFYs, a separate result backend."""
+        ok = bool(row and row[0])
+        if ok:
+            self._defer(held)  # a held chord callback channel whose chord didn't fire: spurious, harmless
+            record = getattr(outcome, "result", None)
+            if self._result_backend is not None and record is not None:
+                self._result_backend.store_result(record)
+        return ok
+
+    def _settle_params(self, delivery: Delivery, outcome: Outcome) -> tuple[str, dict[str, Any], list[str]]:
+        """The statement settling ``outcome``, its parameters and the NOTIFYs it holds back."""
+        fence = {"id": delivery.id, "token": delivery.token}
+        if isinstance(outcome, Requeue):
+            inline, held = self._admit([delivery.queue])
+            return "job_requeue", {**fence, "uncount": 0 if outcome.crashed else 1, "channels": inline}, held
+        if isinstance(outcome, RetryLater):
+            message = outcome.message
+            validate_queue_name(message.queue)
+            due_now = message.eta is None or message.eta <= time.time()
+            inline, held = self._admit([message.queue] if due_now else [])
+            return (
+                "job_retry",
+                {
+                    **fence,
+                    **self._result_params(outcome.result),
+                    "eta": None if message.eta is None else float(message.eta),
+                    "queue": message.queue,
+                    "priority": int(message.priority),
+                    "payload": message.encode(),
+                    "channels": inline,
+                },
+                held,
+            )
+        if isinstance(outcome, Complete | DeadLetter):
+            followups, ready = self._message_params(outcome.followups)
+            inline, held = self._admit(ready)
+            params: dict[str, Any] = {
+                **fence,
+                **followups,
+                **self._result_params(outcome.result),
+                "channels": inline or None,
+                "task": delivery.message.task if delivery.message is not None else None,
+                "reason": outcome.reason if isinstance(outcome, DeadLetter) else None,
+                "dead_max": max(1, int(self.config.dead_letter_max)),
+            }
+            chord_params, chord_held = self._chord_params(outcome.chord, enqueue_callback=True)
+            params.update(chord_params)
+            return "job_finish", params, held + chord_held
+        raise TypeError(f"unknown outcome {outcome!r}")
+
+    def _result_params(self, record: ResultRecord | None) -> dict[str, Any]:
+        if record is None or self._result_backend is not None:
+            return {"result": None, "result_state": None, "result_expires": self._expires}
+        return {"result": record.encode(), "result_state": record.state, "result_expires": self._expires}
+
+    def _chord_params(
+        self, join: ChordJoin | None, *, enqueue_callback: bool
+    ) -> tuple[dict[str, Any], list[str]]:
+        if join is None:
+            empty, _ = self._message_params((), "cb")
+            params: dict[str, Any] = {
+                "chord_id": None,
+                "chord_index": None,
+                "chord_value": None,
+                "chord_size": None,
+            }
+            return {**params, **empty, "cb_channels": None, "result_expires": self._expires}, []
+        callbacks = (join.callback,) if enqueue_callback else ()
+        cb_params, ready = self._message_params(callbacks, "cb")
+        inline, held = self._admit(ready)
+        params = {
+            "chord_id": join.group_id,
+            "chord_index": int(join.index),
+            "chord_value": bytes(join.value),
+            "chord_size": int(join.size),
+            "cb_channels": inline or None,
+            "result_expires": self._expires,
+        }
+        return {**params, **cb_params}, held
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        names = self._queues(queues)
+        clock = self._promotion.get()
+        if clock.timed_due():
+            rows = self._run("job_promote", self._promote_params())
+            count = statements.first_int(rows[0] if rows else None)
+            clock.promoted(count)
+            if count:
+                return  # tasks just became ready (in some queue): claim now
+        limit = max(0.0, min(timeout, self.options.poll_interval, max(clock.until_due(), 0.001)))
+        if not self.options.notify:
+            if limit > 0:
+                self._poll(limit)
+            return
+        # even with no time to wait, LISTEN now: a later wait then can't miss a NOTIFY
+        self._listener.get().wait([self._channel(q) for q in names], limit)
+
+    def _poll(self, limit: float) -> None:
+        delay = getattr(self._poll_delay, "value", POLL_MIN)
+        self._poll_delay.value = min(delay * 2, self.options.poll_interval)
+        self._poller.get().sleep(min(limit, delay))
+
+    def interrupt(self) -> None:
+        listener = self._listener.peek()
+        if listener is not None:
+            listener.interrupt()
+        self._poller.get().interrupt()
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def heartbeat(self, info: WorkerInfo) -> None:
+        self._run("worker_heartbeat", {"node": info.node, "info": info.encode()})
+
+    def workers(self) -> list[WorkerInfo]:
+        return [WorkerInfo.decode(bytes(info), last_seen=seen) for info, seen in self._run("workers_list")]
+
+    def forget_worker(self, node: str) -> None:
+        self._run("worker_forget", {"node": node})
+
+    def held_by(self, worker: WorkerRef) -> list[Delivery]:
+        rows = self._run("job_held_by", {"worker": worker.node, "pid": worker.pid})
+        return [d for d in (self._delivery(row, worker) for row in rows) if d is not None]
+
+    def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
+        rows = self._run("job_orphaned", {"worker": node, "live": [int(pid) for pid in live_pids]})
+        found = (self._delivery(row[:6], WorkerRef(node, row[6])) for row in rows)
+        return [d for d in found if d is not None]
+
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        params = {
+            "dead_after": float(dead_after),
+            "max_deliveries": int(max_deliveries),
+            "channel_prefix": self._channel_prefix,
+            "notify": self.options.notify,
+        }
+        rows = self._run("job_recover", params)
+        requeued = statements.first_int(rows[0] if rows else None)
+        dead = 0
+        for task_id, queue, token, deliveries, payload, node, pid in self._run("job_lost", params):
+            delivery = decode_delivery(
+                id=task_id,
+                queue=queue,
+                raw=payload,
+                token=token,
+                deliveries=deliveries,
+                worker=WorkerRef(node or "", pid or 0),
+            )
+            reason = (
+                f"WorkerLostError: the worker running the task died {deliveries} times "
+                f"(last: node {node} pid {pid}); task_max_deliveries is {max_deliveries}"
+            )
+            message = delivery.message
+            record = ResultRecord(
+                task_id=task_id,
+                state=FAILURE,
+                result=_failure_payload("WorkerLostError", reason.split(": ", 1)[1]),
+                name=message.task if message else None,
+                retries=message.retries if message else 0,
+                date_done=time.time(),
+            )
+            if self.settle(delivery, DeadLetter(reason=reason, result=record)):
+                dead += 1
+        if self._sweep.get().take():
+            self._housekeeping()
+        return RecoverReport(requeued=requeued, dead=dead)
+
+    def _housekeeping(self) -> None:
+        """Delete expired results, chords and old periodic fire times; trim dead letters."""
+        self._run("maintenance_sweep", {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION})
+        self._run(
+            "dead_trim",
+            {"max": max(0, int(self.config.dead_letter_max)), "ttl": self._dead_ttl},
+        )
+
+    # -- chords and periodic tasks ------------------------------------------------------------
+
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        params, held = self._chord_params(join, enqueue_callback=enqueue_callback)
+        rows = self._run("chord_join", params)
+        complete = bool(rows and rows[0][0])
+        if complete:
+            self._defer(held)
+        return complete
+
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        return [bytes(value) for (value,) in self._run("chord_parts", {"chord_id": group_id})]
+
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
+        params, ready = self._message_params((message,) if message is not None else ())
+        inline, held = self._admit(ready)
+        rows = self._run(
+            "periodic_claim", {**params, "name": name, "fire_time": float(fire_time), "channels": inline}
+        )
+        claimed = bool(rows and rows[0][0])
+        if claimed:
+            self._defer(held)
+        return claimed
+
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        if not names:
+            return {}
+        rows = self._run("periodic_last", {"names": list(names)})
+        return {str(name): float(fire_time) for name, fire_time in rows}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        stmts = self._statements()  # installs or upgrades on first use
+        with self._connection() as conn:
+            self._upgrade(conn, stmts)
+
+    def ping(self) -> None:
+        with self._connection() as conn:
+            conn.execute("SELECT 1")
+
+    def close(self) -> None:
+        debouncer = self._debouncer.pop()
+        if debouncer is not None:
+            debouncer.close()  # sends pending trailing NOTIFYs first
+        listener = self._listener.pop()
+        if listener is not None:
+            listener.close()
+        self._conns.close_all()
+
+
+def _is_token(token: str) -> bool:
+    try:
+        uuid.UUID(token)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _array_fields(prefix: str) -> tuple[str, ...]:
+    """The parallel array parameters of a batch of messages (see _message_params)."""
+    return tuple(f"{prefix}_{field}" for field in ("ids", "queues", "priorities", "etas", "payloads"))

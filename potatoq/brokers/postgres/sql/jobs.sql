@@ -1,0 +1,304 @@
+-- The life of a task in potatoq_jobs: enqueue, promote, claim, settle, recover.
+--
+-- Conventions: {schema} is the quoted schema name. Batches of messages are passed as
+-- parallel arrays m_ids, m_queues, m_priorities, m_etas (epoch seconds or NULL = now) and
+-- m_payloads; NOTIFY channels are computed by the caller (wakeups.channel_name) and passed as
+-- an array, except where the queues are only known inside the statement (promote, recover,
+-- dead_retry), which build the same name from channel_prefix. States are literals:
+-- 0 scheduled, 1 ready, 2 running.
+
+-- name: job_enqueue
+-- Insert messages and NOTIFY their queues in one statement: a single delay() is one round
+-- trip and one transaction. An id that is already waiting or running is left alone.
+-- A batch comes as the m_* arrays (and channels) with the scalars NULL; a single message
+-- as the scalars (id, queue, priority, eta, payload, channel: NULL for no NOTIFY) with the
+-- arrays NULL, because psycopg adapts an array parameter in Python (about 25 us each).
+WITH inserted AS (
+    INSERT INTO {schema}.potatoq_jobs (id, queue, priority, state, run_at, payload)
+    SELECT m.id, m.queue, m.priority,
+           CASE WHEN to_timestamp(m.eta) > now() THEN 0 ELSE 1 END,
+           coalesce(to_timestamp(m.eta), now()),
+           m.payload
+    FROM unnest(coalesce(%(m_ids)s::text[], ARRAY[%(id)s::text]),
+                coalesce(%(m_queues)s::text[], ARRAY[%(queue)s::text]),
+                coalesce(%(m_priorities)s::integer[], ARRAY[%(priority)s::integer]),
+                coalesce(%(m_etas)s::float8[], ARRAY[%(eta)s::float8]),
+                coalesce(%(m_payloads)s::bytea[], ARRAY[%(payload)s::bytea]))
+         WITH ORDINALITY AS m(id, queue, priority, eta, payload, ord)
+    ORDER BY m.ord
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+), notified AS MATERIALIZED (
+    SELECT pg_notify(channel, '')
+    FROM unnest(coalesce(%(channels)s::text[], ARRAY[%(channel)s::text])) AS channel
+    WHERE channel IS NOT NULL AND EXISTS (SELECT FROM inserted)
+)
+SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM notified) AS notified;
+
+-- name: job_promote
+-- Make due scheduled tasks ready, then NOTIFY each affected queue once. SKIP LOCKED lets
+-- every worker run this concurrently; the scan only touches due rows of the state = 0
+-- index, never far-future ones, and never the ready index. A promoted task gets a new seq
+-- so it queues behind tasks that were ready before it.
+WITH due AS MATERIALIZED (
+    SELECT id FROM {schema}.potatoq_jobs
+    WHERE state = 0 AND run_at <= now()
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE {schema}.potatoq_jobs AS j SET state = 1, seq = DEFAULT
+    FROM due WHERE j.id = due.id
+    RETURNING j.queue
+), queues AS MATERIALIZED (
+    SELECT queue, count(*) AS n FROM promoted GROUP BY queue
+), notified AS MATERIALIZED (
+    SELECT pg_notify(CASE WHEN octet_length(%(channel_prefix)s || queue) <= 63
+                          THEN %(channel_prefix)s || queue
+                          ELSE 'potatoq:' || md5(%(channel_prefix)s || queue) END, '')
+    FROM queues WHERE %(notify)s
+)
+SELECT coalesce(sum(n), 0)::bigint AS promoted, (SELECT count(*) FROM notified) AS notified
+FROM queues;
+
+-- name: job_claim
+-- Take the best ready task of the first queue (in the order given) that has one. The lateral
+-- subquery is a short scan of the ready index per queue; the outer LIMIT stops the nested
+-- loop at the first queue that yields a row, so exactly one row is locked. MATERIALIZED
+-- keeps the locking sub-select from being inlined and re-run by the planner, which could
+-- claim more rows than LIMIT. The new token fences this delivery.
+-- no_flush (an idle worker's claim, alone in its transaction): commit without waiting for
+-- the WAL flush, which is on the path from enqueue to start. A server crash can undo such
+-- a claim only if it comes within a fraction of a second (wal_writer_delay); the task is
+-- then ready again and runs once more, as after any lost delivery. A claim pipelined with
+-- a settle (no_flush false) leaves that transaction's durability alone.
+-- A worker of one queue (the usual case) passes it as the scalar queue, queues NULL: an
+-- array parameter costs psycopg about 25 us to adapt, on the path from enqueue to start.
+WITH picked AS MATERIALIZED (
+    SELECT j.id
+    FROM unnest(coalesce(%(queues)s::text[], ARRAY[%(queue)s::text])) WITH ORDINALITY AS q(name, ord)
+    CROSS JOIN LATERAL (
+        SELECT id FROM {schema}.potatoq_jobs
+        WHERE state = 1 AND queue = q.name
+        ORDER BY priority DESC, seq
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ) AS j
+    LIMIT 1
+)
+UPDATE {schema}.potatoq_jobs AS j
+SET state = 2, deliveries = j.deliveries + 1, token = gen_random_uuid(),
+    worker = %(worker)s, pid = %(pid)s, claimed_at = now()
+FROM picked
+WHERE j.id = picked.id
+  AND (NOT %(no_flush)s OR set_config('synchronous_commit', 'off', true) = 'off')
+RETURNING j.id, j.queue, j.deliveries, j.token::text AS token, j.payload,
+          extract(epoch FROM j.claimed_at)::float8 AS claimed_at;
+
+-- name: job_finish
+-- Complete or dead-letter a claimed task in one statement, hence one transaction. The
+-- delete is fenced on the delivery's token; everything else reads from "settled", so a
+-- stale delivery changes nothing at all. In order: the dead letter (when reason is set;
+-- the dead letters are trimmed to dead_max), the result, the chord join (whose last part
+-- enqueues the callback), the follow-up messages, and the NOTIFYs, which PostgreSQL
+-- delivers at commit.
+WITH settled AS (
+    DELETE FROM {schema}.potatoq_jobs
+    WHERE id = %(id)s AND token = %(token)s::uuid AND state = 2
+    RETURNING id, queue, priority, deliveries, payload
+), dead AS (
+    INSERT INTO {schema}.potatoq_dead AS d (id, queue, task, priority, reason, payload, deliveries)
+    SELECT s.id, s.queue, %(task)s::text, s.priority, %(reason)s::text, s.payload, s.deliveries
+    FROM settled AS s
+    WHERE %(reason)s::text IS NOT NULL
+    ON CONFLICT (id) DO UPDATE
+    SET queue = excluded.queue, task = excluded.task, priority = excluded.priority,
+        reason = excluded.reason, payload = excluded.payload, deliveries = excluded.deliveries,
+        died_at = now()
+), trimmed AS (
+    -- dead_letter_max: keep the newest max - 1 others beside this one. The row being
+    -- written is excluded, since one statement can't both update and delete a row.
+    DELETE FROM {schema}.potatoq_dead
+    WHERE id IN (SELECT o.id FROM {schema}.potatoq_dead AS o
+                 WHERE %(reason)s::text IS NOT NULL AND o.id <> %(id)s
+                   AND EXISTS (SELECT FROM settled)
+                 ORDER BY o.died_at DESC, o.seq DESC
+                 OFFSET greatest(%(dead_max)s::integer - 1, 0))
+), stored AS (
+    INSERT INTO {schema}.potatoq_results AS r (task_id, state, record, expires_at)
+    SELECT s.id, %(result_state)s::text, %(result)s::bytea,
+           now() + make_interval(secs => %(result_expires)s::float8)
+    FROM settled AS s
+    WHERE %(result)s::bytea IS NOT NULL
+    ON CONFLICT (task_id) DO UPDATE
+    SET state = excluded.state, record = excluded.record, expires_at = excluded.expires_at
+), part AS (
+    INSERT INTO {schema}.potatoq_chord_parts (group_id, idx, value)
+    SELECT %(chord_id)s::text, %(chord_index)s::integer, %(chord_value)s::bytea
+    FROM settled
+    WHERE %(chord_id)s::text IS NOT NULL
+    ON CONFLICT (group_id, idx) DO NOTHING
+    RETURNING group_id
+), joined AS (
+    INSERT INTO {schema}.potatoq_chords AS c (group_id, size, joined, expires_at)
+    SELECT group_id, %(chord_size)s::integer, 1,
+           now() + make_interval(secs => %(result_expires)s::float8)
+    FROM part
+    ON CONFLICT (group_id) DO UPDATE
+    SET joined = c.joined + 1, expires_at = excluded.expires_at
+    RETURNING c.joined = c.size AS complete
+), new_jobs AS (
+    SELECT 0 AS src, m.* FROM unnest(%(m_ids)s::text[], %(m_queues)s::text[],
+                                     %(m_priorities)s::integer[], %(m_etas)s::float8[],
+                                     %(m_payloads)s::bytea[])
+        WITH ORDINALITY AS m(id, queue, priority, eta, payload, ord)
+    WHERE EXISTS (SELECT FROM settled)
+    UNION ALL
+    SELECT 1 AS src, cb.* FROM unnest(%(cb_ids)s::text[], %(cb_queues)s::text[],
+                                      %(cb_priorities)s::integer[], %(cb_etas)s::float8[],
+                                      %(cb_payloads)s::bytea[])
+        WITH ORDINALITY AS cb(id, queue, priority, eta, payload, ord)
+    WHERE EXISTS (SELECT FROM joined WHERE complete)
+), inserted AS (
+    INSERT INTO {schema}.potatoq_jobs (id, queue, priority, state, run_at, payload)
+    SELECT n.id, n.queue, n.priority,
+           CASE WHEN to_timestamp(n.eta) > now() THEN 0 ELSE 1 END,
+           coalesce(to_timestamp(n.eta), now()),
+           n.payload
+    FROM new_jobs AS n
+    ORDER BY n.src, n.ord
+    ON CONFLICT (id) DO NOTHING
+), notified AS MATERIALIZED (
+    SELECT pg_notify(channel, '') FROM unnest(%(channels)s::text[]) AS channel
+    WHERE EXISTS (SELECT FROM settled)
+), notified_callback AS MATERIALIZED (
+    SELECT pg_notify(channel, '') FROM unnest(%(cb_channels)s::text[]) AS channel
+    WHERE EXISTS (SELECT FROM joined WHERE complete)
+)
+SELECT (SELECT count(*) FROM settled) AS settled,
+       EXISTS (SELECT FROM joined WHERE complete) AS chord_complete,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM notified_callback) AS notified;
+
+-- name: job_retry
+-- Put a claimed task back as a new attempt (same id, new payload), due at eta, fenced on
+-- the token, with its RETRY result in the same statement. The delivery count restarts: it
+-- counts crashes of one attempt. A new seq queues it behind tasks already waiting.
+WITH retried AS (
+    UPDATE {schema}.potatoq_jobs
+    SET state = CASE WHEN to_timestamp(%(eta)s::float8) > now() THEN 0 ELSE 1 END,
+        run_at = coalesce(to_timestamp(%(eta)s::float8), now()),
+        seq = DEFAULT, queue = %(queue)s::text, priority = %(priority)s::integer,
+        payload = %(payload)s::bytea,
+        deliveries = 0, token = NULL, worker = NULL, pid = NULL, claimed_at = NULL
+    WHERE id = %(id)s AND token = %(token)s::uuid AND state = 2
+    RETURNING id
+), stored AS (
+    INSERT INTO {schema}.potatoq_results AS r (task_id, state, record, expires_at)
+    SELECT t.id, %(result_state)s::text, %(result)s::bytea,
+           now() + make_interval(secs => %(result_expires)s::float8)
+    FROM retried AS t
+    WHERE %(result)s::bytea IS NOT NULL
+    ON CONFLICT (task_id) DO UPDATE
+    SET state = excluded.state, record = excluded.record, expires_at = excluded.expires_at
+), notified AS MATERIALIZED (
+    SELECT pg_notify(channel, '') FROM unnest(%(channels)s::text[]) AS channel
+    WHERE EXISTS (SELECT FROM retried)
+)
+SELECT (SELECT count(*) FROM retried) AS settled, (SELECT count(*) FROM notified) AS notified;
+
+-- name: job_requeue
+-- Make a claimed task ready again, fenced on the token. It keeps its seq, so it goes back to
+-- the front of its priority. uncount is 1 for a graceful shutdown (that delivery doesn't
+-- count towards task_max_deliveries) and 0 for a crash.
+WITH requeued AS (
+    UPDATE {schema}.potatoq_jobs
+    SET state = 1, deliveries = greatest(deliveries - %(uncount)s::integer, 0),
+        token = NULL, worker = NULL, pid = NULL, claimed_at = NULL
+    WHERE id = %(id)s AND token = %(token)s::uuid AND state = 2
+    RETURNING id
+), notified AS MATERIALIZED (
+    SELECT pg_notify(channel, '') FROM unnest(%(channels)s::text[]) AS channel
+    WHERE EXISTS (SELECT FROM requeued)
+)
+SELECT (SELECT count(*) FROM requeued) AS settled, (SELECT count(*) FROM notified) AS notified;
+
+-- name: job_recover
+-- Requeue the running tasks whose holder is dead: its node's last heartbeat (or, with no
+-- heartbeat row, the claim itself) is older than dead_after seconds. Tasks already at
+-- max_deliveries are left for job_lost (they are dead-lettered instead). Walks the
+-- state = 2 index only. SKIP LOCKED makes concurrent recoverers split the work.
+WITH lost AS MATERIALIZED (
+    SELECT j.id
+    FROM {schema}.potatoq_jobs AS j
+    LEFT JOIN {schema}.potatoq_workers AS w ON w.node = j.worker
+    WHERE j.state = 2
+      AND coalesce(w.last_seen, j.claimed_at) < now() - make_interval(secs => %(dead_after)s::float8)
+      AND j.deliveries < %(max_deliveries)s
+    FOR UPDATE OF j SKIP LOCKED
+), requeued AS (
+    UPDATE {schema}.potatoq_jobs AS j
+    SET state = 1, token = NULL, worker = NULL, pid = NULL, claimed_at = NULL
+    FROM lost WHERE j.id = lost.id
+    RETURNING j.queue
+), queues AS MATERIALIZED (
+    SELECT queue, count(*) AS n FROM requeued GROUP BY queue
+), notified AS MATERIALIZED (
+    SELECT pg_notify(CASE WHEN octet_length(%(channel_prefix)s || queue) <= 63
+                          THEN %(channel_prefix)s || queue
+                          ELSE 'potatoq:' || md5(%(channel_prefix)s || queue) END, '')
+    FROM queues WHERE %(notify)s
+)
+SELECT coalesce(sum(n), 0)::bigint AS requeued, (SELECT count(*) FROM notified) AS notified
+FROM queues;
+
+-- name: job_lost
+-- Running tasks of dead holders that have used up their deliveries. The caller dead-letters
+-- each one with job_finish, fenced on the token read here, so concurrent recoverers can't
+-- both do it.
+SELECT j.id, j.queue, j.token::text AS token, j.deliveries, j.payload, j.worker, j.pid
+FROM {schema}.potatoq_jobs AS j
+LEFT JOIN {schema}.potatoq_workers AS w ON w.node = j.worker
+WHERE j.state = 2
+  AND coalesce(w.last_seen, j.claimed_at) < now() - make_interval(secs => %(dead_after)s::float8)
+  AND j.deliveries >= %(max_deliveries)s
+ORDER BY j.claimed_at
+LIMIT 1000;
+
+-- name: job_held_by
+-- The claims of one holder (a worker child), read by its supervisor after the child died:
+-- a claim the child didn't live to report. Uses the partial index on (worker, pid).
+SELECT id, queue, deliveries, token::text AS token, payload,
+       extract(epoch FROM claimed_at)::float8 AS claimed_at
+FROM {schema}.potatoq_jobs
+WHERE state = 2 AND worker = %(worker)s AND pid = %(pid)s
+ORDER BY claimed_at;
+
+-- name: job_orphaned
+-- The claims recorded under this node by a pid that is none of its live processes: a claim
+-- whose statement the server committed after the child that sent it was killed and reaped.
+-- Read by the supervisor every recovery round; uses the partial index on (worker, pid).
+SELECT id, queue, deliveries, token::text AS token, payload,
+       extract(epoch FROM claimed_at)::float8 AS claimed_at, pid
+FROM {schema}.potatoq_jobs
+WHERE state = 2 AND worker = %(worker)s AND pid <> ALL (%(live)s::int[])
+ORDER BY claimed_at;
+
+-- name: job_revoke
+-- Remove a waiting (ready or scheduled) task. A running one stays: its worker finishes it.
+DELETE FROM {schema}.potatoq_jobs WHERE id = %(id)s AND state <> 2
+RETURNING 1;
+
+-- name: jobs_purge
+DELETE FROM {schema}.potatoq_jobs
+WHERE state <> 2 AND queue = ANY (%(queues)s::text[]);
+
+-- name: queue_stats
+-- A full scan of the hot table, which only holds unfinished tasks: for the CLI and dashboard.
+SELECT queue,
+       count(*) FILTER (WHERE state = 1) AS waiting,
+       count(*) FILTER (WHERE state = 0) AS delayed,
+       count(*) FILTER (WHERE state = 2) AS running,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 1))::float8 AS oldest_waiting_age
+FROM {schema}.potatoq_jobs
+GROUP BY queue
+ORDER BY queue;

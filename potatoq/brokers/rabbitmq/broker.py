@@ -1,0 +1,619 @@
+"""The :class:`RabbitMQBroker` class: enqueue, claim, settle, wait, hard time limits, chords,
+periodic fire times and the result-backend hand-offs."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import ssl
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pika
+
+from potatoq import serialization
+from potatoq.brokers.base import (
+    Broker,
+    BrokerConfig,
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    Delivery,
+    Outcome,
+    QueuedTask,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    validate_queue_name,
+)
+from potatoq.brokers.rabbitmq import declare
+from potatoq.brokers.rabbitmq.consume import Intake, Pending
+from potatoq.brokers.rabbitmq.io import AmqpLink
+from potatoq.brokers.rabbitmq.lease import SchedulerLease
+from potatoq.brokers.rabbitmq.ops import Await, Op, Publish
+from potatoq.brokers.rabbitmq.options import RabbitMQOptions
+from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
+from potatoq.brokers.rabbitmq.topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
+from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError
+from potatoq.message import Message
+from potatoq.states import FAILURE, READY_STATES, REVOKED
+from potatoq.utils import mask_url
+
+from .admin import RabbitMQAdmin
+
+__all__ = ["RabbitMQBroker"]
+
+log = logging.getLogger("potatoq.brokers.rabbitmq")
+
+# State made in a parent process, parked here in a forked child so that it is never used,
+# closed or garbage collected there (the socket is shared with the parent).
+_INHERITED: list[object] = []
+
+#: Messages per confirmed publish batch (one wait for the confirms of each batch).
+BATCH = 2000
+#: Time allowed per message of a batch for its confirm, on top of broker_connection_timeout.
+PER_MESSAGE = 0.002
+_FIRED_KEEP = 1000
+
+
+class _ProcessState:
+    """This process's link and what runs on it."""
+
+    def __init__(self, broker: RabbitMQBroker) -> None:
+        self.pid = os.getpid()
+        self.link = AmqpLink(
+            broker._parameters(),
+            describe=mask_url(broker.config.url),
+            connect_timeout=broker.config.connection_timeout,
+            on_connected=self._on_connected,
+            on_work_channel_lost=self._on_work_channel_lost,
+        )
+        self.session = Session(self.link, broker.topology, cascade_key=broker.config.url)
+        self.intake = Intake(self.session)
+        self.lease = SchedulerLease(self.session)
+
+    def _on_connected(self, _link: AmqpLink) -> None:
+        self.intake.on_connected()
+        self.lease.on_connected()
+
+    def _on_work_channel_lost(self, _link: AmqpLink) -> None:
+        self.intake.on_work_channel_lost()
+
+
+class RabbitMQBroker(RabbitMQAdmin, Broker):
+    """Quorum queues, a TTL delay cascade and a result backend for everything else."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        transactional_enqueue=False,
+        stores_results=False,  # results need config.result_backend
+        results_by_default=False,
+        supervisor_settles=False,  # only the channel a delivery came on can ack it
+        lists_holders=False,  # a channel's unacked deliveries can't be listed from outside
+        exact_priorities=False,  # priority bands, FIFO inside a band
+        leases=False,
+        revoke_deletes=False,  # revoked ids are recorded and skipped at claim
+        unique_ids=False,  # a queue can't be searched for an id
+        atomic_settle=False,  # publish (confirmed), then ack; results in another store
+        recovers_dead_holders=False,  # RabbitMQ requeues when the holder's connection closes
+        full_stats=False,  # passive declares count ready messages only
+        finds_queued=False,  # a queued message is only seen when it is delivered
+    )
+    schemes: ClassVar[tuple[str, ...]] = ("amqp", "amqps")
+
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        self.options = RabbitMQOptions.from_mapping(config.transport_options)
+        timeout = self.options.consumer_timeout
+        if timeout is None:
+            timeout = config.task_time_limit + 300.0
+        self.topology = Topology(
+            prefix=self.options.queue_prefix,
+            bands=self.options.priority_bands,
+            max_deliveries=max(1, config.max_deliveries),
+            consumer_timeout_ms=int(timeout * 1000),
+            dead_letter_max=max(1, config.dead_letter_max),
+            dead_letter_ttl_ms=int(config.dead_letter_ttl * 1000),
+        )
+        self.backend: Broker | None = config.result_backend
+        self._own_backend = False
+        if self.backend is not None and self.backend.config.result_expires != config.result_expires:
+            # Results (and chord parts) expire after *this* config's result_expires.
+            backend_config = dataclasses.replace(self.backend.config, result_expires=config.result_expires)
+            self.backend = type(self.backend)(backend_config)
+            self._own_backend = True
+        self._lock = threading.Lock()
+        self._state: _ProcessState | None = None
+        self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
+
+    @property
+    def writes_results_at_settle(self) -> bool:
+        """The worker hands results to settle() instead of writing them to the result
+        backend itself: settle writes them only once the delivery is known to be current,
+        so a late settle can't overwrite the result of a newer delivery."""
+        return self.backend is not None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _parameters(self) -> pika.URLParameters:
+        params = pika.URLParameters(self.config.url)
+        params.connection_attempts = 1
+        params.socket_timeout = self.config.connection_timeout
+        params.stack_timeout = self.config.connection_timeout
+        params.blocked_connection_timeout = None
+        if self.options.heartbeat is not None:
+            params.heartbeat = self.options.heartbeat
+        params.client_properties = {
+            "connection_name": f"potatoq {socket.gethostname()} pid {os.getpid()}",
+            "product": "potatoq",
+        }
+        if params.ssl_options is not None and self.options.ssl:
+            context = ssl.create_default_context(cafile=self.options.ssl.get("cafile"))
+            if self.options.ssl.get("certfile"):
+                context.load_cert_chain(self.options.ssl["certfile"], self.options.ssl.get("keyfile"))
+            params.ssl_options = pika.SSLOptions(context, params.host)
+        return params
+
+    def _process(self) -> _ProcessState:
+        state = self._state
+        if state is not None and state.pid == os.getpid():
+            return state
+        with self._lock:
+            state = self._state
+            if state is not None and state.pid != os.getpid():
+                _INHERITED.append(state)  # made by the parent: never touched here
+                state = None
+            if state is None:
+                state = _ProcessState(self)
+                self._state = state
+        state.link.wait_ready()  # fails here, at start-up, on a server older than 4.0
+        return state
+
+    def _run(self, op: Any, *args: Any) -> Any:
+        return self._process().link.run(op, *args)
+
+    def _backend(self, what: str) -> Broker:
+        if self.backend is None:
+            raise ImproperlyConfigured(
+                f"{what} on RabbitMQ needs a result backend: set result_backend to a Redis, "
+                "PostgreSQL or SQLite URL (RabbitMQ queues can't store results)"
+            )
+        return self.backend
+
+    # ------------------------------------------------------------------ messages
+
+    def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        if connection is not None:
+            raise ImproperlyConfigured(
+                "enqueue(connection=...) writes through a database transaction; RabbitMQ has none"
+            )
+        if not messages:
+            return
+        # Bounded, so that .delay() raises within about broker_connection_timeout during
+        # an outage (a publish in flight as the server shuts down may otherwise wait for
+        # confirms until the server closes the connection). A publish that timed out may
+        # still be confirmed later: enqueue is at-least-once.
+        deadline = time.monotonic() + self.config.connection_timeout + PER_MESSAGE * min(len(messages), BATCH)
+        state = self._process()
+        now = time.time()
+        items = [state.session.outgoing(self._checked(m), now) for m in messages]
+        for start in range(0, len(items), BATCH):
+            batch = items[start : start + BATCH]
+            state.link.run(state.session.publish_all, batch, timeout=max(0.01, deadline - time.monotonic()))
+            deadline = time.monotonic() + self.config.connection_timeout + PER_MESSAGE * len(batch)
+
+    def _checked(self, message: Message) -> Message:
+        validate_queue_name(message.queue, allow_dots=False)
+        return message
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        for queue in queues:
+            validate_queue_name(queue, allow_dots=False)
+        state = self._process()
+        while True:
+            # A delivery pushed meanwhile (a busy worker's usual case) is taken without a
+            # hop to the I/O thread.
+            pending: Pending | None = state.intake.take_buffered(queues)
+            if (
+                pending is None
+                and state.intake.consuming(queues)
+                and state.session.declared.issuperset(queues)
+            ):
+                return None  # a busy worker: the next task is pushed, wait() returns on it
+            if pending is None:
+                pending = state.link.run(state.intake.claim_op, list(queues))
+            if pending is None:
+                return None
+            delivery = self._delivery(state, pending, worker)
+            if not self._skipped(state, delivery):
+                return delivery
+
+    def _delivery(self, state: _ProcessState, pending: Pending, worker: WorkerRef) -> Delivery:
+        task_id = getattr(pending.properties, "message_id", None)
+        if not task_id:
+            try:
+                task_id = Message.decode(pending.body).id
+            except MessageDecodeError:
+                task_id = f"undecodable-{pending.generation}-{pending.tag}"
+        return decode_delivery(
+            id=task_id,
+            queue=pending.queue,
+            raw=pending.body,
+            token=state.link.token(pending.tag),
+            deliveries=pending.delivery_count + 1,
+            worker=worker,
+            handle=pending.tag,
+        )
+
+    def _skipped(self, state: _ProcessState, delivery: Delivery) -> bool:
+        """Deliveries that must not run: one past the delivery limit (possible only after a
+        graceful requeue re-published it, see ``Intake.settle_op``), a copy of one whose
+        process the supervisor killed, or a revoked task. Each is settled here and the
+        claim goes on."""
+        limit = self.topology.max_deliveries
+        if delivery.deliveries > limit:
+            reason = f"WorkerLostError: delivered {delivery.deliveries - 1} times without finishing"
+            self._write_result(_worker_lost(delivery, reason))
+            self.settle(delivery, DeadLetter(reason))
+            return True
+        if delivery.deliveries > 1:
+            action: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
+            if action == "requeue":  # killed at shutdown: back in the queue, uncounted
+                state.link.run(state.intake.settle_op, delivery.token, [], "republish", 1)
+                return True
+            if action == "drop":  # killed at its hard time limit, dead-lettered already
+                state.link.run(state.intake.settle_op, delivery.token, [], "ack")
+                return True
+        if self.backend is not None and self.is_revoked(delivery.id):
+            self.settle(delivery, Complete())
+            return True
+        return False
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        state = self._process()
+        prepared = self._prepare_settle(state, delivery, outcome)
+        if prepared is None:
+            return False
+        ok: bool = state.link.run(state.intake.settle_op, delivery.token, *prepared)
+        return ok
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        """Settle, then the delivery RabbitMQ pushed meanwhile (see
+        :meth:`.Intake.settle_claim_op`): no barrier round trip, and with nothing to
+        publish no wait for the I/O thread at all. None when nothing was pushed yet; the
+        worker's ``wait`` then returns on the push."""
+        for queue in queues:
+            validate_queue_name(queue, allow_dots=False)
+        state = self._process()
+        prepared = self._prepare_settle(state, delivery, outcome)
+        if prepared is None:
+            return False, self.claim(queues, worker)
+        publishes, action = prepared
+        intake = state.intake
+        pending: Pending | None
+        if (
+            not publishes
+            and action == "ack"
+            and not intake.draining
+            and state.session.declared.issuperset(queues)
+            and state.link.post(intake.ack_resume_op, delivery.token, list(queues))
+        ):
+            # Nothing to confirm: the ack goes to the I/O thread without waiting for it,
+            # and the next delivery is taken here (or pushed, once RabbitMQ has the ack).
+            applied, pending = True, intake.take_buffered(queues)
+        else:
+            applied, pending = state.link.run(
+                intake.settle_claim_op, delivery.token, publishes, action, list(queues)
+            )
+        if pending is None:
+            return applied, None
+        following = self._delivery(state, pending, worker)
+        if self._skipped(state, following):
+            return applied, self.claim(queues, worker)
+        return applied, following
+
+    def _prepare_settle(
+        self, state: _ProcessState, delivery: Delivery, outcome: Outcome
+    ) -> tuple[list[Outgoing], str] | None:
+        """Write ``outcome``'s result (and chord join), and return the publishes and the
+        action that settle it on RabbitMQ; None if the delivery is stale. The staleness check
+        comes first, so a late settle of a delivery handed to another worker meanwhile
+        writes no result over the new delivery's."""
+        token = delivery.token
+        current = state.intake.is_current_now(token)
+        if current is None:  # a round trip decides (after a stall or a long hold)
+            current = state.link.run(state.intake.is_current_op, token)
+        if not current:
+            return None
+        session = state.session
+        now = time.time()
+        publishes: list[Outgoing] = []
+        action = "ack"
+        if isinstance(outcome, Requeue):
+            action = "requeue" if outcome.crashed else "republish"
+        elif isinstance(outcome, RetryLater):
+            self._write_result(outcome.result)
+            publishes.append(session.outgoing(self._checked(outcome.message), now))
+        elif isinstance(outcome, Complete | DeadLetter):
+            self._write_result(outcome.result)
+            if outcome.chord is not None:
+                self._join_chord(outcome.chord)
+            publishes.extend(session.outgoing(self._checked(m), now) for m in outcome.followups)
+            if isinstance(outcome, DeadLetter):
+                publishes.append(self._dead_letter_publish(delivery, outcome.reason, now))
+        else:  # pragma: no cover - the Outcome union is closed
+            raise TypeError(f"unknown outcome {outcome!r}")
+        return publishes, action
+
+    def _dead_letter_publish(self, delivery: Delivery, reason: str, now: float) -> Outgoing:
+        headers: dict[str, object] = {
+            H_REASON: reason[:4000],
+            H_DIED_AT: f"{now:.6f}",  # AMQP tables have no portable float
+            H_QUEUE: delivery.queue,
+            H_DELIVERIES: delivery.deliveries,
+        }
+        publish = Publish(
+            "",
+            self.topology.dead_queue(delivery.queue),
+            delivery.raw,
+            properties_for(delivery.id, headers),
+        )
+        return Outgoing(publish, delivery.queue, delayed=False)
+
+    def _write_result(self, record: ResultRecord | None) -> None:
+        if record is not None and self.backend is not None:
+            self.backend.store_result(record)
+
+    def _join_chord(self, join: ChordJoin) -> None:
+        # The completing join publishes the callback at once, stale delivery or not: the
+        # join is recorded, and a redelivered copy joining again won't complete it twice.
+        if self.chord_join(join, enqueue_callback=False):
+            self.enqueue([join.callback])
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        for queue in queues:
+            validate_queue_name(queue, allow_dots=False)
+        self._process().intake.wait(queues, timeout)
+
+    def interrupt(self) -> None:
+        state = self._state
+        if state is not None and state.pid == os.getpid():
+            state.intake.interrupt()
+
+    # ------------------------------------------------------------------ hard time limits
+
+    def prepare_kill(self, delivery: Delivery, reason: str | None = None) -> None:
+        """Called by a worker supervisor just *before* it SIGKILLs the child holding
+        ``delivery``, on the supervisor's own connection (the supervisor can't settle a
+        child's delivery: ``capabilities.supervisor_settles`` is False).
+
+        Once the child is dead RabbitMQ returns the message to its queue, counting a
+        delivery. This leaves a tombstone for exactly this delivery (task id + delivery
+        count), which the next claim of the returned copy finds:
+
+        * ``reason`` given (hard time limit): the message is dead-lettered now, on this
+          connection, with ``reason``; the returned copy is dropped when claimed instead of
+          running again until the delivery limit;
+        * ``reason=None`` (killed at the end of the shutdown grace, or a bystander in the
+          same child): the copy goes back to its queue without the kill counting as a
+          delivery, like ``Requeue(crashed=False)``.
+
+        If the child finishes before the kill, the tombstone is never used and expires
+        after a day (with ``reason``, the dead letter stays: call this only once the kill
+        is decided).
+        """
+        decl = self.topology.killed_queue(delivery.id, delivery.deliveries)
+        action = "requeue" if reason is None else "drop"
+        body = serialization.dumps({"action": action}, where="kill tombstone").encode()
+        letters = [] if reason is None else [self._dead_letter_publish(delivery, reason, time.time())]
+        self._run(self._prepare_kill_op, decl, body, letters)
+
+    def _prepare_kill_op(self, decl: Any, body: bytes, letters: list[Outgoing]) -> Op[None]:
+        state = self._process_state_unchecked()
+        channel = yield state.link.open_channel()
+        try:
+            channel = yield from declare.declare_queue(state.link, channel, decl)
+        finally:
+            declare.close_quietly(channel)
+        tombstone = Publish("", decl.name, body, pika.BasicProperties(delivery_mode=2))
+        yield from state.session.publish_all([*letters, Outgoing(tombstone, "", delayed=False)])
+
+    def _killed_op(self, task_id: str, deliveries: int) -> Op[str | None]:
+        """The action ("drop", "requeue") of the tombstone :meth:`prepare_kill` left for
+        this delivery (None: there is none), consumed.
+
+        The tombstone is declared (not passively probed: a missing queue would close the
+        channel and log an error each time), so a probe that finds none deletes the empty
+        queue it just made.
+        """
+        state = self._process_state_unchecked()
+        link = state.link
+        decl = self.topology.killed_queue(task_id, deliveries)
+        channel = yield link.open_channel()
+        try:
+            frame = yield link.rpc(channel.queue_declare, decl.name, durable=True, arguments=decl.arguments)
+            action: str | None = None
+            if frame.method.message_count:
+                got = yield Await(
+                    channel,
+                    lambda resume: channel.basic_get(
+                        decl.name, lambda _c, _m, _p, body: resume(body), auto_ack=True
+                    ),
+                )
+                try:
+                    action = str(serialization.loads(bytes(got)).get("action") or "drop")
+                except (ValueError, AttributeError):
+                    action = "drop"
+            yield link.rpc(channel.queue_delete, decl.name)
+        finally:
+            declare.close_quietly(channel)
+        return action
+
+    def _process_state_unchecked(self) -> _ProcessState:
+        state = self._state
+        assert state is not None
+        return state
+
+    # ------------------------------------------------------------------ liveness
+
+    def heartbeat(self, info: WorkerInfo) -> None:
+        if self.backend is not None:
+            self.backend.heartbeat(info)
+
+    def workers(self) -> list[WorkerInfo]:
+        return self.backend.workers() if self.backend is not None else []
+
+    def forget_worker(self, node: str) -> None:
+        if self.backend is not None:
+            self.backend.forget_worker(node)
+
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        # RabbitMQ returns a dead holder's deliveries itself, as soon as its connection
+        # closes, and dead-letters them at the delivery limit: nothing to do here.
+        return RecoverReport()
+
+    # ------------------------------------------------------------------ chords, periodic
+
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        backend = self._backend("a chord")
+        if enqueue_callback:
+            validate_queue_name(join.callback.queue, allow_dots=False)
+        done = backend.chord_join(join, enqueue_callback=False)
+        if done and enqueue_callback:
+            self.enqueue([join.callback])
+        return done
+
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        return self._backend("a chord").chord_parts(group_id)
+
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
+        if message is not None:
+            self._checked(message)
+        if self.backend is not None:
+            first = self.backend.claim_fire_time(name, fire_time, None)
+        else:
+            # No shared store: the scheduler leader remembers what it sent (a failover
+            # may then skip or repeat a run; a result backend avoids both).
+            with self._lock:
+                first = (name, fire_time) not in self._fired
+                self._fired[(name, fire_time)] = None
+                while len(self._fired) > _FIRED_KEEP:
+                    self._fired.popitem(last=False)
+        if first and message is not None:
+            self.enqueue([message])
+        return first
+
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        if self.backend is not None:
+            return self.backend.last_fire_times(names)
+        # Without a shared store only this process's own sends are known (the scheduler
+        # leader's, when this process holds the token).
+        wanted = set(names)
+        with self._lock:
+            last: dict[str, float] = {}
+            for name, fire_time in self._fired:
+                if name in wanted and fire_time > last.get(name, float("-inf")):
+                    last[name] = fire_time
+        return last
+
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        # A quorum queue can't be searched or peeked at by message id (capabilities.finds_queued).
+        return None
+
+    def scheduler_lease(self) -> bool:
+        """True while this process holds the periodic-scheduler token.
+
+        The first call starts competing for it (a consumer on the single-active-consumer
+        queue); call it before each scheduler tick. It turns True within milliseconds of
+        the previous holder's connection closing.
+        """
+        lease = self._process().lease
+        lease.request()
+        return lease.holding
+
+    def release_scheduler_lease(self) -> None:
+        """Stop competing for the token, handing it on if held (clean shutdown)."""
+        state = self._state
+        if state is not None and state.pid == os.getpid():
+            state.lease.release()
+
+    # ------------------------------------------------------------------ results
+
+    def store_result(self, record: ResultRecord) -> None:
+        self._backend("storing a result").store_result(record)
+
+    def get_result(self, task_id: str) -> ResultRecord | None:
+        return self._backend("reading a result").get_result(task_id)
+
+    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
+        return self._backend("waiting for a result").wait_for_result(task_id, timeout)
+
+    def forget_result(self, task_id: str) -> None:
+        self._backend("forgetting a result").forget_result(task_id)
+
+    # ------------------------------------------------------------------ revocation
+
+    def revoke(self, task_id: str) -> bool:
+        """Record ``task_id`` as REVOKED in the result backend; claims skip it.
+
+        Returns False (recording nothing) when the task already finished.
+        """
+        backend = self._backend("revoking a task")
+        current = backend.get_result(task_id)
+        if current is not None and current.state in READY_STATES:
+            return False
+        backend.store_result(ResultRecord(task_id=task_id, state=REVOKED, date_done=time.time()))
+        return True
+
+    def is_revoked(self, task_id: str) -> bool:
+        if self.backend is None:
+            return False
+        record = self.backend.get_result(task_id)
+        return record is not None and record.state == REVOKED
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def migrate(self) -> None:
+        state = self._process()
+        state.link.run(declare.ensure_cascade, state.link, self.config.url)
+
+    def ping(self) -> None:
+        self._process()
+
+    def close(self) -> None:
+        with self._lock:
+            state, self._state = self._state, None
+        if state is None:
+            return
+        if state.pid != os.getpid():
+            _INHERITED.append(state)
+            return
+        state.link.close()
+        if self._own_backend and self.backend is not None:
+            self.backend.close()
+
+
+def _worker_lost(delivery: Delivery, reason: str) -> ResultRecord:
+    """The FAILURE result of a task dead-lettered for too many deliveries."""
+    return ResultRecord(
+        task_id=delivery.id,
+        state=FAILURE,
+        result={
+            "exc_type": "WorkerLostError",
+            "exc_module": "potatoq.exceptions",
+            "exc_message": [reason],
+        },
+        name=delivery.message.task if delivery.message else None,
+        date_done=time.time(),
+    )

@@ -1,0 +1,511 @@
+"""Taking deliveries: ``claim()``, ``wait()`` and ``settle_and_claim()`` mapped onto AMQP
+for one process.
+
+* Consumers with prefetch 1 run on every band queue of the queues a worker asks for (started
+  by ``wait``, and by ``settle_and_claim`` on a busy worker), on the work channel. Pushed
+  deliveries go to this process's buffer; a claim takes the best one there: potatoq queues
+  in the order given, bands highest first, then arrival order.
+* A busy worker's cycle is ``settle_and_claim``: publish follow-ups (confirmed), ack,
+  then the best buffered delivery. Acking frees the consumer's prefetch slot, so RabbitMQ
+  pushes that band's next message once it has processed the ack (the push proves it: no
+  barrier round trip); if it isn't there yet, the worker waits for it (``wait`` returns
+  as soon as it is pushed). With nothing to publish, the ack is posted to the I/O thread
+  without waiting for it. No ready counts, no ``basic.get``.
+* ``claim`` on an empty buffer of a process not consuming yet (a worker's first claim, a
+  test) is exact: it asks the band queues' ready counts (passive declares, all at once)
+  and takes one with ``basic.get``. While consumers run for the queues asked, a claim
+  takes only what was pushed (a ``basic.get`` would race the push, whose message would
+  then wait here while the task runs); ``wait`` returns on the next push.
+* Nothing waits in a local buffer while a task runs: the running task's message fills its
+  consumer's prefetch, so that consumer gets nothing more until the ack. When another
+  consumer (another band or -Q queue) pushes a delivery while this process's task runs and
+  no thread of it waits, every consumer is *paused* (cancelled): that one delivery (at most
+  one per consumer, from the same instant) stays buffered and is the next claim's (giving it
+  back would count towards its delivery limit on RabbitMQ 4.0); the consumers start again
+  at the next ``settle_and_claim`` or ``wait`` that finds the buffer empty.
+
+Every delivery is fenced with a token naming this process's link and the work channel's
+generation (see :class:`~.io.AmqpLink`): when the channel or connection is
+replaced, RabbitMQ has already returned its unacked deliveries to their queues, so a
+settle of one of them is refused. A settle after the I/O thread stalled (the process was
+stopped) or after holding the delivery for half the heartbeat timeout first checks with
+a round trip that the connection survived, before any result is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pika.channel
+
+from potatoq.brokers.rabbitmq.declare import cancel_keeping
+from potatoq.brokers.rabbitmq.io import AmqpLink
+from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
+from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
+from potatoq.brokers.rabbitmq.topology import H_PRIOR
+
+_arrival = itertools.count()
+
+
+@dataclasses.dataclass(slots=True)
+class Pending:
+    """A delivery received on the work channel and not settled yet."""
+
+    tag: int
+    generation: int
+    amqp_queue: str
+    queue: str  # the potatoq queue
+    band: int
+    properties: Any
+    body: bytes
+    redelivered: bool
+    seq: int = dataclasses.field(default_factory=lambda: next(_arrival))
+    handed_at: float = 0.0  # monotonic, when a claim handed it out
+
+    @property
+    def delivery_count(self) -> int:
+        """Earlier deliveries of this message: RabbitMQ's count (it omits the header on the
+        first delivery, 4.0) plus those before a graceful requeue re-published it."""
+        headers = getattr(self.properties, "headers", None) or {}
+        try:
+            return int(headers.get("x-delivery-count") or 0) + int(headers.get(H_PRIOR) or 0)
+        except (TypeError, ValueError):
+            return 0
+
+
+class Intake:
+    """Consumers, the local buffer and handed-out deliveries of one process."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.link: AmqpLink = session.link
+        self.cond = threading.Condition()
+        # Guarded by cond (read by waiting threads, written on the I/O thread):
+        self._buffer: list[Pending] = []
+        self._waiting = 0
+        self._interrupted = 0
+        # interrupt() count when each thread's last wait() returned: one made since (even
+        # before that thread's next wait started) makes the next wait() return at once.
+        self._seen = threading.local()
+        self._lost = 0  # bumped when the work channel goes away, so waiters wake up
+        # I/O thread only:
+        self._consumers: dict[str, str] = {}  # amqp queue -> consumer tag
+        self._by_tag: dict[str, tuple[str, int, str]] = {}  # consumer tag -> (queue, band, amqp)
+        self._handed: dict[int, Pending] = {}  # delivery tag -> delivery (current generation)
+        self._wanted: list[tuple[str, int, str]] = []  # what wait() consumes
+        self._orders: dict[tuple[str, ...], tuple[list[tuple[str, int, str]], dict[str, int]]] = {}
+        # The potatoq queues whose every band has a live consumer (None: paused); read by
+        # waiting threads without the I/O thread, written on the I/O thread.
+        self._consuming: frozenset[str] | None = None
+        # Set by interrupt() (shutdown): the next settle pauses the consumers and gives
+        # back what was pushed meanwhile, so an exiting process holds nothing unrun.
+        self._draining = False
+
+    # ------------------------------------------------------------------ order of queues
+
+    def _ordered(self, queues: Sequence[str]) -> tuple[list[tuple[str, int, str]], dict[str, int]]:
+        """(queue, band, AMQP queue) in claim order, and each AMQP queue's rank in it.
+        Computed once per list of queues (a worker asks with the same few lists before
+        every task); callers never modify them."""
+        key = tuple(queues)
+        cached = self._orders.get(key)
+        if cached is None:
+            order = [
+                (queue, band, amqp)
+                for queue in queues
+                for band, amqp in self.session.topo.bands_high_first(queue)
+            ]
+            if len(self._orders) >= 64:  # many callers with different lists: stay small
+                self._orders.clear()
+            cached = self._orders[key] = (order, {amqp: i for i, (_q, _b, amqp) in enumerate(order)})
+        return cached
+
+    def _order(self, queues: Sequence[str]) -> list[tuple[str, int, str]]:
+        return self._ordered(queues)[0]
+
+    def _pop_buffered(self, queues: Sequence[str]) -> Pending | None:
+        rank = self._ordered(queues)[1]
+        with self.cond:
+            best: Pending | None = None
+            for item in self._buffer:
+                if item.amqp_queue in rank and (
+                    best is None or (rank[item.amqp_queue], item.seq) < (rank[best.amqp_queue], best.seq)
+                ):
+                    best = item
+            if best is not None:
+                self._buffer.remove(best)
+            return best
+
+    def _has_buffered(self, queues: Sequence[str]) -> bool:
+        wanted = set(queues)
+        return any(item.queue in wanted for item in self._buffer)
+
+    # ------------------------------------------------------------------ operations
+
+    def claim_op(self, queues: Sequence[str]) -> Op[Pending | None]:
+        self._draining = False
+        for queue in queues:
+            yield from self.session.ensure(queue)
+        order = self._order(queues)
+        pending = self._pop_buffered(queues)
+        if pending is None and self.consuming(queues):
+            # Consumers run for these queues: a ready message is pushed to them (the worker
+            # waits for it). A basic.get now would race that push, and the pushed message
+            # would then sit here while the task got runs.
+            return None
+        if pending is None:
+            try:
+                pending = yield from self._get_first(order)
+            except ChannelLost:
+                # The work channel closed under us (e.g. a queue was deleted): whatever it
+                # held is back in its queue. Nothing claimed; the caller tries again.
+                self.session.declared.clear()
+                return None
+        if pending is None:
+            return None
+        return self._hand_out(pending)
+
+    def _hand_out(self, pending: Pending) -> Pending:
+        pending.handed_at = time.monotonic()
+        self._handed[pending.tag] = pending
+        return pending
+
+    def _get_first(self, order: list[tuple[str, int, str]]) -> Op[Pending | None]:
+        """basic.get from the first band queue, in ``order``, that has a ready message.
+
+        With several queues to choose from, their ready counts are asked first, all at once
+        (a basic.get on an empty quorum queue costs a Raft round; a passive declare doesn't).
+        """
+        counts: list[int | None] = [None] * len(order)
+        if len(order) > 1:
+            counts = yield self.link.ready_counts([amqp for _q, _b, amqp in order])
+        for (queue, band, amqp), ready in zip(order, counts, strict=True):
+            if ready == 0:
+                continue
+            got = yield self.link.get(amqp)
+            if got is None:
+                continue
+            method, properties, body = got
+            return Pending(
+                tag=method.delivery_tag,
+                generation=self.link.generation,
+                amqp_queue=amqp,
+                queue=queue,
+                band=band,
+                properties=properties,
+                body=body,
+                redelivered=bool(method.redelivered),
+            )
+        return None
+
+    def resume_op(self, queues: Sequence[str]) -> Op[None]:
+        """Start consumers on every band queue of ``queues`` (those not running yet)."""
+        self._draining = False
+        for queue in queues:
+            yield from self.session.ensure(queue)
+        self._resume(queues)
+
+    def _resume(self, queues: Sequence[str]) -> None:
+        if self.consuming(queues) and self.link.work is not None:
+            return
+        self._wanted = self._order(queues)
+        wanted = {amqp for _q, _b, amqp in self._wanted}
+        work = self.link.work
+        for amqp in [a for a in self._consumers if a not in wanted]:  # queues no longer asked for
+            tag = self._consumers.pop(amqp)
+            if work is not None:
+                cancel_keeping(work, tag, self._forget_cancelled(tag))
+        self._start_consumers()
+
+    def _start_consumers(self) -> None:
+        work = self.link.work
+        if work is None or not work.is_open:
+            return
+        for queue, band, amqp in self._wanted:
+            if amqp in self._consumers:
+                continue
+            tag = work.basic_consume(amqp, self._on_message, auto_ack=False)
+            self._consumers[amqp] = tag
+            self._by_tag[tag] = (queue, band, amqp)
+        self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
+
+    def _pause(self) -> None:
+        work = self.link.work
+        self._consuming = None
+        consumers, self._consumers = self._consumers, {}
+        if work is None:
+            return
+        for tag in consumers.values():
+            cancel_keeping(work, tag, self._forget_cancelled(tag))
+
+    def _forget_cancelled(self, tag: str) -> Any:
+        """The cancel-ok callback for ``tag``. pika files every pending cancel callback of a
+        channel under one key, so the first cancel-ok may run all of them: each forgets
+        the tag the frame names, never its own, so a consumer still live on the server
+        keeps its deliveries."""
+
+        def on_cancel_ok(frame: Any) -> None:
+            method = getattr(frame, "method", None)
+            self._by_tag.pop(getattr(method, "consumer_tag", None) or tag, None)
+
+        return on_cancel_ok
+
+    def _on_message(self, channel: pika.channel.Channel, method: Any, properties: Any, body: bytes) -> None:
+        delivering: pika.channel.Channel = channel
+        if channel is not self.link.work:
+            return
+        queue, band, amqp = self._by_tag.get(method.consumer_tag, ("", 0, ""))
+        if not amqp:
+            # A delivery for a consumer we no longer know: hand it back rather than leave
+            # it unacked (it would sit on this channel, never run, until the channel closes).
+            delivering.basic_nack(method.delivery_tag, requeue=True)
+            return
+        pending = Pending(
+            tag=method.delivery_tag,
+            generation=self.link.generation,
+            amqp_queue=amqp,
+            queue=queue,
+            band=band,
+            properties=properties,
+            body=body,
+            redelivered=bool(method.redelivered),
+        )
+        with self.cond:
+            self._buffer.append(pending)
+            self.cond.notify_all()
+            idle_waiters = self._waiting
+        if self._handed and idle_waiters == 0 and self._consumers:
+            # A task of this process runs and nobody here waits: this delivery waits for it
+            # to end. Pause every consumer so no more pile up here while other workers idle.
+            self._pause()
+
+    def on_work_channel_lost(self) -> None:
+        """I/O thread: the work channel is gone; RabbitMQ requeued everything it held."""
+        self._consuming = None
+        self._consumers.clear()
+        self._by_tag.clear()
+        self._handed.clear()
+        # It may have closed because a queue was deleted: declare again before next use.
+        self.session.declared.clear()
+        with self.cond:
+            self._buffer.clear()
+            self._lost += 1
+            self.cond.notify_all()
+
+    def on_connected(self) -> None:
+        """I/O thread: a new work channel is open; restart consumers if a thread waits."""
+        with self.cond:
+            waiting = self._waiting
+        if waiting and self._wanted:
+            self._start_consumers()
+
+    # -- settling
+
+    def owned(self, token: str) -> Pending | None:
+        tag = self.link.owns(token)
+        return None if tag is None else self._handed.get(tag)
+
+    def is_current_now(self, token: str) -> bool | None:
+        """Caller thread: :meth:`is_current_op` when it needs no round trip (None: it does).
+
+        Reads only attributes the I/O thread replaces whole (the generation, the handed-out
+        dict's entries, the tick times), so no hop to that thread is needed on a busy
+        worker's path; a channel replaced right after this check still makes the ack fail.
+        """
+        pending = self.owned(token)
+        if pending is None:
+            return False
+        heartbeat = self.link.heartbeat
+        held = time.monotonic() - pending.handed_at
+        if self.link.stalled_since(pending.handed_at) or (heartbeat and held > heartbeat / 2):
+            return None
+        return True
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`interrupt` asked the next settle to give back what was pushed."""
+        return self._draining
+
+    def consuming(self, queues: Sequence[str]) -> bool:
+        """Whether a consumer runs on every band queue of ``queues`` (any thread)."""
+        current = self._consuming
+        return current is not None and current.issuperset(queues)
+
+    def take_buffered(self, queues: Sequence[str]) -> Pending | None:
+        """Caller thread: the best delivery already pushed for ``queues``, handed out, if
+        every queue was declared already (else None: :meth:`claim_op` does the rest)."""
+        declared = self.session.declared
+        if not all(queue in declared for queue in queues):
+            return None
+        pending = self._pop_buffered(queues)
+        if pending is None:
+            return None
+        self._draining = False
+        return self._hand_out(pending)
+
+    def is_current_op(self, token: str) -> Op[bool]:
+        """Whether the delivery of ``token`` can still be settled, before its result is
+        written anywhere. A stalled process (stopped, starved) or one that held the delivery
+        for half the heartbeat timeout may have lost its connection without having seen it
+        yet, and RabbitMQ may have handed the message to another worker: a round trip on
+        the work channel then decides (it fails on a connection the server closed)."""
+        current = self.is_current_now(token)
+        if current is not None:
+            return current
+        try:
+            yield self.link.verify()
+        except ChannelLost:
+            return False
+        return self.owned(token) is not None
+
+    def settle_op(self, token: str, publishes: Sequence[Outgoing], action: str, forget: int = 0) -> Op[bool]:
+        """Publish ``publishes`` (confirmed), then ``action`` the delivery, then a round trip
+        on the work channel so the ack is known to be processed (a process may exit right
+        after a settle). False, doing nothing, if the delivery is stale."""
+        work = yield from self._settle(token, publishes, action, forget)
+        if work is None:
+            return False
+        try:
+            yield self.link.verify()
+        except ChannelLost:
+            return False  # the ack may or may not have been processed
+        return True
+
+    def settle_claim_op(
+        self, token: str, publishes: Sequence[Outgoing], action: str, queues: Sequence[str]
+    ) -> Op[tuple[bool, Pending | None]]:
+        """A busy worker's cycle: settle, make sure the consumers of ``queues`` run, then
+        the best delivery pushed meanwhile (None if nothing has arrived yet: the worker
+        then waits for the push).
+
+        No barrier after the ack: with prefetch 1, RabbitMQ pushes the band's next message
+        only once it has processed the ack, so that delivery proves it. An ack lost with
+        the connection only means a redelivery (a settle of it is fenced); a process
+        exiting right after its settle uses :meth:`settle_op`, which keeps the barrier."""
+        work = yield from self._settle(token, publishes, action, 0)
+        for queue in queues:
+            yield from self.session.ensure(queue)
+        pending = self._pop_buffered(queues)
+        if pending is None and not self._draining:
+            self._resume(queues)
+        return work is not None, None if pending is None else self._hand_out(pending)
+
+    def ack_resume_op(self, token: str, queues: Sequence[str]) -> Op[None]:
+        """Posted without waiting (see ``RabbitMQBroker.settle_and_claim``): ack the delivery
+        of ``token``, then start the consumers of ``queues`` unless a delivery for them is
+        buffered already. The caller has checked that ``queues`` are declared."""
+        yield from self._settle(token, (), "ack", 0)
+        with self.cond:
+            buffered = self._has_buffered(queues)
+        if not buffered and not self._draining:
+            self._resume(queues)
+
+    def _settle(
+        self, token: str, publishes: Sequence[Outgoing], action: str, forget: int
+    ) -> Op[pika.channel.Channel | None]:
+        """Publish ``publishes`` (confirmed), then ``action`` the delivery; returns the
+        work channel it was sent on (None: the delivery is stale, nothing was done).
+
+        * "ack": done with it (after its follow-ups, retry or dead letter were published);
+        * "requeue": ``basic.nack(requeue)``, back at the head of its queue; counts as a
+          delivery, as a crash should;
+        * "republish": a graceful requeue. On RabbitMQ 4.0 every nack counts towards the
+          delivery limit, so a task interrupted by a few worker restarts would be
+          dead-lettered without having failed. Instead the same payload is published again
+          (at the tail of its queue) carrying the deliveries so far in a header, then the
+          delivery is acked: its count doesn't grow, crash counts before it are kept.
+          ``forget`` earlier deliveries are dropped from the count too (the one a worker
+          was killed in at shutdown, see ``RabbitMQBroker.prepare_kill``).
+        """
+        first = self.owned(token)
+        if first is None:
+            return None
+        if action == "republish":
+            publishes = [*publishes, self._again(first, forget)]
+            action = "ack"
+        if publishes:
+            yield from self.session.publish_all(publishes)
+        pending = self.owned(token)
+        work = self.link.work
+        if pending is None or work is None or not work.is_open:
+            return None
+        if action == "ack":
+            work.basic_ack(pending.tag)
+        else:
+            work.basic_nack(pending.tag, requeue=True)
+        del self._handed[pending.tag]
+        if self._draining:
+            yield from self._give_back()
+        return work
+
+    def _again(self, pending: Pending, forget: int = 0) -> Outgoing:
+        """The same message published again, its delivery count so far in a header."""
+        headers = {H_PRIOR: max(0, pending.delivery_count - forget)}
+        again = Publish(
+            "",
+            pending.amqp_queue,
+            pending.body,
+            properties_for(getattr(pending.properties, "message_id", None) or "", headers),
+        )
+        return Outgoing(again, pending.queue, delayed=False)
+
+    def _give_back(self) -> Op[None]:
+        """Shutdown: pause the consumers and hand back what they pushed that never ran,
+        published again and acked, so it doesn't count as a delivery (a nack or the
+        connection closing would count on RabbitMQ 4.0)."""
+        self._pause()
+        work = self.link.work
+        if work is None:
+            return
+        yield self.link.verify()  # after the cancel-oks: every raced delivery is here
+        with self.cond:
+            unrun, self._buffer = self._buffer, []
+        if not unrun:
+            return
+        yield from self.session.publish_all([self._again(p) for p in unrun])
+        for p in unrun:
+            if p.generation == self.link.generation and work.is_open:
+                work.basic_ack(p.tag)
+
+    # ------------------------------------------------------------------ caller side
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        """Block until a delivery for ``queues`` is pushed, ``timeout`` passes or
+        :meth:`interrupt` is called."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self.cond:
+            interrupted, lost = self._interrupted, self._lost
+            if self._has_buffered(queues) or getattr(self._seen, "count", 0) != interrupted:
+                self._seen.count = interrupted
+                return
+            self._waiting += 1
+        try:
+            # A busy worker's consumers already run: no hop to the I/O thread then.
+            if not self.consuming(queues) or self._draining:
+                with contextlib.suppress(ChannelLost):  # a spurious return; the caller claims
+                    self.link.run(self.resume_op, list(queues))
+            with self.cond:
+                self.cond.wait_for(
+                    lambda: (
+                        self._has_buffered(queues) or self._interrupted != interrupted or self._lost != lost
+                    ),
+                    max(0.0, deadline - time.monotonic()),
+                )
+        finally:
+            with self.cond:
+                self._waiting -= 1
+                self._seen.count = self._interrupted
+
+    def interrupt(self) -> None:
+        # Called from a signal handler too: only a flag and the (reentrant) condition here;
+        # the I/O thread acts on the flag at the next settle.
+        self._draining = True
+        with self.cond:
+            self._interrupted += 1
+            self.cond.notify_all()

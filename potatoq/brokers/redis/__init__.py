@@ -1,0 +1,73 @@
+"""The Redis / Valkey broker: every state change is one Lua script call.
+
+Storage layout. Every key starts with ``global_keyprefix`` (transport option, default
+``potatoq``) and a colon; :class:`~.keys.Keys` builds them (and ``lua/_lib.lua`` builds the
+same names inside the scripts)::
+
+    q:<queue>:ready     ZSET  task id -> -priority·2^40 + seq    priorities, FIFO within one
+    q:<queue>:delayed   ZSET  task id -> due time (ms)           ETA, countdown, retry backoff
+    q:<queue>:active    ZSET  task id -> lease deadline (ms)     running tasks
+    q:<queue>:marker    ZSET  one member                         wake-up: idle workers BZPOPMIN it
+    job:<id>            HASH  payload, queue, priority, seq, state, deliveries, token, node,
+                              pid, claimed, ready_at, due
+    held:<node>:<pid>   SET   ids that worker process holds: :meth:`RedisBroker.held_by`
+    result:<id>         STRING  encoded ResultRecord, PX result_expires
+    waiting:<id>        STRING  how many ``.get()`` callers wait (with expiry)
+    notify:<id>         LIST    one element per waiter, pushed when the result is written
+    dead                ZSET  id -> died at (ms) * 1000 + counter (same-ms deaths stay ordered),
+                              capped by dead_letter_max and dead_letter_ttl
+    dead:payload        HASH  id -> the payload as delivered
+    dead:info           HASH  id -> JSON {queue, reason, deliveries, priority, died (ms)}
+    chord:<group>       HASH  p:<index> -> part value, n (parts seen), fired
+    periodic:<name>:<ms>  STRING  SET NX: one sender per fire time
+    periodic:last       HASH  entry name -> newest fire time sent (ms), for "last run"
+    workers             HASH  node -> WorkerInfo;  workers:seen  ZSET node -> last heartbeat (ms)
+    queues              SET   every queue name ever used (stats, recovery)
+    seq                 STRING  the ready-order counter
+    wake:<pid>:<id>:<thread>  ZSET  private per waiting thread, for :meth:`interrupt`
+
+Why this shape:
+
+* A task is always in exactly one of ready / delayed / active, and its hash says which;
+  each transition (enqueue, claim, settle, reap, revoke) is one script, so there is no
+  moment where a task is in no set (no pop-then-push gap) and no second round trip.
+* Claims are leases: ``active`` is scored by deadline = now + ``worker_dead_after``; the
+  supervisor extends running leases and reaps expired ones (:meth:`RedisBroker.recover`).
+  Each claim also writes a random fencing token: settle compares it, so a worker whose
+  lease was reaped can never ack the newer delivery.
+* Due delayed tasks are promoted by ``claim`` itself; no poller is needed. ``wait`` bounds
+  its block by the earliest due time so that an idle worker wakes when a task becomes due.
+* Key names can't collide: queue names are validated (letters, digits, ``_ - : .``), every
+  queue key is ``q:`` + name + one of four fixed suffixes none of which ends another, so
+  ``q:X:S`` = ``q:Y:T`` only when X = Y and S = T; every other kind has its own first
+  segment.
+* Time is the server's (``TIME`` inside the scripts), so leases, due times and heartbeats
+  are judged by one clock however the workers' clocks drift. ETAs are absolute wall-clock
+  times chosen by the caller and compared with that same server clock.
+* Priorities are exact for ``-8190 <= priority <= 8190`` (beyond, they are clamped): the
+  score must stay an exact integer in a double, and ``seq`` takes the low 40 bits.
+
+Redis Cluster is refused (scripts touch keys of several queues, so they can't hash to one
+slot); ``maxmemory-policy`` other than ``noeviction`` is warned about, because eviction
+silently deletes tasks.
+
+Claim, settle, wake-up: ``claim.lua`` promotes the queues' due delayed tasks, pops the best
+``ready`` member into ``active`` with a lease deadline and a new token, and adds it to the
+worker's ``held`` set. A settle (``complete``/``retry``/``requeue``/``dead_letter.lua``, or
+``settle_and_claim.lua`` for a busy worker) checks the token, removes the task, and writes
+its result, chord join and follow-ups in the same call. An enqueue ``ZADD``s the queue's
+``marker``; an idle worker's ``wait`` blocks in ``BZPOPMIN`` on the markers (bounded by the
+earliest due time), and a claim re-arms a marker while work remains, so no wake-up is lost.
+
+Modules: ``broker`` (the class), ``options`` (transport options, URL and server checks),
+``keys`` (key names), ``scripts`` (loads ``lua/*.lua`` with the ``_lib.lua`` helpers each
+needs) and ``packing`` (script arguments and the hiredis command path).
+"""
+
+from __future__ import annotations
+
+from .broker import RedisBroker
+from .keys import Keys
+from .options import RedisOptions, cluster_enabled, redis_url
+
+__all__ = ["Keys", "RedisBroker", "RedisOptions", "cluster_enabled", "redis_url"]

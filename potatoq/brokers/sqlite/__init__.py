@@ -1,0 +1,50 @@
+"""The SQLite broker: the embedded default, ``sqlite:///path/to/file.sqlite3``.
+
+Storage layout (one database file in WAL mode, schema in ``sql/migrations/``):
+
+* ``potatoq_jobs``: the hot table. It only holds tasks that are scheduled (state 0), ready
+  (1) or running (2); a finished task's row is deleted. Partial indexes per state keep each
+  hot query a short index search: ``(queue, priority DESC, seq) WHERE state = 1`` for
+  claims, ``(queue, run_at) WHERE state = 0`` for ETAs (so far-future tasks never slow the
+  ready scan), ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` (the rowid) gives
+  FIFO order within a priority; ``token`` is a random fencing token set by each claim.
+* ``potatoq_results`` (with an expiry index), ``potatoq_dead`` (capped by count and age),
+  ``potatoq_workers`` (one heartbeat row per worker node, its WorkerInfo as JSON),
+  ``potatoq_chords`` + ``potatoq_chord_parts`` (a fired flag per group, one row per header
+  part) and ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time).
+* ``potatoq_migrations``: which numbered migrations the file has had (applied on first use
+  by :mod:`potatoq.brokers.sqlite.setup`, which also holds the options and start-up checks).
+
+Why it is built this way:
+
+* SQLite has one writer, so a claim is a plain ``UPDATE … WHERE seq = (SELECT … LIMIT 1)
+  RETURNING …`` (3.35+) under ``BEGIN IMMEDIATE``; no SKIP LOCKED is needed. A cheap read
+  first checks for work, so idle workers never take the write lock. Due scheduled tasks are
+  promoted to ready in the same claim transaction: there is no poller.
+* Every write transaction is ``BEGIN IMMEDIATE``: a deferred transaction that reads and
+  then writes fails at once with SQLITE_BUSY_SNAPSHOT (the busy timeout doesn't cover lock
+  upgrades). Connections are in autocommit mode, so an idle one never pins a snapshot that
+  would stop checkpoints.
+* WAL with ``synchronous=NORMAL`` survives process crashes; only an OS crash or power loss
+  can drop the last commits (``{"durable": True}`` selects FULL).
+* Settling is one transaction: the fenced delete (or update) of the job row, the result,
+  the chord join and the follow-up tasks. ``settle_and_claim`` adds the next claim to it.
+* Idle workers wake up through ``PRAGMA data_version``, which changes whenever another
+  connection commits; it costs microseconds, so a 2 ms → 50 ms backoff gives millisecond
+  latency with no extra process.
+* Fork safety: connections live in a :class:`~potatoq.brokers.base.ProcessLocal`, so a
+  child never uses, closes or garbage-collects its parent's connection (closing one would
+  release the parent's POSIX locks).
+
+Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
+``admin`` and ``results`` (its inspection/admin and result-store halves), ``connection``
+(a thread's connection, the state literals, the ``data_version`` backoff) and ``setup``
+(options, start-up checks, the schema from ``sql/install`` and ``sql/migrations``).
+"""
+
+from __future__ import annotations
+
+from .broker import SQLiteBroker
+from .setup import SQLiteOptions
+
+__all__ = ["SQLiteBroker", "SQLiteOptions"]

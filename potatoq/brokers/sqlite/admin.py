@@ -1,0 +1,110 @@
+"""The SQLite broker's inspection and admin calls: a queued task by id, revocation, the
+dead-letter table (list, retry, purge), queue statistics and purging a queue."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..base import (
+    Broker,
+    DeadLetterRecord,
+    QueuedTask,
+    QueueStats,
+    decode_queued,
+)
+from .connection import STATE_NAMES
+from .setup import (
+    SQL,
+)
+
+
+class SQLiteAdmin(Broker):
+    """Inspection and admin on the database file (mixed into :class:`SQLiteBroker`)."""
+
+    if TYPE_CHECKING:
+        clock: Callable[[], float]
+
+        def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
+        def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+        def _queue_list(self, queues: Sequence[str]) -> str: ...
+
+    def queued_task(self, task_id: str) -> QueuedTask | None:
+        rows = self._read("job_find", {"id": task_id})
+        if not rows:
+            return None
+        _, queue, state, priority, run_at, deliveries, payload = rows[0]
+        return decode_queued(
+            id=task_id,
+            queue=queue,
+            state=STATE_NAMES.get(state, "scheduled"),
+            priority=priority,
+            due=run_at,
+            deliveries=deliveries,
+            raw=payload,
+        )
+
+    # -- revocation, dead letters, stats ------------------------------------------------------
+
+    def revoke(self, task_id: str) -> bool:
+        with self._write() as conn:
+            return conn.execute(SQL["job_revoke"], {"id": task_id}).rowcount > 0
+
+    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
+        cutoff = self.clock() - self.config.dead_letter_ttl
+        rows = self._read("dead_list", {"cutoff": cutoff, "limit": int(limit), "offset": int(offset)})
+        return [
+            DeadLetterRecord(
+                id=task_id,
+                queue=queue,
+                task=task,
+                reason=reason,
+                raw=bytes(payload) if not isinstance(payload, str) else payload.encode(),
+                died_at=died_at,
+                deliveries=deliveries,
+            )
+            for task_id, queue, task, reason, payload, died_at, deliveries in rows
+        ]
+
+    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        """Restore the latest death of each id; one whose id is waiting or running again stays."""
+        now = self.clock()
+        params = {
+            "cutoff": now - self.config.dead_letter_ttl,
+            "ids": None if ids is None else json.dumps(list(ids)),
+        }
+        restored = 0
+        with self._write() as conn:
+            for seq, task_id, queue, task, priority, payload in conn.execute(
+                SQL["dead_newest"], params
+            ).fetchall():
+                job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
+                if conn.execute(SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
+                    conn.execute(SQL["dead_delete"], {"seq": seq})
+                    restored += 1
+        return restored
+
+    def purge_dead(self) -> int:
+        with self._write() as conn:
+            return conn.execute(SQL["dead_purge"]).rowcount
+
+    def queue_stats(self) -> list[QueueStats]:
+        now = self.clock()
+        return [
+            QueueStats(
+                queue=queue,
+                waiting=int(waiting or 0),
+                delayed=int(delayed or 0),
+                running=int(running or 0),
+                oldest_waiting_age=None if oldest is None else max(0.0, now - oldest),
+            )
+            for queue, waiting, delayed, running, oldest in self._read("job_stats", {"now": now})
+        ]
+
+    def purge(self, queues: Sequence[str]) -> int:
+        names = self._queue_list(queues)
+        with self._write() as conn:
+            return conn.execute(SQL["job_purge"], {"queues": names}).rowcount

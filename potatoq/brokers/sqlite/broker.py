@@ -1,0 +1,561 @@
+"""The :class:`SQLiteBroker` class: connections, enqueue, claim, settle, wait and recovery."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+from potatoq.exceptions import OperationalError
+from potatoq.message import Message
+
+from ..base import (
+    Broker,
+    BrokerConfig,
+    Capabilities,
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    Delivery,
+    Outcome,
+    ProcessLocal,
+    RecoverReport,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+    WorkerInfo,
+    WorkerRef,
+    decode_delivery,
+    validate_queue_name,
+)
+from .admin import SQLiteAdmin
+from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .results import SQLiteResults
+from .setup import (
+    SQL,
+    SQLiteOptions,
+    check_local_filesystem,
+    check_sqlite_version,
+    database_path,
+    enable_wal,
+    migrate,
+)
+
+__all__ = ["SQLiteBroker", "SQLiteOptions"]
+
+# How long claimed periodic fire times are remembered (nobody races for older ones).
+PERIODIC_RETENTION = 7 * 86400.0
+
+
+def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
+    return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
+
+
+class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
+    """A broker in one local SQLite file, shared by any number of processes on this host."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
+    schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
+    # Most calls turn sqlite3 errors into OperationalError; "database is locked" from a raw
+    # read (busy_timeout ran out) is just as retryable.
+    connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        *Broker.connection_errors,
+        sqlite3.OperationalError,
+    )
+
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        check_sqlite_version(sqlite3.sqlite_version_info, sqlite3.sqlite_version)
+        self.options = SQLiteOptions.from_transport_options(config.transport_options)
+        self.path = database_path(config.url)
+        if not self.options.allow_network_filesystem:
+            check_local_filesystem(self.path)
+        #: the clock used for due times, claims, heartbeats and expiry (injectable in tests)
+        self.clock: Callable[[], float] = time.time
+        self._local: ProcessLocal[ThreadConnection] = ProcessLocal(self._open, lambda c: c.conn.close())
+        self._schema_ready = False
+        self._pid = os.getpid()
+        self._wake = threading.Condition()
+        self._interrupts = 0
+        self._queue_lists: dict[tuple[str, ...], str] = {}
+        backend = config.result_backend
+        self._result_backend = backend if backend is not None and backend is not self else None
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _open(self) -> ThreadConnection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.options.busy_timeout / 1000,
+                isolation_level=None,  # autocommit: an idle connection holds no snapshot
+                # ProcessLocal gives each thread its own connection; close_all may run in another
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        except sqlite3.Error as exc:
+            raise OperationalError(f"can't open the SQLite database {self.path!r}: {exc}") from exc
+        try:
+            self._set_up(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return ThreadConnection(conn)
+
+    def _set_up(self, conn: sqlite3.Connection) -> None:
+        """Pragmas and schema for a new connection.
+
+        When many processes open a brand-new file at once (a prefork worker starting), a
+        read can meet another connection's WAL initialisation and get SQLITE_BUSY without
+        the busy handler being consulted; such a "locked" error here is retried until the
+        busy timeout, like any other lock wait.
+        """
+        deadline = time.monotonic() + self.options.busy_timeout / 1000
+        while True:
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout)}")
+                enable_wal(conn, self.options.busy_timeout / 1000)
+                conn.execute(f"PRAGMA synchronous = {'FULL' if self.options.durable else 'NORMAL'}")
+                conn.execute("PRAGMA secure_delete = OFF")  # Debian builds turn it on: extra writes
+                conn.execute(f"PRAGMA journal_size_limit = {int(self.options.journal_size_limit)}")
+                if not self._schema_ready:
+                    migrate(conn, self.clock())
+                    self._schema_ready = True
+                return
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _conn(self) -> ThreadConnection:
+        return self._local.get()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction on this thread's connection."""
+        conn = self._local.get().conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+
+    def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+        try:
+            return self._local.get().conn.execute(SQL[name], params or {}).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+
+    def _queue_list(self, queues: Sequence[str]) -> str:
+        """``queues`` validated, as the JSON array the SQL reads with json_each()."""
+        key = tuple(queues)
+        text = self._queue_lists.get(key)
+        if text is None:
+            for queue in key:
+                validate_queue_name(queue)
+            if len(self._queue_lists) > 1000:
+                self._queue_lists.clear()
+            text = self._queue_lists[key] = json.dumps(list(key))
+        return text
+
+    def _expiry(self, now: float) -> float | None:
+        expires = self.config.result_expires
+        return now + expires if expires and expires > 0 else None
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def _job_row(self, message: Message, now: float) -> dict[str, Any]:
+        validate_queue_name(message.queue)
+        due = message.eta is None or message.eta <= now
+        return {
+            "id": message.id,
+            "queue": message.queue,
+            "task": message.task,
+            "priority": int(message.priority),
+            "state": READY if due else SCHEDULED,
+            "run_at": now if message.eta is None else float(message.eta),
+            "payload": message.encode(),
+        }
+
+    def _insert(self, conn: sqlite3.Connection, messages: Sequence[Message], now: float) -> None:
+        if len(messages) == 1:
+            conn.execute(SQL["job_insert"], self._job_row(messages[0], now))
+        elif messages:
+            conn.executemany(SQL["job_insert"], [self._job_row(m, now) for m in messages])
+
+    def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
+        if not messages:
+            return
+        now = self.clock()
+        if connection is not None:
+            self._enqueue_through(connection, messages, now)
+            return
+        with self._write() as conn:
+            self._insert(conn, messages, now)
+
+    def _enqueue_through(self, connection: Any, messages: Sequence[Message], now: float) -> None:
+        """Write the rows inside the caller's own transaction (committed or rolled back by them)."""
+        raw = getattr(connection, "connection", connection)  # Django's wrapper holds the DB-API one
+        if not isinstance(raw, sqlite3.Connection):
+            raise TypeError(
+                f"the SQLite broker can enqueue through a sqlite3.Connection only, got {type(connection)!r}"
+            )
+        self._conn()  # makes sure the schema exists
+        raw.executemany(SQL["job_insert"], [self._job_row(m, now) for m in messages])
+
+    def _claim_in(
+        self, conn: sqlite3.Connection, queues: Sequence[str], worker: WorkerRef, now: float
+    ) -> Delivery | None:
+        """Promote due tasks and claim the best ready one, inside an open write transaction."""
+        conn.execute(SQL["job_promote_due"], {"queues": self._queue_list(queues), "now": now})
+        token = random.getrandbits(63)
+        params = {"token": token, "node": worker.node, "pid": worker.pid, "now": now, "queue": ""}
+        for queue in queues:
+            params["queue"] = queue
+            rows = conn.execute(SQL["job_claim"], params).fetchall()
+            if rows:
+                task_id, queue_name, deliveries, payload = rows[0]
+                return _held((task_id, queue_name, token, deliveries, payload, now), worker)
+        return None
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        if not queues:
+            return None
+        now = self.clock()
+        ready, due = self._read("job_peek", {"queues": self._queue_list(queues), "now": now})[0]
+        if not ready and not due:
+            return None  # the cheap read found nothing: no write lock taken
+        with self._write() as conn:
+            return self._claim_in(conn, queues, worker, now)
+
+    # -- settling -----------------------------------------------------------------------------
+
+    def _settle_in(self, conn: sqlite3.Connection, delivery: Delivery, outcome: Outcome, now: float) -> bool:
+        fence = {"id": delivery.id, "token": int(delivery.token)}
+        if isinstance(outcome, Complete | DeadLetter):
+            rows = conn.execute(SQL["job_delete_claimed"], fence).fetchall()
+            if not rows:
+                return False
+            if isinstance(outcome, DeadLetter):
+                queue, task, priority, deliveries, payload = rows[0]
+                self._dead_in(
+                    conn,
+                    task_id=delivery.id,
+                    queue=queue,
+                    task=task,
+                    priority=priority,
+                    deliveries=deliveries,
+                    payload=payload,
+                    reason=outcome.reason,
+                    now=now,
+                )
+            self._result_in(conn, outcome.result, now)
+            if outcome.chord is not None:
+                self._chord_join_in(conn, outcome.chord, True, now)
+            self._insert(conn, outcome.followups, now)
+            return True
+        if isinstance(outcome, RetryLater):
+            row = self._job_row(outcome.message, now)
+            del row["id"]
+            cursor = conn.execute(SQL["job_retry_later"], {**row, **fence})
+            if cursor.rowcount != 1:
+                return False
+            self._result_in(conn, outcome.result, now)
+            return True
+        if isinstance(outcome, Requeue):
+            params = {**fence, "uncount": 0 if outcome.crashed else 1}
+            return conn.execute(SQL["job_requeue"], params).rowcount == 1
+        raise TypeError(f"unknown outcome {outcome!r}")
+
+    def _result_in(self, conn: sqlite3.Connection, record: ResultRecord | None, now: float) -> None:
+        if record is None or self._result_backend is not None:
+            return
+        conn.execute(
+            SQL["result_upsert"],
+            {
+                "task_id": record.task_id,
+                "state": record.state,
+                "payload": record.encode(),
+                "expires_at": self._expiry(now),
+            },
+        )
+
+    def _forward_result(self, outcome: Outcome | None) -> None:
+        """With a separate result backend, results go there once the settle committed."""
+        record = getattr(outcome, "result", None)
+        if self._result_backend is not None and record is not None:
+            self._result_backend.store_result(record)
+
+    def _dead_in(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        task_id: str,
+        queue: str,
+        task: str | None,
+        priority: int,
+        deliveries: int,
+        payload: bytes,
+        reason: str,
+        now: float,
+    ) -> None:
+        conn.execute(
+            SQL["dead_insert"],
+            {
+                "id": task_id,
+                "queue": queue,
+                "task": task,
+                "priority": priority,
+                "reason": reason,
+                "payload": payload,
+                "deliveries": deliveries,
+                "now": now,
+            },
+        )
+        conn.execute(SQL["dead_trim_age"], {"cutoff": now - self.config.dead_letter_ttl})
+        conn.execute(SQL["dead_trim_count"], {"keep": max(0, int(self.config.dead_letter_max))})
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        now = self.clock()
+        with self._write() as conn:
+            settled = self._settle_in(conn, delivery, outcome, now)
+        if settled:
+            self._forward_result(outcome)
+        return settled
+
+    def settle_and_claim(
+        self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
+    ) -> tuple[bool, Delivery | None]:
+        """Settle and claim the next task in one transaction: one write lock per task."""
+        now = self.clock()
+        next_delivery: Delivery | None = None
+        with self._write() as conn:
+            settled = self._settle_in(conn, delivery, outcome, now)
+            if queues:
+                next_delivery = self._claim_in(conn, queues, worker, now)
+        if settled:
+            self._forward_result(outcome)
+        return settled, next_delivery
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def _wake_condition(self) -> threading.Condition:
+        if self._pid != os.getpid():  # a lock inherited through fork() may be held forever
+            self._pid, self._wake = os.getpid(), threading.Condition()
+        return self._wake
+
+    def _sleep(self, seconds: float, interrupts: int) -> bool:
+        """Sleep up to ``seconds``; False if interrupt() was called since ``interrupts``."""
+        wake = self._wake_condition()
+        with wake:
+            if self._interrupts != interrupts:
+                return False
+            wake.wait(seconds)
+            return self._interrupts == interrupts
+
+    def wait(self, queues: Sequence[str], timeout: float) -> None:
+        """Return at once if work is ready (or due) in ``queues``; otherwise when another
+        connection commits, when the earliest scheduled task falls due, or after ``timeout``.
+
+        data_version is read *before* the cheap read for work, so a commit that the read
+        misses changes it: nothing can land unnoticed between looking and sleeping.
+        """
+        local = self._conn()
+        names = self._queue_list(queues)
+        start = time.monotonic()
+        deadline = start + max(0.0, timeout)
+        interrupts = local.interrupts
+        try:
+            baseline = local.data_version()
+        except sqlite3.OperationalError as exc:
+            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        ready, due = self._read("job_peek", {"queues": names, "now": self.clock()})[0]
+        if ready or due:
+            return
+        next_due = self._read("job_next_due", {"queues": names})[0][0]
+        if next_due is not None:
+            deadline = min(deadline, start + max(0.0, float(next_due) - self.clock()))
+        delay = WAIT_MIN
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                if not self._sleep(min(delay, remaining), interrupts):
+                    return
+                if local.data_version() != baseline:
+                    return
+                delay = min(delay * 2, WAIT_MAX)
+        finally:
+            local.interrupts = self._interrupts
+
+    def interrupt(self) -> None:
+        wake = self._wake_condition()
+        with wake:
+            self._interrupts += 1
+            wake.notify_all()
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    def heartbeat(self, info: WorkerInfo) -> None:
+        params = {"node": info.node, "info": info.encode(), "now": self.clock()}
+        with self._write() as conn:
+            conn.execute(SQL["worker_heartbeat"], params)
+
+    def workers(self) -> list[WorkerInfo]:
+        return [WorkerInfo.decode(info, last_seen) for info, last_seen in self._read("worker_list")]
+
+    def forget_worker(self, node: str) -> None:
+        with self._write() as conn:
+            conn.execute(SQL["worker_forget"], {"node": node})
+
+    def held_by(self, worker: WorkerRef) -> list[Delivery]:
+        rows = self._read("job_held_by", {"node": worker.node, "pid": worker.pid})
+        return [_held(row, worker) for row in rows]
+
+    def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
+        live = json.dumps([int(pid) for pid in live_pids])
+        rows = self._read("job_orphaned", {"node": node, "live": live})
+        return [_held(row[:6], WorkerRef(node, row[6])) for row in rows]
+
+    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
+        now = self.clock()
+        lost_params = {"cutoff": now - dead_after, "max_deliveries": max_deliveries}
+        housekeeping_params = {"now": now, "dead_cutoff": now - self.config.dead_letter_ttl}
+        # Cheap reads first: most calls find nothing and never take the write lock.
+        lost = self._read("job_lost_exists", lost_params)[0][0]
+        housekeeping = self._read("housekeeping_due", housekeeping_params)[0][0]
+        if not lost and not housekeeping:
+            return RecoverReport()
+        requeued = dead = 0
+        lost_results: list[ResultRecord] = []
+        with self._write() as conn:
+            if lost:
+                requeued = conn.execute(SQL["job_requeue_lost"], lost_params).rowcount
+                for task_id, queue, task, priority, deliveries, payload in conn.execute(
+                    SQL["job_delete_lost"], lost_params
+                ).fetchall():
+                    dead += 1
+                    reason = f"WorkerLostError: the worker running it died {deliveries} times"
+                    self._dead_in(
+                        conn,
+                        task_id=task_id,
+                        queue=queue,
+                        task=task,
+                        priority=priority,
+                        deliveries=deliveries,
+                        payload=payload,
+                        reason=reason,
+                        now=now,
+                    )
+                    lost_results.append(self._lost_result(task_id, task, reason, now))
+                    self._result_in(conn, lost_results[-1], now)
+            if housekeeping:
+                for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
+                    conn.execute(SQL[name], housekeeping_params)
+                conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
+        for record in lost_results:
+            self._forward_result(Complete(result=record))
+        return RecoverReport(requeued=requeued, dead=dead)
+
+    @staticmethod
+    def _lost_result(task_id: str, task: str | None, reason: str, now: float) -> ResultRecord:
+        from potatoq.states import FAILURE
+
+        return ResultRecord(
+            task_id=task_id,
+            state=FAILURE,
+            result=_failure_payload("WorkerLostError", reason),
+            name=task,
+            date_done=now,
+        )
+
+    # -- chords and periodic tasks ------------------------------------------------------------
+
+    def _chord_join_in(
+        self, conn: sqlite3.Connection, join: ChordJoin, enqueue_callback: bool, now: float
+    ) -> bool:
+        conn.execute(
+            SQL["chord_add_part"], {"group_id": join.group_id, "idx": join.index, "value": join.value}
+        )
+        conn.execute(
+            SQL["chord_upsert"],
+            {"group_id": join.group_id, "size": join.size, "expires_at": self._expiry(now)},
+        )
+        fired = bool(conn.execute(SQL["chord_fire"], {"group_id": join.group_id}).fetchall())
+        if fired and enqueue_callback:
+            self._insert(conn, (join.callback,), now)
+        return fired
+
+    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
+        now = self.clock()
+        with self._write() as conn:
+            return self._chord_join_in(conn, join, enqueue_callback, now)
+
+    def chord_parts(self, group_id: str) -> list[bytes]:
+        return [
+            bytes(value)
+            for (value,) in self._read("chord_parts", {"group_id": group_id, "now": self.clock()})
+        ]
+
+    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
+        now = self.clock()
+        with self._write() as conn:
+            won = conn.execute(SQL["periodic_claim"], {"name": name, "fire_time": fire_time}).rowcount == 1
+            if won:
+                conn.execute(
+                    SQL["periodic_forget_old"],
+                    {"name": name, "cutoff": min(now, fire_time) - PERIODIC_RETENTION},
+                )
+                if message is not None:
+                    self._insert(conn, (message,), now)
+        return won
+
+    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
+        if not names:
+            return {}
+        rows = self._read("periodic_last", {"names": json.dumps(list(names))})
+        return {str(name): float(fire_time) for name, fire_time in rows}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        self._conn()
+
+    def ping(self) -> None:
+        self._read("schema_version")
+
+    def close(self) -> None:
+        self._local.close_all()
+
+
+def _held(row: tuple[Any, ...], worker: WorkerRef) -> Delivery:
+    """A running job row (id, queue, token, deliveries, payload, claimed_at) as a delivery."""
+    task_id, queue, token, deliveries, payload, claimed_at = row
+    return decode_delivery(
+        id=task_id,
+        queue=queue,
+        raw=payload,
+        token=str(token),
+        deliveries=deliveries,
+        worker=worker,
+        claimed_at=claimed_at,
+    )

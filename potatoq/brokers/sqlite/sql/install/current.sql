@@ -1,0 +1,95 @@
+-- A fresh install: the schema that migrations 0001..latest produce, created in one step.
+-- Keep it equal to applying every migration in order (tests/brokers/sqlite/test_broker.py checks).
+-- potatoq_jobs only ever holds scheduled (state 0), ready (1) and running (2) tasks;
+-- finished tasks are deleted, so the hot table stays as small as the backlog.
+
+-- name: create_jobs
+CREATE TABLE potatoq_jobs (
+    seq        INTEGER PRIMARY KEY,       -- rowid: FIFO order within a priority
+    id         TEXT    NOT NULL UNIQUE,   -- the task id; enqueueing it twice is a no-op
+    queue      TEXT    NOT NULL,
+    task       TEXT,                      -- task name, for dead letters and stats (NULL for raw rows)
+    priority   INTEGER NOT NULL DEFAULT 0,
+    state      INTEGER NOT NULL,          -- 0 scheduled, 1 ready, 2 running
+    run_at     REAL    NOT NULL,          -- epoch seconds when it is (or was) due
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    token      INTEGER,                   -- fencing token of the current claim
+    worker     TEXT,                      -- holder: worker node ...
+    pid        INTEGER,                   -- ... and child pid
+    claimed_at REAL,
+    payload    BLOB    NOT NULL           -- the encoded message, exactly as enqueued
+);
+
+-- name: create_jobs_ready_index
+-- The claim scan: one short index search per queue, best priority then oldest first.
+CREATE INDEX potatoq_jobs_ready ON potatoq_jobs (queue, priority DESC, seq) WHERE state = 1;
+
+-- name: create_jobs_scheduled_index
+-- Far-future ETAs live only in this index, never in the ready scan.
+CREATE INDEX potatoq_jobs_scheduled ON potatoq_jobs (queue, run_at) WHERE state = 0;
+
+-- name: create_jobs_running_index
+CREATE INDEX potatoq_jobs_running ON potatoq_jobs (worker, pid) WHERE state = 2;
+
+-- name: create_results
+CREATE TABLE potatoq_results (
+    task_id    TEXT PRIMARY KEY,
+    state      TEXT NOT NULL,
+    payload    BLOB NOT NULL,             -- ResultRecord.encode()
+    expires_at REAL                       -- NULL: never expires
+);
+
+-- name: create_results_expiry_index
+CREATE INDEX potatoq_results_expiry ON potatoq_results (expires_at) WHERE expires_at IS NOT NULL;
+
+-- name: create_dead
+CREATE TABLE potatoq_dead (
+    seq        INTEGER PRIMARY KEY,       -- newest first = highest seq
+    id         TEXT    NOT NULL,
+    queue      TEXT    NOT NULL,
+    task       TEXT,
+    priority   INTEGER NOT NULL DEFAULT 0,
+    reason     TEXT    NOT NULL,
+    payload    BLOB    NOT NULL,          -- unchanged, so retry puts back exactly what died
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    died_at    REAL    NOT NULL
+);
+
+-- name: create_dead_id_index
+CREATE INDEX potatoq_dead_id ON potatoq_dead (id);
+
+-- name: create_dead_died_at_index
+CREATE INDEX potatoq_dead_died_at ON potatoq_dead (died_at);
+
+-- name: create_workers
+CREATE TABLE potatoq_workers (
+    node      TEXT PRIMARY KEY,
+    info      BLOB NOT NULL,              -- WorkerInfo.encode(): JSON
+    last_seen REAL NOT NULL
+);
+
+-- name: create_chords
+CREATE TABLE potatoq_chords (
+    group_id   TEXT PRIMARY KEY,
+    size       INTEGER NOT NULL,
+    fired      INTEGER NOT NULL DEFAULT 0,  -- 1 once the callback was enqueued
+    expires_at REAL
+);
+
+-- name: create_chords_expiry_index
+CREATE INDEX potatoq_chords_expiry ON potatoq_chords (expires_at) WHERE expires_at IS NOT NULL;
+
+-- name: create_chord_parts
+CREATE TABLE potatoq_chord_parts (
+    group_id TEXT    NOT NULL,
+    idx      INTEGER NOT NULL,
+    value    BLOB    NOT NULL,
+    PRIMARY KEY (group_id, idx)
+);
+
+-- name: create_periodic
+CREATE TABLE potatoq_periodic (
+    name      TEXT NOT NULL,
+    fire_time REAL NOT NULL,
+    PRIMARY KEY (name, fire_time)
+) WITHOUT ROWID;
