@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Literal, overload
 
-from . import routing, sendchecks, signals
+from . import limits, routing, sendchecks, signals
 from .brokers import create_broker, scheme_of
 from .brokers.base import Broker, BrokerConfig
 from .canvas import Signature, resolve_eta, resolve_expires
@@ -448,6 +448,8 @@ class Potatoq:
         headers: Mapping[str, Any] | None = None,
         routing_key: str | None = None,
         retries: int = 0,
+        concurrency_limit: int | None = None,
+        concurrency_key: str | None = None,
         **_: Any,
     ) -> Message:
         """The message for one call: routing, defaults and argument checks applied."""
@@ -469,6 +471,17 @@ class Potatoq:
             explicit.get("queue") or route.get("queue") or routing_key or self.conf.task_default_queue
         )
         final_priority = explicit.get("priority", route.get("priority", self.conf.task_default_priority))
+        headers = dict(headers or {})
+        limited = limits.limit_header(
+            self.conf,
+            task,
+            task_name,
+            args,
+            kwargs,
+            {"concurrency_limit": concurrency_limit, "concurrency_key": concurrency_key},
+        )
+        if limited is not None:
+            headers[limits.HEADER] = limited
         return Message(
             id=task_id or new_id(),
             task=sendchecks.check_task_name(task_name),
@@ -479,7 +492,7 @@ class Potatoq:
             eta=sendchecks.check_moment(_epoch(resolve_eta, countdown, eta), "countdown/eta"),
             expires=sendchecks.check_moment(_epoch(resolve_expires, expires), "expires"),
             retries=retries,
-            headers=dict(headers or {}),
+            headers=headers,
         )
 
     def apply_eagerly(self, sig: Signature) -> Any:

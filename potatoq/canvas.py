@@ -642,7 +642,16 @@ def signature(varies: Any, *args: Any, **kwargs: Any) -> Signature:
 
 # ------------------------------------------------------------------------- message building
 
-_CALL_OPTIONS = ("countdown", "eta", "expires", "priority", "queue", "routing_key")
+_CALL_OPTIONS = (
+    "countdown",
+    "eta",
+    "expires",
+    "priority",
+    "queue",
+    "routing_key",
+    "concurrency_limit",
+    "concurrency_key",
+)
 
 
 def build_messages(

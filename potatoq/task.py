@@ -50,7 +50,9 @@ class Task(Generic[P, R]):
     typing: bool = True
     max_retries: int | None = None  # None: task_max_retries (3)
     default_retry_delay: float | None = None
-    rate_limit: str | None = None
+    rate_limit: str | None = None  # Celery's: per worker node (potatoq.worker.ratelimit)
+    concurrency_limit: int | None = None  # cluster-wide, held by the broker (potatoq.limits)
+    concurrency_key: Callable[..., object] | None = None  # per-key slots: fn(*args, **kwargs)
     ignore_result: bool | None = None
     store_errors_even_if_ignored: bool | None = None
     time_limit: float | None = None
@@ -154,7 +156,8 @@ class Task(Generic[P, R]):
         **options: Any,
     ) -> AsyncResult[R]:
         """Send the task. Options: countdown, eta, expires, priority, queue, task_id, link,
-        link_error, ignore_result, time_limit, soft_time_limit, headers, connection."""
+        link_error, ignore_result, time_limit, soft_time_limit, headers, connection,
+        concurrency_limit, concurrency_key (see docs/limits.md)."""
         result: AsyncResult[R] = self.signature(args, kwargs, **options).apply_async()
         return result
 
@@ -372,4 +375,6 @@ def make_task_class(
     }
     for key, value in options.items():
         attrs[key] = value
+    if callable(options.get("concurrency_key")):  # a plain function, never bound as a method
+        attrs["concurrency_key"] = staticmethod(options["concurrency_key"])
     return type(fun.__name__, (base,), attrs)

@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ..exceptions import InvalidName, OperationalError
 from ..message import Message
+from .limits import LimitUsage
 from .records import (
     Capabilities,
     ChordJoin,
@@ -75,6 +76,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetterRecord",
     "Delivery",
+    "LimitUsage",
     "Outcome",
     "ProcessLocal",
     "QueueStats",
@@ -316,6 +318,17 @@ class Broker(abc.ABC):
 
     def extend(self, deliveries: Sequence[Delivery], ttl: float) -> None:  # noqa: B027
         """Push the lease deadline of running deliveries ``ttl`` seconds ahead (lease brokers)."""
+
+    # -- concurrency limits (capabilities.concurrency_limits; see brokers/limits.py) ----------
+
+    def set_limit(self, key: str, limit: int | None) -> None:
+        """Override the concurrency limit of ``key`` at run time (``None`` removes the
+        override, so the ``max`` carried by the tasks applies again)."""
+        raise OperationalError(f"{type(self).__name__} doesn't enforce concurrency limits")
+
+    def limits(self) -> list[LimitUsage]:
+        """Every concurrency limit in use or overridden, by key: running and waiting counts."""
+        return []
 
     # -- chords and periodic tasks ------------------------------------------------------------
 

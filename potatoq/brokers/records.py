@@ -334,3 +334,5 @@ class Capabilities:
     # queued_task() finds a waiting task by id. AMQP queues can't be searched: a message is
     # only seen when it is delivered, so RabbitMQ answers None until the task runs.
     finds_queued: bool = True
+    # The claim enforces the cluster-wide concurrency limit a message carries (brokers/limits.py).
+    concurrency_limits: bool = False

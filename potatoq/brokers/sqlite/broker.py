@@ -34,7 +34,9 @@ from ..base import (
     decode_delivery,
     validate_queue_name,
 )
+from ..limits import limit_columns
 from .admin import SQLiteAdmin
+from .limits import SQLiteLimits
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
 from .results import SQLiteResults
 from .setup import (
@@ -57,10 +59,10 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
+class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True, concurrency_limits=True)
     schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
     # Most calls turn sqlite3 errors into OperationalError; "database is locked" from a raw
     # read (busy_timeout ran out) is just as retryable.
@@ -193,6 +195,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
             "state": READY if due else SCHEDULED,
             "run_at": now if message.eta is None else float(message.eta),
             "payload": message.encode(),
+            **limit_columns(message.headers),
         }
 
     def _insert(self, conn: sqlite3.Connection, messages: Sequence[Message], now: float) -> None:

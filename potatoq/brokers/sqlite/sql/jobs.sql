@@ -2,15 +2,24 @@
 -- State literals are written in the SQL (not bound) so the planner matches the partial indexes.
 
 -- name: job_insert
-INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload)
-VALUES (:id, :queue, :task, :priority, :state, :run_at, :payload)
+INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max)
+VALUES (:id, :queue, :task, :priority, :state, :run_at, :payload, :limit_key, :limit_max)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: job_peek
 -- The cheap read before the write lock: is anything ready, or scheduled and due, in :queues?
+-- Ready tasks held back by a concurrency limit don't count: they wait for a settle, whose
+-- commit wakes wait() up (limits.sql, job_claimable says the same).
 SELECT
     EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
-            WHERE j.state = 1),
+            WHERE j.state = 1
+              AND (j.limit_key IS NULL
+                   OR (SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.limit_key = j.limit_key)
+                      < coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = j.limit_key),
+                                 j.limit_max))
+              AND coalesce((SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.queue = q.value)
+                           < (SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = 'queue:' || q.value),
+                           1)),
     EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
             WHERE j.state = 0 AND j.run_at <= :now);
 
@@ -24,8 +33,17 @@ WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:qu
 UPDATE potatoq_jobs
 SET state = 2, deliveries = deliveries + 1, token = :token, worker = :node, pid = :pid,
     claimed_at = :now
-WHERE seq = (SELECT seq FROM potatoq_jobs WHERE state = 1 AND queue = :queue
-             ORDER BY priority DESC, seq LIMIT 1)
+WHERE seq = (SELECT j.seq FROM potatoq_jobs AS j WHERE j.state = 1 AND j.queue = :queue
+             -- Concurrency limits: skip tasks whose key has every slot running (the slots
+             -- are the running rows), and the whole queue when its own limit is reached.
+             AND (j.limit_key IS NULL
+                  OR (SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.limit_key = j.limit_key)
+                     < coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = j.limit_key),
+                                j.limit_max))
+             AND coalesce((SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.queue = :queue)
+                          < (SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = 'queue:' || :queue),
+                          1)
+             ORDER BY j.priority DESC, j.seq LIMIT 1)
 RETURNING id, queue, deliveries, payload;
 
 -- name: job_delete_claimed

@@ -17,7 +17,9 @@ CREATE TABLE potatoq_jobs (
     worker     TEXT,                      -- holder: worker node ...
     pid        INTEGER,                   -- ... and child pid
     claimed_at REAL,
-    payload    BLOB    NOT NULL           -- the encoded message, exactly as enqueued
+    payload    BLOB    NOT NULL,          -- the encoded message, exactly as enqueued
+    limit_key  TEXT,                      -- concurrency limit key (NULL: unlimited)
+    limit_max  INTEGER                    -- ... and the max the task carries
 );
 
 -- name: create_jobs_ready_index
@@ -30,6 +32,17 @@ CREATE INDEX potatoq_jobs_scheduled ON potatoq_jobs (queue, run_at) WHERE state 
 
 -- name: create_jobs_running_index
 CREATE INDEX potatoq_jobs_running ON potatoq_jobs (worker, pid) WHERE state = 2;
+
+-- name: create_jobs_limited_index
+-- Running tasks per limit key: what the claim counts.
+CREATE INDEX potatoq_jobs_limited ON potatoq_jobs (limit_key) WHERE state = 2 AND limit_key IS NOT NULL;
+
+-- name: create_limits
+-- Limits changed at run time (potatoq limits set): they override the max the tasks carry.
+CREATE TABLE potatoq_limits (
+    key         TEXT PRIMARY KEY,
+    concurrency INTEGER NOT NULL
+);
 
 -- name: create_results
 CREATE TABLE potatoq_results (

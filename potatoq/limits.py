@@ -1,0 +1,74 @@
+"""Cluster-wide concurrency limits: which limit a call is subject to.
+
+Three sources, the first that names a limit wins:
+
+* ``apply_async(concurrency_limit=N, concurrency_key="acme")`` for one call;
+* the ``task_limits`` setting, a per-name table like ``task_annotations``::
+
+      app.conf.task_limits = {"proj.export": {"concurrency": 3}}
+
+* the task's own options, ``@app.task(concurrency_limit=3, concurrency_key=fn)``, where
+  ``fn(*args, **kwargs)`` returns the key of a call (a customer id, say) or None.
+
+With a key, each key gets its own ``N`` slots (``proj.export[acme]``); without one, the
+task name shares them. The result is a ``cl`` header ``[key, N]`` that the broker enforces
+in its claim (see :mod:`potatoq.brokers.limits`). Celery's ``rate_limit`` stays what Celery
+defines it as: a per-worker-node limit, enforced by the worker supervisor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .brokers.limits import HEADER, validate_limit
+
+__all__ = ["HEADER", "limit_header", "limit_key"]
+
+
+def limit_key(task_name: str, key: object) -> str:
+    """The broker's name for a limit: the task name, or ``name[key]`` for a per-key one."""
+    return task_name if key is None else f"{task_name}[{key}]"
+
+
+def _configured(settings: Any, task_name: str) -> Mapping[str, Any]:
+    table = settings.get("task_limits") if isinstance(settings, Mapping) else getattr(settings, "task_limits", None)
+    if not table:
+        return {}
+    if not isinstance(table, Mapping):
+        raise TypeError(f"task_limits must be a dict of task name -> options, got {type(table).__name__}")
+    entry = table.get(task_name) or {}
+    unknown = set(entry) - {"concurrency", "concurrency_key"}
+    if unknown:
+        raise ValueError(f"task_limits[{task_name!r}] has unknown options {sorted(unknown)}")
+    return entry
+
+
+def limit_header(
+    settings: Any,
+    task: Any,
+    task_name: str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> list[Any] | None:
+    """The ``cl`` header value for one call, or None when no concurrency limit applies."""
+    entry = _configured(settings, task_name)
+    limit = options.get("concurrency_limit")
+    if limit is None:
+        limit = entry.get("concurrency")
+    if limit is None and task is not None:
+        limit = getattr(task, "concurrency_limit", None)
+    if limit is None:
+        return None
+    key: object = options.get("concurrency_key")
+    if key is None:
+        compute: Callable[..., object] | None = entry.get("concurrency_key") or (
+            getattr(task, "concurrency_key", None) if task is not None else None
+        )
+        if compute is not None:
+            key = compute(*args, **kwargs)
+    name, checked = validate_limit(limit_key(task_name, key), limit)
+    return [name, checked]
+
+
