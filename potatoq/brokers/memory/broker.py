@@ -34,6 +34,7 @@ from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES
 
+from .limits import MemoryLimits
 from .store import (
     FIRED_KEEP,
     READY,
@@ -51,11 +52,11 @@ from .store import (
 __all__ = ["MemoryBroker"]
 
 
-class MemoryBroker(Broker):
+class MemoryBroker(MemoryLimits, Broker):
     """All tasks, results and heartbeats in this process's memory; see the module docstring."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        multiprocess=False, crash_safe_storage=False, transactional_enqueue=False
+        multiprocess=False, crash_safe_storage=False, transactional_enqueue=False, concurrency_limits=True
     )
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -166,8 +167,8 @@ class MemoryBroker(Broker):
                     store.add_message(message, raw, now)
                 if chord is not None:
                     store.join_chord(chord, config.result_expires, now, enqueue_callback=True)
-                if followups:
-                    store.enqueued.notify_all()
+                if followups or job.limit_key is not None or store.limit_overrides:
+                    store.enqueued.notify_all()  # new tasks, or a freed slot
             if encoded_result is not None and result is not None:
                 store.store_result(result.task_id, encoded_result, config.result_expires, now)
             return True
@@ -252,7 +253,7 @@ class MemoryBroker(Broker):
                     continue
                 self._dead_letter_lost(job, max_deliveries, now)
                 dead += 1
-            if requeued:
+            if requeued or dead:
                 store.enqueued.notify_all()
         return RecoverReport(requeued=requeued, dead=dead)
 

@@ -18,6 +18,7 @@ from potatoq.brokers.base import (
     WorkerRef,
     validate_queue_name,
 )
+from potatoq.brokers.limits import concurrency_of
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 
@@ -39,6 +40,8 @@ class Job:
     token: str | None = None
     worker: WorkerRef | None = None
     claimed_at: float = 0.0
+    limit_key: str | None = None  # concurrency limit (potatoq/brokers/limits.py)
+    limit_max: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -65,6 +68,7 @@ class Store:
         self.chords: dict[str, Chord] = {}
         self.fired: dict[str, OrderedDict[float, None]] = {}
         self.heartbeats: dict[str, tuple[bytes, float]] = {}
+        self.limit_overrides: dict[str, int] = {}  # set_limit(): key -> concurrency
 
     def reinit_locks(self) -> None:
         """In a forked child: a lock held by a parent thread at fork time would never be freed."""
@@ -104,9 +108,13 @@ class Store:
 
     def add_message(self, message: Message, raw: bytes, now: float) -> bool:
         run_at = now if message.eta is None else message.eta
-        return self.add_raw(
+        added = self.add_raw(
             message.id, message.queue, priority=message.priority, raw=raw, run_at=run_at, now=now
         )
+        limit = concurrency_of(message.headers)
+        if added and limit is not None:
+            self.jobs[message.id].limit_key, self.jobs[message.id].limit_max = limit
+        return added
 
     def promote_due(self, now: float) -> None:
         while self.scheduled and self.scheduled[0][0] <= now:
@@ -116,21 +124,54 @@ class Store:
                 self.make_ready(job)
 
     def pop_ready(self, queue: str) -> Job | None:
+        """The best ready job of ``queue`` that its concurrency limits let run, taken off
+        the heap; jobs held back by their key's limit keep their place."""
         heap = self.ready.get(queue)
+        if not heap or not self.queue_has_slot(queue):
+            return None
+        held_back: list[tuple[int, int, str]] = []
+        found = None
         while heap:
-            _, seq, task_id = heapq.heappop(heap)
-            job = self.jobs.get(task_id)
-            if job is not None and job.state == READY and job.seq == seq:
-                return job
-        return None
+            entry = heapq.heappop(heap)
+            job = self.jobs.get(entry[2])
+            if job is None or job.state != READY or job.seq != entry[1]:
+                continue
+            if not self.key_has_slot(job):
+                held_back.append(entry)
+                continue
+            found = job
+            break
+        for entry in held_back:
+            heapq.heappush(heap, entry)
+        return found
 
     def has_ready(self, queues: Iterable[str]) -> bool:
         for queue in queues:
+            if not self.queue_has_slot(queue):
+                continue
             for _, seq, task_id in self.ready.get(queue, ()):
                 job = self.jobs.get(task_id)
-                if job is not None and job.state == READY and job.seq == seq:
+                if job is not None and job.state == READY and job.seq == seq and self.key_has_slot(job):
                     return True
         return False
+
+    # Concurrency limits: the slots in use are the running jobs, counted when asked.
+
+    def running_where(self, key: str) -> int:
+        if key.startswith("queue:"):
+            queue = key[len("queue:") :]
+            return sum(1 for j in self.jobs.values() if j.state == RUNNING and j.queue == queue)
+        return sum(1 for j in self.jobs.values() if j.state == RUNNING and j.limit_key == key)
+
+    def queue_has_slot(self, queue: str) -> bool:
+        limit = self.limit_overrides.get("queue:" + queue)
+        return limit is None or self.running_where("queue:" + queue) < limit
+
+    def key_has_slot(self, job: Job) -> bool:
+        if job.limit_key is None:
+            return True
+        limit = self.limit_overrides.get(job.limit_key, job.limit_max)
+        return self.running_where(job.limit_key) < limit
 
     def next_due(self) -> float | None:
         while self.scheduled:
