@@ -471,6 +471,7 @@ class Potatoq:
             explicit.get("queue") or route.get("queue") or routing_key or self.conf.task_default_queue
         )
         final_priority = explicit.get("priority", route.get("priority", self.conf.task_default_priority))
+        final_queue = routing.queue_name(str(final_queue))
         headers = dict(headers or {})
         limited = limits.limit_header(
             self.conf,
@@ -479,6 +480,7 @@ class Potatoq:
             args,
             kwargs,
             {"concurrency_limit": concurrency_limit, "concurrency_key": concurrency_key},
+            final_queue,
         )
         if limited is not None:
             headers[limits.HEADER] = limited
@@ -487,7 +489,7 @@ class Potatoq:
             task=sendchecks.check_task_name(task_name),
             args=args,
             kwargs=kwargs,
-            queue=routing.queue_name(str(final_queue)),
+            queue=final_queue,
             priority=sendchecks.check_priority(int(final_priority or 0)),
             eta=sendchecks.check_moment(_epoch(resolve_eta, countdown, eta), "countdown/eta"),
             expires=sendchecks.check_moment(_epoch(resolve_expires, expires), "expires"),

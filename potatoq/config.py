@@ -43,6 +43,8 @@ DEFAULTS: dict[str, Any] = {
     "task_queues": None,
     "task_create_missing_queues": True,
     "task_annotations": None,
+    "task_limits": None,  # {task name: {"concurrency": N, "concurrency_key": fn}} (docs/limits.md)
+    "task_queue_limits": None,  # {queue: N}: cluster-wide running tasks of that queue
     "task_time_limit": 1800.0,
     "task_soft_time_limit": None,  # None: a little before the hard limit
     "task_max_retries": 3,

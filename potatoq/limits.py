@@ -8,7 +8,9 @@ Three sources, the first that names a limit wins:
       app.conf.task_limits = {"proj.export": {"concurrency": 3}}
 
 * the task's own options, ``@app.task(concurrency_limit=3, concurrency_key=fn)``, where
-  ``fn(*args, **kwargs)`` returns the key of a call (a customer id, say) or None.
+  ``fn(*args, **kwargs)`` returns the key of a call (a customer id, say) or None;
+* the ``task_queue_limits`` setting, ``{"exports": 2}``: calls routed to that queue that
+  have no limit of their own share the queue's slots (key ``queue:exports``).
 
 With a key, each key gets its own ``N`` slots (``proj.export[acme]``); without one, the
 task name shares them. The result is a ``cl`` header ``[key, N]`` that the broker enforces
@@ -31,8 +33,12 @@ def limit_key(task_name: str, key: object) -> str:
     return task_name if key is None else f"{task_name}[{key}]"
 
 
+def _setting(settings: Any, name: str) -> Any:
+    return settings.get(name) if isinstance(settings, Mapping) else getattr(settings, name, None)
+
+
 def _configured(settings: Any, task_name: str) -> Mapping[str, Any]:
-    table = settings.get("task_limits") if isinstance(settings, Mapping) else getattr(settings, "task_limits", None)
+    table = _setting(settings, "task_limits")
     if not table:
         return {}
     if not isinstance(table, Mapping):
@@ -44,6 +50,19 @@ def _configured(settings: Any, task_name: str) -> Mapping[str, Any]:
     return entry
 
 
+def _queue_limit(settings: Any, queue: str) -> list[Any] | None:
+    table = _setting(settings, "task_queue_limits")
+    if not table:
+        return None
+    if not isinstance(table, Mapping):
+        raise TypeError(f"task_queue_limits must be a dict of queue name -> int, got {type(table).__name__}")
+    limit = table.get(queue)
+    if limit is None:
+        return None
+    key, checked = validate_limit(f"queue:{queue}", limit)
+    return [key, checked]
+
+
 def limit_header(
     settings: Any,
     task: Any,
@@ -51,6 +70,7 @@ def limit_header(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     options: Mapping[str, Any],
+    queue: str,
 ) -> list[Any] | None:
     """The ``cl`` header value for one call, or None when no concurrency limit applies."""
     entry = _configured(settings, task_name)
@@ -60,7 +80,7 @@ def limit_header(
     if limit is None and task is not None:
         limit = getattr(task, "concurrency_limit", None)
     if limit is None:
-        return None
+        return _queue_limit(settings, queue)
     key: object = options.get("concurrency_key")
     if key is None:
         compute: Callable[..., object] | None = entry.get("concurrency_key") or (

@@ -107,12 +107,10 @@ def test_a_limit_set_at_run_time_overrides_the_tasks_max(lbroker: Broker) -> Non
     assert usage(lbroker, "reports")[0] == 1
 
 
-def test_a_queue_limit_caps_every_task_of_the_queue(lbroker: Broker) -> None:
-    lbroker.set_limit("queue:exports", 1)
-    lbroker.enqueue([msg("exports"), msg("exports"), msg("default")])
+def test_keys_in_different_queues_share_their_slots(lbroker: Broker) -> None:
+    lbroker.enqueue([limited("queue:exports", 1, "exports"), limited("queue:exports", 1, "other")])
     claim_soon(lbroker, ["exports"])
-    assert_nothing_claimable(lbroker, ["exports"])
-    claim_soon(lbroker, ["default"])  # other queues are not affected
+    assert_nothing_claimable(lbroker, ["other"])
 
 
 def test_bad_limits_are_refused_naming_what_was_wrong(lbroker: Broker) -> None:

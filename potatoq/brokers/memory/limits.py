@@ -32,13 +32,9 @@ class MemoryLimits(Broker):
             keys = {j.limit_key for j in store.jobs.values() if j.limit_key is not None} | set(store.limit_overrides)
             found = []
             for key in sorted(keys):
-                if key.startswith("queue:"):
-                    waiting = sum(1 for j in store.jobs.values() if j.state == READY and j.queue == key[6:])
-                    carried = None
-                else:
-                    waiting = sum(1 for j in store.jobs.values() if j.state == READY and j.limit_key == key)
-                    maxes = [j.limit_max for j in store.jobs.values() if j.limit_key == key]
-                    carried = max(maxes) if maxes else None
+                waiting = sum(1 for j in store.jobs.values() if j.state == READY and j.limit_key == key)
+                maxes = [j.limit_max for j in store.jobs.values() if j.limit_key == key]
+                carried = max(maxes) if maxes else None
                 override = store.limit_overrides.get(key)
                 found.append(
                     LimitUsage(

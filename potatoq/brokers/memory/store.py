@@ -127,7 +127,7 @@ class Store:
         """The best ready job of ``queue`` that its concurrency limits let run, taken off
         the heap; jobs held back by their key's limit keep their place."""
         heap = self.ready.get(queue)
-        if not heap or not self.queue_has_slot(queue):
+        if not heap:
             return None
         held_back: list[tuple[int, int, str]] = []
         found = None
@@ -147,8 +147,6 @@ class Store:
 
     def has_ready(self, queues: Iterable[str]) -> bool:
         for queue in queues:
-            if not self.queue_has_slot(queue):
-                continue
             for _, seq, task_id in self.ready.get(queue, ()):
                 job = self.jobs.get(task_id)
                 if job is not None and job.state == READY and job.seq == seq and self.key_has_slot(job):
@@ -158,14 +156,7 @@ class Store:
     # Concurrency limits: the slots in use are the running jobs, counted when asked.
 
     def running_where(self, key: str) -> int:
-        if key.startswith("queue:"):
-            queue = key[len("queue:") :]
-            return sum(1 for j in self.jobs.values() if j.state == RUNNING and j.queue == queue)
         return sum(1 for j in self.jobs.values() if j.state == RUNNING and j.limit_key == key)
-
-    def queue_has_slot(self, queue: str) -> bool:
-        limit = self.limit_overrides.get("queue:" + queue)
-        return limit is None or self.running_where("queue:" + queue) < limit
 
     def key_has_slot(self, job: Job) -> bool:
         if job.limit_key is None:

@@ -39,6 +39,7 @@ from ..base import (
 from . import migrate, statements, wakeups
 from .admin import PostgresAdmin
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
+from .limits import PostgresLimits, frees_a_slot
 from .options import PostgresOptions, libpq_url
 from .results import PostgresResults
 
@@ -64,10 +65,10 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
+class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True, concurrency_limits=True)
     schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
     connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
         *Broker.connection_errors,
@@ -414,7 +415,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             message = outcome.message
             validate_queue_name(message.queue)
             due_now = message.eta is None or message.eta <= time.time()
-            inline, held = self._admit([message.queue] if due_now else [])
+            inline, held = self._admit(([message.queue] if due_now else []) + frees_a_slot(delivery))
             return (
                 "job_retry",
                 {
@@ -430,7 +431,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             )
         if isinstance(outcome, Complete | DeadLetter):
             followups, ready = self._message_params(outcome.followups)
-            inline, held = self._admit(ready)
+            inline, held = self._admit([*ready, *frees_a_slot(delivery)])
             params: dict[str, Any] = {
                 **fence,
                 **followups,

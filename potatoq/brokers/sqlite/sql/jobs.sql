@@ -16,10 +16,7 @@ SELECT
               AND (j.limit_key IS NULL
                    OR (SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.limit_key = j.limit_key)
                       < coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = j.limit_key),
-                                 j.limit_max))
-              AND coalesce((SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.queue = q.value)
-                           < (SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = 'queue:' || q.value),
-                           1)),
+                                 j.limit_max))),
     EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
             WHERE j.state = 0 AND j.run_at <= :now);
 
@@ -35,14 +32,11 @@ SET state = 2, deliveries = deliveries + 1, token = :token, worker = :node, pid 
     claimed_at = :now
 WHERE seq = (SELECT j.seq FROM potatoq_jobs AS j WHERE j.state = 1 AND j.queue = :queue
              -- Concurrency limits: skip tasks whose key has every slot running (the slots
-             -- are the running rows), and the whole queue when its own limit is reached.
+             -- are the running rows), so they hold back no other key and no unlimited task.
              AND (j.limit_key IS NULL
                   OR (SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.limit_key = j.limit_key)
                      < coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = j.limit_key),
                                 j.limit_max))
-             AND coalesce((SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.queue = :queue)
-                          < (SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = 'queue:' || :queue),
-                          1)
              ORDER BY j.priority DESC, j.seq LIMIT 1)
 RETURNING id, queue, deliveries, payload;
 

@@ -10,7 +10,7 @@ DELETE FROM potatoq_limits WHERE key = :key;
 
 -- name: limit_usage
 -- Every key with waiting or running tasks, or an override: (key, limit, running, waiting,
--- overridden). A queue limit counts the queue's running and ready tasks.
+-- overridden).
 WITH keys AS (
     SELECT limit_key AS key FROM potatoq_jobs WHERE limit_key IS NOT NULL AND state IN (1, 2)
     UNION SELECT key FROM potatoq_limits
@@ -18,12 +18,8 @@ WITH keys AS (
 SELECT k.key,
        coalesce(l.concurrency,
                 (SELECT max(j.limit_max) FROM potatoq_jobs AS j WHERE j.limit_key = k.key)),
-       CASE WHEN k.key LIKE 'queue:%'
-            THEN (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 2 AND j.queue = substr(k.key, 7))
-            ELSE (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 2 AND j.limit_key = k.key) END,
-       CASE WHEN k.key LIKE 'queue:%'
-            THEN (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 1 AND j.queue = substr(k.key, 7))
-            ELSE (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 1 AND j.limit_key = k.key) END,
+       (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 2 AND j.limit_key = k.key),
+       (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 1 AND j.limit_key = k.key),
        l.concurrency IS NOT NULL
 FROM keys AS k LEFT JOIN potatoq_limits AS l ON l.key = k.key
 ORDER BY k.key;
