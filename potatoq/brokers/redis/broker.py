@@ -40,6 +40,7 @@ from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, Operati
 from potatoq.message import Message
 
 from .keys import Keys
+from .limits import RedisLimits
 from .options import RedisOptions, check_server, redis_url
 from .packing import (
     _SETTLE_AND_CLAIM,
@@ -73,13 +74,14 @@ _QUEUED_STATES = {"delayed": "scheduled", "ready": "ready", "active": "running"}
 # ----------------------------------------------------------------------------- the broker
 
 
-class RedisBroker(Broker):
+class RedisBroker(RedisLimits, Broker):
     """Redis 6.2+ / Valkey 7.2+ broker on redis-py (hiredis parser when installed)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
         results_by_default=False,
         leases=True,
         exact_priorities=True,
+        concurrency_limits=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
 

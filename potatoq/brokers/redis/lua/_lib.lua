@@ -23,6 +23,12 @@
 --   P..'periodic:last'          HASH  name -> newest fire time sent (ms)
 --   P..'workers' HASH node -> WorkerInfo; P..'workers:seen' ZSET node -> last heartbeat (ms)
 --   P..'queues'  SET of queue names (stats, recovery); P..'seq' the ready sequence counter
+--   P..'limits:running'  HASH  concurrency limit key -> slots in use (running tasks of that key)
+--   P..'limits:override' HASH  key -> limit set at run time (else the job's 'lm' applies)
+--   P..'limits:carried'  HASH  key -> the max its last claimed task carried (for listing)
+--   P..'limit:'..key..':parked'  ZSET  id -> ready score: ready tasks waiting for a slot;
+--   P..'limits:parked'   SET   keys with a parked set
+--   (a job hash also holds 'lk' and 'lm', its limit key and max, read from its payload)
 --
 -- Time: every script reads the server clock (TIME), so leases, due times and heartbeats
 -- are judged by one clock however skewed the workers' clocks are.
@@ -71,6 +77,65 @@ local function make_ready(id, q, priority, seq, now)
   end
   redis.call('HSET', k_job(id), 'state', 'ready', 'ready_at', now)
   redis.call('ZADD', k_ready(q), ready_score(priority, tonumber(seq)), id)
+end
+
+-- Concurrency limits (potatoq/brokers/limits.py). The limit key and max of job `jk`: read
+-- from the hash, or on first use from the payload's "cl" header (a plain byte search
+-- first, so unlimited tasks are never decoded). job = HMGET payload, state, deliveries, lk, lm.
+local function limit_of(jk, job)
+  if job[4] then return job[4], tonumber(job[5]) end
+  if not string.find(job[1], '"cl":[', 1, true) then return nil, nil end
+  local ok, body = pcall(cjson.decode, job[1])
+  local cl = ok and type(body) == 'table' and type(body.h) == 'table' and body.h.cl
+  if type(cl) ~= 'table' or type(cl[1]) ~= 'string' or type(cl[2]) ~= 'number' then return nil, nil end
+  redis.call('HSET', jk, 'lk', cl[1], 'lm', cl[2])
+  return cl[1], cl[2]
+end
+
+-- The limit of key lk now: the run-time override, else the max its task carries.
+local function limit_max(lk, carried)
+  return tonumber(redis.call('HGET', P .. 'limits:override', lk)) or carried
+end
+
+-- Take one slot of key lk if one is free; true if taken.
+local function take_slot(lk, carried)
+  local running = tonumber(redis.call('HGET', P .. 'limits:running', lk)) or 0
+  if running >= limit_max(lk, carried) then
+    redis.call('SADD', P .. 'limits:parked', lk)
+    return false
+  end
+  redis.call('HINCRBY', P .. 'limits:running', lk, 1)
+  redis.call('HSET', P .. 'limits:carried', lk, carried)
+  return true
+end
+
+-- Move up to n tasks waiting on key lk back to their queue's ready set, in their old place,
+-- and wake a worker of each queue (no polling: the slot's release is the wake-up).
+local function unpark(lk, n)
+  local pk = P .. 'limit:' .. lk .. ':parked'
+  while n > 0 do
+    local popped = redis.call('ZPOPMIN', pk)
+    if #popped == 0 then
+      redis.call('SREM', P .. 'limits:parked', lk)
+      return
+    end
+    local job = redis.call('HMGET', k_job(popped[1]), 'queue', 'state')
+    if job[1] and job[2] == 'ready' then  -- a revoked task's hash is gone: skipped
+      redis.call('ZADD', k_ready(job[1]), popped[2], popped[1])
+      arm(job[1])
+      n = n - 1
+    end
+  end
+end
+
+-- The run of job `id` ended (settle, requeue, reap): give its slot back, wake one waiter.
+local function free_slot(id)
+  local lk = redis.call('HGET', k_job(id), 'lk')
+  if not lk then return end
+  if redis.call('HINCRBY', P .. 'limits:running', lk, -1) <= 0 then
+    redis.call('HDEL', P .. 'limits:running', lk)
+  end
+  unpark(lk, 1)
 end
 
 -- Store one message. m = {id, queue, priority, due_ms or '', payload}. Returns 1 if
@@ -149,9 +214,15 @@ local function claim(queues, token, lease_ms, node, pid, now, chain)
       if #popped == 0 then break end
       local id = popped[1]
       local jk = k_job(id)
-      local job = redis.call('HMGET', jk, 'payload', 'state', 'deliveries')
+      local job = redis.call('HMGET', jk, 'payload', 'state', 'deliveries', 'lk', 'lm')
+      local lk, lm
+      if job[1] and job[2] == 'ready' then lk, lm = limit_of(jk, job) end
+      -- A task whose key has every slot running waits in its key's parked set (keeping
+      -- its score), so it holds back no other task; free_slot moves it back.
+      if lk and not take_slot(lk, lm) then
+        redis.call('ZADD', P .. 'limit:' .. lk .. ':parked', popped[2], id)
       -- A missing hash (revoked, or evicted by a misconfigured server) is skipped.
-      if job[1] and job[2] == 'ready' then
+      elseif job[1] and job[2] == 'ready' then
         -- One HSET with the count read above (one call less than HINCRBY + HSET).
         local deliveries = (tonumber(job[3]) or 0) + 1
         redis.call('HSET', jk, 'state', 'active', 'deliveries', deliveries, 'token', token,
@@ -239,14 +310,16 @@ local function settle_tail_skip(pos)
 end
 
 -- Forget that worker process (node, pid) holds id (its claim ended).
+-- Also gives back its concurrency slot, so every way a run ends frees it.
 local function release(id, node, pid)
   if node and pid then redis.call('SREM', k_held(node, pid), id) end
+  free_slot(id)
 end
 
 local function remove_running(id, q, node, pid)
   redis.call('ZREM', k_active(q), id)
-  redis.call('DEL', k_job(id))
   release(id, node, pid)
+  redis.call('DEL', k_job(id))
 end
 
 -- Add a dead letter, then trim the dead set by age and count (with its payloads).
