@@ -70,3 +70,20 @@ def block(self, name: str, release: str, timeout: float = 60.0) -> int:
         time.sleep(0.01)
     mark(f"done-{name}-{os.getpid()}", os.getpid())
     return os.getpid()
+
+
+SPANS = "spans.log"
+
+
+@app.task(name="faults.span", bind=True)
+def span(self, key: str, work_ms: float) -> str:
+    """Log ``S`` (start) and ``E`` (end) lines with the wall clock around ``work_ms`` of work:
+    the concurrency-limit ledger (tests/faults/test_limits_ledger.py) replays them."""
+    fd = os.open(_dir() / SPANS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"S {self.request.id} {os.getpid()} {key} {time.time():.6f}\n".encode())
+        time.sleep(work_ms / 1000)
+        os.write(fd, f"E {self.request.id} {os.getpid()} {key} {time.time():.6f}\n".encode())
+    finally:
+        os.close(fd)
+    return key
