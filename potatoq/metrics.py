@@ -163,7 +163,25 @@ def broker_metrics(broker: Any, *, dead_letter_scan: int = 10000) -> str:
         out.sample("potatoq_worker_processed_total", w.processed, {"node": w.node})
     out.family("potatoq_dead_letters", "gauge", "Dead letters kept by the broker.")
     out.sample("potatoq_dead_letters", len(broker.list_dead(limit=dead_letter_scan)))
+    if broker.capabilities.concurrency_limits:
+        _limit_metrics(out, broker.limits())
     return out.text()
+
+
+def _limit_metrics(out: Exposition, usage: Iterable[Any]) -> None:
+    """Cluster-wide concurrency limits (docs/limits.md): slots in use, the limit, waiters."""
+    usage = list(usage)
+    gauges = (
+        ("potatoq_limit_running", "Running tasks holding a slot of the concurrency limit.", "running"),
+        ("potatoq_limit_waiting", "Ready tasks waiting for a slot of the concurrency limit.", "waiting"),
+        ("potatoq_limit_concurrency", "The concurrency limit in force (override or task option).", "limit"),
+    )
+    for name, help_text, attr in gauges:
+        out.family(name, "gauge", help_text)
+        for u in usage:
+            value = getattr(u, attr)
+            if value is not None:
+                out.sample(name, value, {"key": u.key})
 
 
 # ----------------------------------------------------------------------------- from signals

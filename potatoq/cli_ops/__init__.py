@@ -1,6 +1,6 @@
 """The operations commands of ``potatoq``: one module per command, registered by ``cli.py``.
 
-``status``, ``queues``, ``dead``, ``inspect``, ``call``, ``result``, ``revoke``, ``purge``,
+``status``, ``queues``, ``limits``, ``dead``, ``inspect``, ``call``, ``result``, ``revoke``, ``purge``,
 ``schedule`` and ``shell`` work on every broker (``control`` and ``events`` only answer
 Celery's broadcast commands with what to use instead) through the broker contract only
 (``workers()``, ``queue_stats()``, dead letters, ``revoke``, ``purge``, results), so a new
@@ -10,12 +10,12 @@ exit codes, one-line errors) and ``output`` (tables, JSON, colors).
 
 from __future__ import annotations
 
-from . import call, control, dead, inspect, purge, queues, results, revoke, schedule, shell, status
+from . import call, control, dead, inspect, limits, purge, queues, results, revoke, schedule, shell, status
 from .session import Exit, Registrar
 
 __all__ = ["Exit", "register"]
 
-MODULES = (status, queues, dead, inspect, call, results, revoke, purge, schedule, shell, control)
+MODULES = (status, queues, limits, dead, inspect, call, results, revoke, purge, schedule, shell, control)
 
 
 def register(command: Registrar) -> None:
