@@ -532,6 +532,11 @@ class Potatoq:
                     f"message for task {message.task!r} is {len(message.encode())} bytes; "
                     f"task_max_message_size is {limit}"
                 )
+            if limits.HEADER in message.headers and not self.broker.capabilities.concurrency_limits:
+                raise ImproperlyConfigured(
+                    f"task {message.task!r} has a concurrency limit, but {type(self.broker).__name__} "
+                    "doesn't enforce concurrency limits (see docs/limits.md)"
+                )
         if connection is None and use_hooks:
             for hook in list(self.publish_hooks):
                 messages = hook(messages)
