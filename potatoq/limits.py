@@ -90,5 +90,3 @@ def limit_header(
             key = compute(*args, **kwargs)
     name, checked = validate_limit(limit_key(task_name, key), limit)
     return [name, checked]
-
-

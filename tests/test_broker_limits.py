@@ -4,10 +4,9 @@ without ``capabilities.concurrency_limits`` are skipped."""
 
 from __future__ import annotations
 
-
 import pytest
 
-from potatoq.brokers.base import Broker, Complete, DeadLetter, Requeue, RetryLater, WorkerRef
+from potatoq.brokers.base import Broker, Complete, DeadLetter, Requeue, RetryLater
 from potatoq.brokers.limits import HEADER
 from potatoq.exceptions import InvalidName
 from potatoq.message import Message
@@ -124,5 +123,3 @@ def test_limits_list_nothing_when_no_limit_is_used(lbroker: Broker) -> None:
     lbroker.enqueue([msg()])
     claim_soon(lbroker, ["default"])
     assert lbroker.limits() == []
-
-

@@ -55,7 +55,9 @@ def concurrency_of(headers: Mapping[str, Any]) -> tuple[str, int] | None:
 def validate_limit(key: str, limit: int | None) -> tuple[str, int | None]:
     """Check a limit key and value before they reach SQL, Lua or a header."""
     if not isinstance(key, str) or not key or len(key) > LIMIT_KEY_MAX:
-        raise InvalidName(f"limit key must be a non-empty string of at most {LIMIT_KEY_MAX} characters, got {key!r:.80}")
+        raise InvalidName(
+            f"limit key must be a non-empty string of at most {LIMIT_KEY_MAX} characters, got {key!r:.80}"
+        )
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"concurrency limit of {key!r} must be a positive integer or None, got {limit!r}")
     return key, limit

@@ -77,7 +77,7 @@ def test_concurrency_limits_hold_while_children_are_killed(fault_env: FaultEnv) 
     with client(env) as proj:
         app = proj.app
         messages = []
-        for i in range(per_kind):
+        for _ in range(per_kind):
             work = rng.uniform(20, 60)
             messages.append(app.make_message("faults.span", ("wide", work), concurrency_limit=3))
             for key in ("acme", "globex"):
@@ -110,6 +110,7 @@ def test_concurrency_limits_hold_while_children_are_killed(fault_env: FaultEnv) 
 
         results = {i: app.broker.get_result(i) for i in ids}
         lost = [i for i, r in results.items() if r is None or r.state != SUCCESS]
+
         # Runs killed mid-task released their slot through the supervisor's requeue (or
         # recovery): nothing may stay counted once everything is done.
         def settled_usage() -> list[object] | None:

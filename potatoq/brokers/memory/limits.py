@@ -29,7 +29,9 @@ class MemoryLimits(Broker):
     def limits(self) -> list[LimitUsage]:
         store = self._store
         with store.lock:
-            keys = {j.limit_key for j in store.jobs.values() if j.limit_key is not None} | set(store.limit_overrides)
+            keys = {j.limit_key for j in store.jobs.values() if j.limit_key is not None} | set(
+                store.limit_overrides
+            )
             found = []
             for key in sorted(keys):
                 waiting = sum(1 for j in store.jobs.values() if j.state == READY and j.limit_key == key)

@@ -36,8 +36,8 @@ from ..base import (
 )
 from ..limits import limit_columns
 from .admin import SQLiteAdmin
-from .limits import SQLiteLimits
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .limits import SQLiteLimits
 from .results import SQLiteResults
 from .setup import (
     SQL,
