@@ -29,7 +29,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "potatoq"
 
 BROKERS = ("memory", "sqlite", "postgres", "redis", "rabbitmq")
-CONTRACT = ("potatoq.brokers.base", "potatoq.brokers.records", "potatoq.brokers.limits", "potatoq.brokers.sqlfiles")
+CONTRACT = (
+    "potatoq.brokers.base",
+    "potatoq.brokers.records",
+    "potatoq.brokers.limits",
+    "potatoq.brokers.sqlfiles",
+)
 BOTTOM = ("potatoq.message", "potatoq.serialization", "potatoq.exceptions", "potatoq.states", "potatoq.utils")
 CORE = (
     "potatoq.app",
