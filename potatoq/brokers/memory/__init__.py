@@ -22,7 +22,12 @@ that lock wake :meth:`MemoryBroker.wait` (on enqueue) and :meth:`wait_for_result
 store). Nothing survives the process and a forked child gets a private copy, hence the
 capabilities ``multiprocess=False`` and ``crash_safe_storage=False``.
 
-Modules: ``broker`` (the class) and ``store`` (the per-name store, its jobs and heaps).
+Concurrency limits: a job keeps its ``limit_key``/``limit_max``; ``pop_ready`` skips jobs
+whose key has that many running jobs (they keep their heap place) and a settle that frees
+a slot notifies the waiters; ``limit_overrides`` holds run-time overrides.
+
+Modules: ``broker`` (the class), ``store`` (the per-name store, its jobs and heaps) and
+``limits`` (run-time overrides and usage).
 """
 
 from __future__ import annotations

@@ -44,6 +44,17 @@ Why it is built this way:
   process and thread), the listener and the debouncer in a per-process holder; a child
   never uses, closes or garbage-collects its parent's connections.
 
+Concurrency limits (``potatoq/brokers/limits.py``, migration 0002): a BEFORE trigger
+reads a payload's ``cl`` header into ``limit_key``/``limit_max`` (a byte search in its
+WHEN clause keeps it off unlimited rows), so no enqueue statement passes it. The claim
+skips ready rows whose key is full and takes a slot with an upsert on the key's
+``potatoq_limits`` row (``running``): its row lock serializes the claims of one key and
+re-checks the count against the latest committed value, which a snapshot count can't.
+AFTER triggers give the slot back when a running row is deleted or leaves state 2, in the
+transaction that ended the run (settle, requeue, retry, recovery), so the counter always
+equals the running rows. A settle of a limited task NOTIFYs its queue, waking a waiter.
+``concurrency`` on the same row is the run-time override (``sql/limits.sql``).
+
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
 ``admin`` and ``results`` (its inspection/admin and result-store halves), ``options``,
 ``statements`` (the SQL of ``sql/`` rendered for a schema), ``wakeups`` (LISTEN/NOTIFY),

@@ -59,6 +59,16 @@ its result, chord join and follow-ups in the same call. An enqueue ``ZADD``s the
 ``marker``; an idle worker's ``wait`` blocks in ``BZPOPMIN`` on the markers (bounded by the
 earliest due time), and a claim re-arms a marker while work remains, so no wake-up is lost.
 
+Concurrency limits (``potatoq/brokers/limits.py``): ``claim`` reads a job's limit key and
+max from its hash (``lk``/``lm``, filled from the payload's ``cl`` header on first claim;
+a plain byte search first, so unlimited payloads are never decoded). If the key's count in
+``limits:running`` is below its max (``limits:override`` wins), it takes the slot;
+otherwise the job moves to ``limit:<key>:parked`` with its ready score and the claim goes
+on to the next task, so nothing waits behind it. ``release`` (every end of a run: settle,
+requeue, reap) gives the slot back and moves one parked job back to its ready set, arming
+its queue's marker: the wake-up chain, no polling. Runtime changes: ``limit_set.lua``.
+These keys span queues, like the rest of the layout (no cluster support yet).
+
 Modules: ``broker`` (the class), ``options`` (transport options, URL and server checks),
 ``keys`` (key names), ``scripts`` (loads ``lua/*.lua`` with the ``_lib.lua`` helpers each
 needs) and ``packing`` (script arguments and the hiredis command path).

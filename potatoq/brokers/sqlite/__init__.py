@@ -36,6 +36,15 @@ Why it is built this way:
   child never uses, closes or garbage-collects its parent's connection (closing one would
   release the parent's POSIX locks).
 
+Concurrency limits (``potatoq/brokers/limits.py``, migration 0002): a limited task's row
+carries ``limit_key`` and ``limit_max`` (read from its ``cl`` header at insert). The slots
+in use *are* the key's running rows: ``job_claim`` counts them (partial index on
+``limit_key`` over running rows) and skips ready rows whose key is full, and ``job_peek``
+does the same so idle workers don't spin on them. Whatever ends a run (settle, requeue,
+retry, recovery) frees the slot by changing that row, in the same transaction; the commit
+changes ``data_version``, which wakes the waiters. ``potatoq_limits`` holds run-time
+overrides (``sql/limits.sql``, module ``limits``).
+
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
 ``admin`` and ``results`` (its inspection/admin and result-store halves), ``connection``
 (a thread's connection, the state literals, the ``data_version`` backoff) and ``setup``
