@@ -119,6 +119,16 @@ def test_bad_limits_are_refused_naming_what_was_wrong(lbroker: Broker) -> None:
         lbroker.set_limit("", 3)
 
 
+def test_a_retried_dead_letter_keeps_its_limit(lbroker: Broker) -> None:
+    first = limited("one", 1)
+    lbroker.enqueue([first])
+    assert lbroker.settle(claim_soon(lbroker, ["default"]), DeadLetter(reason="boom")) is True
+    lbroker.enqueue([limited("one", 1)])
+    claim_soon(lbroker, ["default"])
+    assert lbroker.retry_dead() == 1
+    assert_nothing_claimable(lbroker, ["default"])
+
+
 def test_limits_list_nothing_when_no_limit_is_used(lbroker: Broker) -> None:
     lbroker.enqueue([msg()])
     claim_soon(lbroker, ["default"])

@@ -16,13 +16,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..exceptions import InvalidName
+from ..exceptions import InvalidName, MessageDecodeError
+from ..message import Message
 
 __all__ = [
     "HEADER",
     "LIMIT_KEY_MAX",
     "LimitUsage",
     "concurrency_of",
+    "concurrency_of_raw",
     "limit_columns",
     "usage_row",
     "validate_limit",
@@ -61,6 +63,17 @@ def validate_limit(key: str, limit: int | None) -> tuple[str, int | None]:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"concurrency limit of {key!r} must be a positive integer or None, got {limit!r}")
     return key, limit
+
+
+def concurrency_of_raw(raw: bytes) -> tuple[str, int] | None:
+    """The limit an encoded payload carries (None for none, or for a payload that can't be
+    decoded: it is still delivered, and dead-lettered, without a limit)."""
+    if b'"cl":[' not in raw:  # unlimited payloads are never decoded
+        return None
+    try:
+        return concurrency_of(Message.decode(raw).headers)
+    except (MessageDecodeError, TypeError, ValueError):
+        return None
 
 
 def limit_columns(headers: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from potatoq.brokers.base import (
     WorkerRef,
     validate_queue_name,
 )
-from potatoq.brokers.limits import concurrency_of
+from potatoq.brokers.limits import concurrency_of_raw
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 
@@ -102,19 +102,18 @@ class Store:
         if task_id in self.jobs:  # already waiting or running: enqueue is a no-op
             return False
         job = Job(task_id, queue, priority, raw, self.next_seq(), READY, run_at)
+        limit = concurrency_of_raw(raw)
+        if limit is not None:
+            job.limit_key, job.limit_max = limit
         self.jobs[task_id] = job
         self.put(job, now)
         return True
 
     def add_message(self, message: Message, raw: bytes, now: float) -> bool:
         run_at = now if message.eta is None else message.eta
-        added = self.add_raw(
+        return self.add_raw(
             message.id, message.queue, priority=message.priority, raw=raw, run_at=run_at, now=now
         )
-        limit = concurrency_of(message.headers)
-        if added and limit is not None:
-            self.jobs[message.id].limit_key, self.jobs[message.id].limit_max = limit
-        return added
 
     def promote_due(self, now: float) -> None:
         while self.scheduled and self.scheduled[0][0] <= now:

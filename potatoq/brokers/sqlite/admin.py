@@ -16,6 +16,7 @@ from ..base import (
     QueueStats,
     decode_queued,
 )
+from ..limits import concurrency_of_raw
 from .connection import STATE_NAMES
 from .setup import (
     SQL,
@@ -82,6 +83,8 @@ class SQLiteAdmin(Broker):
                 SQL["dead_newest"], params
             ).fetchall():
                 job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
+                limit = concurrency_of_raw(payload)  # a retried letter keeps its limit
+                job["limit_key"], job["limit_max"] = limit if limit is not None else (None, None)
                 if conn.execute(SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
                     conn.execute(SQL["dead_delete"], {"seq": seq})
                     restored += 1
