@@ -86,6 +86,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
         self._wake = threading.Condition()
         self._interrupts = 0
         self._queue_lists: dict[tuple[str, ...], str] = {}
+        # Set once this process claims a limited task: from then on claims park the ready
+        # tasks of full keys first. Parking only saves work (job_claim itself skips them),
+        # so a process that never saw a limit skips that statement.
+        self._limits_seen = False
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
 
@@ -229,13 +233,16 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
     ) -> Delivery | None:
         """Promote due tasks and claim the best ready one, inside an open write transaction."""
         conn.execute(SQL["job_promote_due"], {"queues": self._queue_list(queues), "now": now})
+        if self._limits_seen:
+            conn.execute(SQL["limit_park_full"], {"queues": self._queue_list(queues)})
         token = random.getrandbits(63)
         params = {"token": token, "node": worker.node, "pid": worker.pid, "now": now, "queue": ""}
         for queue in queues:
             params["queue"] = queue
             rows = conn.execute(SQL["job_claim"], params).fetchall()
             if rows:
-                task_id, queue_name, deliveries, payload = rows[0]
+                task_id, queue_name, deliveries, payload, limit_key = rows[0]
+                self._limits_seen = self._limits_seen or limit_key is not None
                 return _held((task_id, queue_name, token, deliveries, payload, now), worker)
         return None
 

@@ -28,6 +28,7 @@ class SQLiteLimits(Broker):
                 conn.execute(SQL["limit_clear"], {"key": key})
             else:
                 conn.execute(SQL["limit_set"], {"key": key, "concurrency": limit})
+            conn.execute(SQL["limit_unpark"], {"key": key})
 
     def limits(self) -> list[LimitUsage]:
         return [usage_row(row) for row in self._read("limit_usage")]

@@ -12,7 +12,7 @@ ON CONFLICT (id) DO NOTHING;
 -- commit wakes wait() up (limits.sql, job_claimable says the same).
 SELECT
     EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
-            WHERE j.state = 1
+            WHERE j.state = 1 AND j.parked IS NULL
               AND (j.limit_key IS NULL
                    OR (SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.limit_key = j.limit_key)
                       < coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = j.limit_key),
@@ -30,15 +30,16 @@ WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:qu
 UPDATE potatoq_jobs
 SET state = 2, deliveries = deliveries + 1, token = :token, worker = :node, pid = :pid,
     claimed_at = :now
-WHERE seq = (SELECT j.seq FROM potatoq_jobs AS j WHERE j.state = 1 AND j.queue = :queue
+WHERE seq = (SELECT j.seq FROM potatoq_jobs AS j WHERE j.state = 1 AND j.parked IS NULL AND j.queue = :queue
              -- Concurrency limits: skip tasks whose key has every slot running (the slots
-             -- are the running rows), so they hold back no other key and no unlimited task.
+             -- are the running rows). job_park_full took most of them out of the ready
+             -- index first; this catches the rest.
              AND (j.limit_key IS NULL
                   OR (SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.limit_key = j.limit_key)
                      < coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = j.limit_key),
                                 j.limit_max))
              ORDER BY j.priority DESC, j.seq LIMIT 1)
-RETURNING id, queue, deliveries, payload;
+RETURNING id, queue, deliveries, payload, limit_key;
 
 -- name: job_delete_claimed
 -- Settling removes the row only while the claim's token still matches (the fence).

@@ -1,6 +1,26 @@
 -- Concurrency limits (potatoq/brokers/limits.py): run-time overrides and usage. The claim
 -- itself (jobs.sql, job_claim) counts the running rows of a key against its limit.
 
+-- name: limit_park_full
+-- Before a claim: ready tasks of :queues whose key has every slot running leave the ready
+-- index (parked = 1), so they cost later claims nothing. Only rows of full keys are
+-- visited (the full keys come from the few running rows). A trigger puts one back when a
+-- slot of its key is freed (migration 0002).
+UPDATE potatoq_jobs SET parked = 1
+WHERE state = 1 AND parked IS NULL
+  AND limit_key IN (
+      SELECT r.limit_key FROM potatoq_jobs AS r
+      WHERE r.state = 2 AND r.limit_key IS NOT NULL
+      GROUP BY r.limit_key
+      HAVING count(*) >= coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = r.limit_key),
+                                  max(r.limit_max)))
+  AND queue IN (SELECT value FROM json_each(:queues));
+
+-- name: limit_unpark
+-- A limit changed at run time: every parked task of :key goes back to the ready line (the
+-- next claim parks again those that still have to wait).
+UPDATE potatoq_jobs SET parked = NULL WHERE state = 1 AND parked = 1 AND limit_key = :key;
+
 -- name: limit_set
 INSERT INTO potatoq_limits (key, concurrency) VALUES (:key, :concurrency)
 ON CONFLICT (key) DO UPDATE SET concurrency = excluded.concurrency;
