@@ -90,6 +90,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
         self._sweep = wakeups.PerProcess(SweepClock)
         self._poller = wakeups.PerProcess(Poller)
         self._poll_delay = threading.local()  # per thread: the notify=False backoff
+        # Set once this process claims a limited task: from then on claims park the ready
+        # tasks of full keys (job_claim's "parking"); before, they skip that work.
+        self._limits_seen = False
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
         self._dead_ttl = float(config.dead_letter_ttl) if config.dead_letter_ttl > 0 else NEVER
@@ -323,6 +326,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
             "worker": worker.node,
             "pid": worker.pid,
             "no_flush": no_flush,
+            "park": self._limits_seen,
         }
 
     def _delivery(self, row: tuple[Any, ...] | None, worker: WorkerRef) -> Delivery | None:
@@ -362,6 +366,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
     def _claimed(self, delivery: Delivery | None) -> None:
         if delivery is not None:
             self._poll_delay.value = POLL_MIN
+            self._limits_seen = self._limits_seen or bool(frees_a_slot(delivery))
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         if not _is_token(delivery.token):

@@ -194,7 +194,9 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
         mon.execute(sql.SQL("ANALYZE {}.potatoq_jobs").format(sql.Identifier(schema)))
         mon.execute(
             b"PREPARE pq_claim AS "
-            + _prepared(stmts["job_claim"].text, ["queues", "queue", "worker", "pid", "no_flush"]).encode()
+            + _prepared(
+                stmts["job_claim"].text, ["queues", "queue", "worker", "pid", "no_flush", "park"]
+            ).encode()
         )
         mon.execute(
             b"PREPARE pq_promote AS "
@@ -203,10 +205,11 @@ def test_claim_and_promote_use_the_partial_indexes_even_with_generic_plans(make:
         for mode in ("force_custom_plan", "force_generic_plan"):
             mon.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Literal(mode)))
             claim_plan = "\n".join(
-                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], NULL, 'n', 1, true)")
+                r[0]
+                for r in mon.execute("EXPLAIN EXECUTE pq_claim(ARRAY['q3','q1'], NULL, 'n', 1, true, true)")
             )
             claim_one_plan = "\n".join(
-                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(NULL, 'q3', 'n', 1, true)")
+                r[0] for r in mon.execute("EXPLAIN EXECUTE pq_claim(NULL, 'q3', 'n', 1, true, true)")
             )
             promote_plan = "\n".join(
                 r[0] for r in mon.execute("EXPLAIN EXECUTE pq_promote(1000, 'p:', true)")

@@ -83,7 +83,7 @@ WITH picked AS MATERIALIZED (
     FROM unnest(coalesce(%(queues)s::text[], ARRAY[%(queue)s::text])) WITH ORDINALITY AS q(name, ord)
     CROSS JOIN LATERAL (
         SELECT r.id, r.limit_key, r.limit_max FROM {schema}.potatoq_jobs AS r
-        WHERE r.state = 1 AND r.queue = q.name
+        WHERE r.state = 1 AND r.parked IS NULL AND r.queue = q.name
           AND (r.limit_key IS NULL OR NOT EXISTS (
                 SELECT FROM {schema}.potatoq_limits AS l
                 WHERE l.key = r.limit_key AND l.running >= coalesce(l.concurrency, r.limit_max)))
@@ -92,6 +92,19 @@ WITH picked AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS j
     LIMIT 1
+), parking AS (
+    -- Ready tasks of these queues whose key is full leave the ready index (a trigger puts
+    -- one back per freed slot). Only rows of full keys are visited; locked ones are left
+    -- for a later claim.
+    -- park is false until this process has claimed a limited task: parking only saves
+    -- work (picked skips those rows anyway), and unlimited workloads skip it.
+    UPDATE {schema}.potatoq_jobs AS p SET parked = true
+    WHERE %(park)s::boolean AND p.id IN (
+        SELECT b.id FROM {schema}.potatoq_jobs AS b
+        JOIN {schema}.potatoq_limits AS l ON l.key = b.limit_key AND l.running >= coalesce(l.concurrency, l.carried)
+        WHERE b.state = 1 AND b.parked IS NULL AND b.limit_key IS NOT NULL
+          AND b.queue = ANY(coalesce(%(queues)s::text[], ARRAY[%(queue)s::text]))
+        FOR UPDATE OF b SKIP LOCKED)
 ), slot AS (
     INSERT INTO {schema}.potatoq_limits AS l (key, running, carried)
     SELECT p.limit_key, 1, p.limit_max FROM picked AS p WHERE p.limit_key IS NOT NULL

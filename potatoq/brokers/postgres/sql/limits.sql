@@ -2,9 +2,15 @@
 -- (jobs.sql, job_claim) takes a slot; triggers on potatoq_jobs give it back (schema.sql).
 
 -- name: limit_set
--- concurrency NULL removes the override: the max the tasks carry applies again.
-INSERT INTO {schema}.potatoq_limits AS l (key, concurrency) VALUES (%(key)s, %(concurrency)s)
-ON CONFLICT (key) DO UPDATE SET concurrency = excluded.concurrency;
+-- concurrency NULL removes the override: the max the tasks carry applies again. The key's
+-- parked tasks go back to the ready line (the next claim parks those that still wait).
+WITH set AS (
+    INSERT INTO {schema}.potatoq_limits AS l (key, concurrency) VALUES (%(key)s, %(concurrency)s)
+    ON CONFLICT (key) DO UPDATE SET concurrency = excluded.concurrency
+    RETURNING l.key
+)
+UPDATE {schema}.potatoq_jobs SET parked = NULL
+WHERE state = 1 AND parked AND limit_key = (SELECT key FROM set);
 
 -- name: limit_usage
 -- (key, limit, running, waiting, overridden) for every key with a row.

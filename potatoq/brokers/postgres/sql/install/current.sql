@@ -22,7 +22,8 @@ CREATE TABLE {schema}.potatoq_jobs (
     claimed_at  timestamptz,
     payload     bytea       NOT NULL,
     limit_key   text,       -- concurrency limit key (NULL: unlimited), set by potatoq_job_limit
-    limit_max   integer     -- ... and the max the task carries
+    limit_max   integer,    -- ... and the max the task carries
+    parked      boolean     -- true: ready, waiting for a slot of its full key
 ) WITH (
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 1000,
@@ -33,11 +34,24 @@ CREATE TABLE {schema}.potatoq_jobs (
     autovacuum_vacuum_cost_delay = 0
 );
 
--- name: index_jobs_ready
 -- One partial index per state, each serving one hot query as a short index scan. The state
 -- literal in each predicate is repeated literally in the queries (never a parameter), so
 -- generic prepared plans still match the index.
-CREATE INDEX potatoq_jobs_ready ON {schema}.potatoq_jobs (queue, priority DESC, seq) WHERE state = 1;
+-- name: create_jobs_ready_index_unparked
+-- The claim scan. Ready tasks parked behind a full limit key are not in it, so a backlog
+-- held back by a limit costs the claims of other tasks nothing.
+CREATE INDEX potatoq_jobs_ready ON {schema}.potatoq_jobs (queue, priority DESC, seq)
+WHERE state = 1 AND parked IS NULL;
+
+-- name: create_jobs_limited_ready_index
+-- Ready tasks of a limit key still in the ready line: what the claim parks when it is full.
+CREATE INDEX potatoq_jobs_limited_ready ON {schema}.potatoq_jobs (limit_key)
+WHERE state = 1 AND parked IS NULL AND limit_key IS NOT NULL;
+
+-- name: create_jobs_parked_index
+-- Parked tasks per key, in the order they go back to the ready line.
+CREATE INDEX potatoq_jobs_parked ON {schema}.potatoq_jobs (limit_key, priority DESC, seq)
+WHERE state = 1 AND parked;
 
 -- name: index_jobs_scheduled
 CREATE INDEX potatoq_jobs_scheduled ON {schema}.potatoq_jobs (run_at) WHERE state = 0;
@@ -160,9 +174,14 @@ FOR EACH ROW WHEN (position('"cl":['::bytea IN NEW.payload) > 0 OR NEW.limit_key
 EXECUTE FUNCTION {schema}.potatoq_job_limit();
 
 -- name: create_slot_free_function
+-- Gives the slot back and puts the key's best parked task back in the ready line.
 CREATE FUNCTION {schema}.potatoq_job_slot_free() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE {schema}.potatoq_limits SET running = greatest(running - 1, 0) WHERE key = OLD.limit_key;
+    UPDATE {schema}.potatoq_jobs SET parked = NULL
+    WHERE id = (SELECT id FROM {schema}.potatoq_jobs
+                WHERE state = 1 AND parked AND limit_key = OLD.limit_key
+                ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED);
     RETURN NULL;
 END
 $$;

@@ -1,7 +1,27 @@
 -- Migration 0002: cluster-wide concurrency limits (potatoq/brokers/limits.py).
 
 -- name: add_jobs_limit_columns
-ALTER TABLE {schema}.potatoq_jobs ADD COLUMN limit_key text, ADD COLUMN limit_max integer;
+ALTER TABLE {schema}.potatoq_jobs
+    ADD COLUMN limit_key text, ADD COLUMN limit_max integer, ADD COLUMN parked boolean;
+
+-- name: drop_jobs_ready_index
+DROP INDEX {schema}.potatoq_jobs_ready;
+
+-- name: create_jobs_ready_index_unparked
+-- The claim scan. Ready tasks parked behind a full limit key are not in it, so a backlog
+-- held back by a limit costs the claims of other tasks nothing.
+CREATE INDEX potatoq_jobs_ready ON {schema}.potatoq_jobs (queue, priority DESC, seq)
+WHERE state = 1 AND parked IS NULL;
+
+-- name: create_jobs_limited_ready_index
+-- Ready tasks of a limit key still in the ready line: what the claim parks when it is full.
+CREATE INDEX potatoq_jobs_limited_ready ON {schema}.potatoq_jobs (limit_key)
+WHERE state = 1 AND parked IS NULL AND limit_key IS NOT NULL;
+
+-- name: create_jobs_parked_index
+-- Parked tasks per key, in the order they go back to the ready line.
+CREATE INDEX potatoq_jobs_parked ON {schema}.potatoq_jobs (limit_key, priority DESC, seq)
+WHERE state = 1 AND parked;
 
 -- name: create_limits
 -- One row per concurrency limit key: the slots in use (running), the max its tasks carry
@@ -46,9 +66,14 @@ FOR EACH ROW WHEN (position('"cl":['::bytea IN NEW.payload) > 0 OR NEW.limit_key
 EXECUTE FUNCTION {schema}.potatoq_job_limit();
 
 -- name: create_slot_free_function
+-- Gives the slot back and puts the key's best parked task back in the ready line.
 CREATE FUNCTION {schema}.potatoq_job_slot_free() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE {schema}.potatoq_limits SET running = greatest(running - 1, 0) WHERE key = OLD.limit_key;
+    UPDATE {schema}.potatoq_jobs SET parked = NULL
+    WHERE id = (SELECT id FROM {schema}.potatoq_jobs
+                WHERE state = 1 AND parked AND limit_key = OLD.limit_key
+                ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED);
     RETURN NULL;
 END
 $$;
