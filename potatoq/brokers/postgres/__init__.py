@@ -53,6 +53,9 @@ re-checks the count against the latest committed value, which a snapshot count c
 AFTER triggers give the slot back when a running row is deleted or leaves state 2, in the
 transaction that ended the run (settle, requeue, retry, recovery), so the counter always
 equals the running rows. A settle of a limited task NOTIFYs its queue, waking a waiter.
+Once a process has claimed a limited task, its claims also park the ready rows of full
+keys (``parked``: out of the ready index, SKIP LOCKED), and the slot-freeing trigger puts
+the key's best parked row back.
 ``concurrency`` on the same row is the run-time override (``sql/limits.sql``).
 
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),

@@ -40,7 +40,10 @@ Concurrency limits (``potatoq/brokers/limits.py``, migration 0002): a limited ta
 carries ``limit_key`` and ``limit_max`` (read from its ``cl`` header at insert). The slots
 in use *are* the key's running rows: ``job_claim`` counts them (partial index on
 ``limit_key`` over running rows) and skips ready rows whose key is full, and ``job_peek``
-does the same so idle workers don't spin on them. Whatever ends a run (settle, requeue,
+does the same so idle workers don't spin on them. Once a process has claimed a limited
+task, its claims first park the ready rows of full keys (``parked = 1``: out of the ready
+index, so a blocked backlog costs other claims nothing); a trigger puts a key's best
+parked row back when a slot of that key is freed. Whatever ends a run (settle, requeue,
 retry, recovery) frees the slot by changing that row, in the same transaction; the commit
 changes ``data_version``, which wakes the waiters. ``potatoq_limits`` holds run-time
 overrides (``sql/limits.sql``, module ``limits``).
