@@ -129,6 +129,15 @@ def test_a_retried_dead_letter_keeps_its_limit(lbroker: Broker) -> None:
     assert_nothing_claimable(lbroker, ["default"])
 
 
+def test_purge_deletes_tasks_waiting_on_a_limit(lbroker: Broker) -> None:
+    lbroker.enqueue([limited("one", 1, "exports") for _ in range(3)])
+    running = claim_soon(lbroker, ["exports"])
+    assert_nothing_claimable(lbroker, ["exports"])  # the others now wait on the limit
+    assert lbroker.purge(["exports"]) == 2
+    assert lbroker.settle(running, Complete()) is True
+    assert_nothing_claimable(lbroker, ["exports"])
+
+
 def test_limits_list_nothing_when_no_limit_is_used(lbroker: Broker) -> None:
     lbroker.enqueue([msg()])
     claim_soon(lbroker, ["default"])

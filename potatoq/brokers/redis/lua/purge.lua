@@ -1,14 +1,31 @@
 -- purge: delete the waiting (ready and delayed) tasks of some queues; running ones stay.
--- KEYS: none (q:<queue>:ready/delayed, job:<id>)
+-- Tasks parked behind a full concurrency limit are waiting too: they are found through
+-- the parked sets (limits:parked lists their keys) and deleted when they belong to a queue
+-- purged here.
+-- KEYS: none (q:<queue>:ready/delayed, job:<id>, limits:parked, limit:<key>:parked)
 -- ARGV: [1] prefix, [2..] queues
 -- Returns: how many tasks were deleted.
 local n = 0
+local purged = {}
 for i = 2, #ARGV do
   local q = ARGV[i]
+  purged[q] = true
   for _, key in ipairs({k_ready(q), k_delayed(q)}) do
     local ids = redis.call('ZRANGE', key, 0, -1)
     for j = 1, #ids do n = n + redis.call('DEL', k_job(ids[j])) end
     redis.call('DEL', key)
+  end
+end
+local keys = redis.call('SMEMBERS', P .. 'limits:parked')
+for i = 1, #keys do
+  local pk = P .. 'limit:' .. keys[i] .. ':parked'
+  local ids = redis.call('ZRANGE', pk, 0, -1)
+  for j = 1, #ids do
+    local job = redis.call('HMGET', k_job(ids[j]), 'queue', 'state')
+    if not job[1] or (purged[job[1]] and job[2] == 'ready') then
+      redis.call('ZREM', pk, ids[j])
+      if job[1] then n = n + redis.call('DEL', k_job(ids[j])) end
+    end
   end
 end
 return n
