@@ -1,9 +1,10 @@
 """Concurrency-limit ledger: cluster-wide limits hold across workers, also while children
-are SIGKILLed, and no slot leaks.
+are SIGKILLed mid-task, and no slot leaks.
 
 Two workers of two children each (4 processes) drain a mix of ``faults.span`` tasks: a
 name-wide limit of 3 (``spans.wide``), per-key limits of 1 (``spans.per_key[acme]`` and
-``[globex]``) and unlimited ones, while the test SIGKILLs a random child about every 300 ms.
+``[globex]``) and unlimited ones, while the test SIGKILLs a random child that is running a
+task about every 300 ms.
 Every run logs its start and end with the wall clock. Replaying the log, a run ends at its
 end line or, for a killed process, at the moment the test sent SIGKILL (its slot is given
 back later than that, never earlier), so the replay can only overstate concurrency. It
@@ -20,6 +21,7 @@ import random
 import signal
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +69,18 @@ def _replay(lines: list[str], killed_at: dict[int, float]) -> tuple[dict[str, in
     return dict(most), most_keys
 
 
+def _running_pids(path: Path) -> set[int]:
+    """Processes whose last span line is a start: they are running a task now."""
+    if not path.exists():
+        return set()
+    last: dict[int, str] = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 5:
+            last[int(parts[2])] = parts[0]
+    return {pid for pid, kind in last.items() if kind == "S"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault_env", LEDGER_BROKERS, indirect=True)
 def test_concurrency_limits_hold_while_children_are_killed(fault_env: FaultEnv) -> None:
@@ -100,7 +114,10 @@ def test_concurrency_limits_hold_while_children_are_killed(fault_env: FaultEnv) 
             assert time.monotonic() < deadline, f"not drained: {stats}"
             if time.monotonic() >= next_kill:
                 next_kill += KILL_EVERY
-                children = [pid for w in workers if w.alive() for pid in w.children()]
+                # Only a child in the middle of a task: that is what must give its slot
+                # back, and a child killed while starting up makes its supervisor back off.
+                busy = _running_pids(env.dir / proj.SPANS)
+                children = [pid for w in workers if w.alive() for pid in w.children() if pid in busy]
                 if children:
                     pid = rng.choice(children)
                     killed_at.setdefault(pid, time.time())
