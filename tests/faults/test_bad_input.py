@@ -3,7 +3,9 @@ letter with its reason, the worker keeps running, and a good task sent afterward
 
 Written straight into the broker's storage (each factory's ``inject_raw``, bypassing
 ``Message.encode``): garbage bytes, a truncated message, a message of an unknown version,
-arguments that aren't a JSON list. Sent through the API: a task name no worker registered.
+arguments that aren't a JSON list, and poisoned messages (a tagged Decimal, timedelta, UUID
+or datetime that doesn't parse, a priority of 1e999, arguments nested 100,000 levels deep),
+each dead-lettered on its first delivery. Sent through the API: a task name no worker registered.
 Refused at enqueue, before anything reaches the broker: a payload over
 ``task_max_message_size``, arguments JSON can't encode, hostile queue names (quotes,
 semicolons, Lua pattern characters, a NUL, 10 kB). A worker asked to consume a hostile queue
@@ -16,6 +18,7 @@ import json
 import subprocess
 import sys
 import uuid
+from typing import Any
 
 import pytest
 
@@ -49,7 +52,21 @@ def _raw_cases() -> dict[str, tuple[bytes, str]]:
         "truncated": (good[: len(good) // 2], "not valid potatoq JSON"),
         "unknown version": (json.dumps({**body, "v": 99}).encode(), "unknown message version 99"),
         "arguments not a list": (json.dumps({**body, "a": "1, 2"}).encode(), "'a' must be a JSON list"),
+        # Poisoned: valid JSON whose values don't parse as what they claim to be.
+        "bad Decimal": (_with_arg(body, {"__pq__": "dec", "v": "abc"}), "bad 'dec' tagged value 'abc'"),
+        "bad timedelta": (_with_arg(body, {"__pq__": "td", "v": 1e300}), "bad 'td' tagged value 1e+300"),
+        "bad UUID": (_with_arg(body, {"__pq__": "u", "v": 5}), "bad 'u' tagged value 5"),
+        "bad datetime": (_with_arg(body, {"__pq__": "dt", "v": "yesterday"}), "bad 'dt' tagged value"),
+        "non-finite priority": (good.replace(b'"p":0', b'"p":1e999'), "number 1e999 is out of range"),
+        "nested 100,000 deep": (
+            good.replace(b'"a":[1,2]', b'"a":[' + b"[" * 100_000 + b"]" * 100_000 + b"]"),
+            "nested too deeply",
+        ),
     }
+
+
+def _with_arg(body: dict[str, Any], arg: dict[str, Any]) -> bytes:
+    return json.dumps({**body, "id": str(uuid.uuid4()), "a": [arg, 1]}).encode()
 
 
 @pytest.mark.slow
@@ -100,9 +117,11 @@ def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_
         # -- stored, then dead-lettered by the worker with the reason -----------------------
         expected: dict[str, str] = {}  # task id -> phrase its dead letter's reason must contain
         cases: dict[str, str] = {}  # task id -> which case
+        injected: set[str] = set()
         for case, (raw, phrase) in _raw_cases().items():
             task_id = str(inject_raw(app.broker, "default", raw))
             expected[task_id], cases[task_id] = phrase, case
+            injected.add(task_id)
         unknown = app.send_task("faults.no_such_task", args=(1,))
         expected[unknown.id], cases[unknown.id] = "not registered", "unknown task name"
         with pytest.raises(NotRegistered):
@@ -119,6 +138,8 @@ def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_
         assert set(reasons) == set(expected), reasons
         for task_id, phrase in expected.items():
             assert phrase in reasons[task_id], (phrase, reasons[task_id])
+        first_delivery = {cases[d.id]: d.deliveries for d in dead if d.id in injected}
+        assert set(first_delivery.values()) <= {1}, f"dead-lettered after more than one delivery: {first_delivery}"
         assert worker.alive() and worker.children() == children, "the worker or its child was replaced"
 
         # -- a hostile -Q is refused at start, naming the problem ----------------------------
