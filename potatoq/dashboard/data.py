@@ -21,6 +21,7 @@ from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, W
 from ..exceptions import MessageDecodeError
 from ..message import Message
 from ..states import READY_STATES
+from ..utils.payload import payload_preview
 from . import redact as redaction
 from .queued import QueuedView, queued_view
 from .redact import REDACTED
@@ -142,6 +143,7 @@ class TaskView:
     kwargs: str
     name: str | None
     queued: QueuedView | None = None  # the message as the broker still holds it
+    dead_payload: str | None = None  # the dead letter's payload, previewed, if it can't be decoded
     finds_queued: bool = True  # False: the broker can't look a queued task up (RabbitMQ)
     broker_name: str = ""  # for "waiting in <broker>" when it can't
 
@@ -161,6 +163,13 @@ class TaskView:
 
 
 _shown = redaction.shown
+
+
+def _undecodable(raw: bytes, message: Message | None, redact: bool) -> str | None:
+    """An escaped, shortened preview of a payload that can't be decoded (None if it can)."""
+    if message is not None:
+        return None
+    return REDACTED if redact else payload_preview(raw)
 
 
 def task_view(
@@ -194,11 +203,13 @@ def task_view(
         args = queued.message.args if args is None else args
         kwargs = queued.message.kwargs if kwargs is None else kwargs
         name = name or queued.message.task
+    dead_payload = None
     if dead is not None:
         message = _decode(dead.raw)
         if message is not None:
             args = message.args if args is None else args
             kwargs = message.kwargs if kwargs is None else kwargs
+        dead_payload = _undecodable(dead.raw, message, redact)
         name = name or dead.task
     if redact:
         record = redaction.record(record)
@@ -213,6 +224,7 @@ def task_view(
         kwargs=_shown(kwargs, redact),
         name=name,
         queued=queued_view(queued) if queued is not None else None,
+        dead_payload=dead_payload,
         finds_queued=finds_queued,
         broker_name=type(broker).__name__.removesuffix("Broker"),
     )
@@ -234,6 +246,7 @@ class DeadLetterView:
     args: str
     kwargs: str
     traceback: str | None
+    payload: str | None = None  # previewed when it can't be decoded
 
 
 def dead_letters(
@@ -252,6 +265,7 @@ def dead_letters(
                 traceback=(redaction.traceback_text(record.traceback) if redact else record.traceback)
                 if record and record.traceback
                 else None,
+                payload=_undecodable(letter.raw, message, redact),
             )
         )
     return views

@@ -28,8 +28,10 @@ from potatoq.message import Message
 
 from .conftest import SHARED_BROKERS
 from .harness import ROOT, FaultEnv, client, report, wait_for
+from .undecodable import dashboard_shows_undecodable, dead_list_shows_undecodable
 
 MAX_MESSAGE = 4096
+HOSTILE_PAYLOAD = b"\x1b[2J\x1b[31m<script>alert(1)</script>\r\nWARNING forged line\xff" + b"x" * 20_000
 
 HOSTILE_QUEUES = [
     "q'; DROP TABLE potatoq_jobs; --",
@@ -58,6 +60,9 @@ def _raw_cases() -> dict[str, tuple[bytes, str]]:
         "bad UUID": (_with_arg(body, {"__pq__": "u", "v": 5}), "bad 'u' tagged value 5"),
         "bad datetime": (_with_arg(body, {"__pq__": "dt", "v": "yesterday"}), "bad 'dt' tagged value"),
         "non-finite priority": (good.replace(b'"p":0', b'"p":1e999'), "number 1e999 is out of range"),
+        # Bytes that would forge a terminal line or inject HTML if printed as they are, and
+        # long enough that every listing must cut them short.
+        "hostile bytes": (HOSTILE_PAYLOAD, "not valid potatoq JSON"),
         "nested 100,000 deep": (
             good.replace(b'"a":[1,2]', b'"a":[' + b"[" * 100_000 + b"]" * 100_000 + b"]"),
             "nested too deeply",
@@ -139,8 +144,15 @@ def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_
         for task_id, phrase in expected.items():
             assert phrase in reasons[task_id], (phrase, reasons[task_id])
         first_delivery = {cases[d.id]: d.deliveries for d in dead if d.id in injected}
-        assert set(first_delivery.values()) <= {1}, f"dead-lettered after more than one delivery: {first_delivery}"
+        assert set(first_delivery.values()) <= {1}, (
+            f"dead-lettered after more than one delivery: {first_delivery}"
+        )
         assert worker.alive() and worker.children() == children, "the worker or its child was replaced"
+
+        # -- every listing shows them, escaped and cut short, and never fails -------------------
+        hostile = next(task_id for task_id, case in cases.items() if case == "hostile bytes")
+        dead_list_shows_undecodable(env, set(injected), hostile)
+        dashboard_shows_undecodable(app, set(injected), hostile)
 
         # -- a hostile -Q is refused at start, naming the problem ----------------------------
         bad_q = subprocess.run(
