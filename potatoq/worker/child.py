@@ -163,6 +163,13 @@ class ChildRunner:
                         logger.debug("claim failed again (%r); retrying in %.1fs", exc, delay)
                     self.stopping.wait(delay)
                     continue
+                except Exception:
+                    # A broker bug (what it read from storage it couldn't handle) must not take
+                    # the child, and every task it could run next, down with it.
+                    delay = backoff()
+                    logger.exception("claim failed; retrying in %.1fs", delay)
+                    self.stopping.wait(delay)
+                    continue
                 limits = self._limits(delivery)
                 self.reporter.start(delivery, *limits, thread=index)
             if self._wait_for_rate(delivery):

@@ -412,6 +412,11 @@ class Supervisor:
                 exc,
             )
             return []
+        except Exception:
+            # Whatever the broker choked on, the supervisor (and every other child) goes on;
+            # recovery frees the claim once it is orphaned.
+            logger.exception("could not ask the broker for the unreported tasks of child %d", child.pid)
+            return []
         unreported = [_holding(d, child.pid) for d in found if (d.id, d.token) not in reported]
         if self.every_task:
             for item in unreported:
