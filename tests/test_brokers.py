@@ -965,10 +965,33 @@ def test_dead_letter_paging_is_newest_first(broker: Broker) -> None:
 # ----------------------------------------------------------------------------- garbage in storage
 
 
+_POISONED = b'{"v": 1, "id": "x", "task": "t", "q": "default", "a": [%s]}'
+
+
 @pytest.mark.parametrize(
     "garbage",
-    [b"\xff\xfe not json", b"[1, 2, 3]", b'{"v": 99, "id": "x"}', b'{"v": 1, "id": ""}', b""],
-    ids=["binary", "array", "future-version", "empty-id", "empty"],
+    [
+        b"\xff\xfe not json",
+        b"[1, 2, 3]",
+        b'{"v": 99, "id": "x"}',
+        b'{"v": 1, "id": ""}',
+        b"",
+        _POISONED % b'{"__pq__": "dec", "v": "abc"}',
+        _POISONED % b'{"__pq__": "td", "v": 1e300}',
+        b'{"v": 1, "id": "x", "task": "t", "q": "default", "p": 1e999}',
+        _POISONED % (b"[" * 100_000 + b"]" * 100_000),
+    ],
+    ids=[
+        "binary",
+        "array",
+        "future-version",
+        "empty-id",
+        "empty",
+        "bad-decimal",
+        "bad-timedelta",
+        "1e999",
+        "deep",
+    ],
 )
 def test_undecodable_payload_is_delivered_and_can_be_dead_lettered(
     make_broker: BrokerMaker, garbage: bytes
