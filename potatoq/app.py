@@ -565,6 +565,7 @@ class Potatoq:
             dead_after=float(conf.worker_dead_after),
             connection_timeout=float(conf.broker_connection_timeout),
             task_time_limit=float(conf.task_time_limit or 1800),
+            max_message_size=int(conf.task_max_message_size) if conf.task_max_message_size else None,
             result_backend=result_backend,
         )
 

@@ -1015,3 +1015,24 @@ def test_undecodable_payload_is_delivered_and_can_be_dead_lettered(
     assert (record.id, record.reason, record.raw, record.task) == (bad.id, reason, garbage, None)
 
     assert claim_soon(broker, ["default"]).id == good.id
+
+
+def test_payload_over_max_message_size_is_delivered_undecodable_without_parsing(
+    make_broker: BrokerMaker,
+) -> None:
+    """A message larger than ``max_message_size`` (the app's ``task_max_message_size``)
+    found in storage is delivered with the size as its error, unparsed, and can be
+    dead-lettered on that first delivery; the next task is claimed normally."""
+    broker = make_broker(max_message_size=2048)
+    big = msg(args=("x" * 4096,))
+    broker.enqueue([big])
+    good = msg()
+    broker.enqueue([good])
+
+    bad = claim_soon(broker, ["default"])
+    assert (bad.id, bad.message, bad.deliveries) == (big.id, None, 1)
+    assert bad.error is not None and "over the 2048-byte limit" in bad.error
+    assert broker.settle(bad, DeadLetter(reason=f"undecodable message: {bad.error}"))
+    [record] = broker.list_dead()
+    assert record.id == big.id and "over the 2048-byte limit" in record.reason
+    assert claim_soon(broker, ["default"]).id == good.id

@@ -125,6 +125,9 @@ class BrokerConfig:
     connection_timeout: float = 4.0
     task_time_limit: float = 1800.0
     result_backend: Broker | None = None  # for brokers that keep results elsewhere (RabbitMQ)
+    # task_max_message_size: a larger payload found in storage is delivered undecoded (its
+    # size is the error) and dead-lettered, without being parsed. None: no limit.
+    max_message_size: int | None = None
 
 
 # ----------------------------------------------------------------------------- fork safety

@@ -67,11 +67,12 @@ class Delivery:
         )
 
 
-def _decode_raw(raw: bytes | str) -> tuple[bytes, Message | None, str | None]:
-    """``raw`` as bytes, and its decoded message or why it couldn't be decoded."""
+def _decode_raw(raw: bytes | str, max_size: int | None = None) -> tuple[bytes, Message | None, str | None]:
+    """``raw`` as bytes, and its decoded message or why it couldn't be decoded (a payload
+    over ``max_size`` bytes isn't parsed)."""
     data = raw.encode() if isinstance(raw, str) else bytes(raw)
     try:
-        return data, Message.decode(data), None
+        return data, Message.decode(data, max_size=max_size), None
     except MessageDecodeError as exc:
         return data, None, exc.reason
 
@@ -86,9 +87,12 @@ def decode_delivery(
     worker: WorkerRef,
     handle: str | int | None = None,
     claimed_at: float | None = None,
+    max_size: int | None = None,
 ) -> Delivery:
-    """Build a :class:`Delivery`, decoding ``raw``; a decode failure is recorded, not raised."""
-    data, message, error = _decode_raw(raw)
+    """Build a :class:`Delivery`, decoding ``raw``; a decode failure is recorded, not raised.
+    A payload over ``max_size`` bytes (``BrokerConfig.max_message_size``) isn't parsed: its
+    size is the error, and the worker dead-letters it."""
+    data, message, error = _decode_raw(raw, max_size)
     # Positionally, without the dataclass __init__: a worker builds one per task.
     return _build_delivery(
         id,
@@ -136,10 +140,11 @@ def decode_queued(
     due: float | None,
     deliveries: int,
     raw: bytes | str,
+    max_size: int | None = None,
 ) -> QueuedTask:
     """Build a :class:`QueuedTask`, decoding ``raw``; a decode failure is recorded, not raised
     (the page that shows it must still work for a row a worker will dead-letter)."""
-    data, message, error = _decode_raw(raw)
+    data, message, error = _decode_raw(raw, max_size)
     return QueuedTask(
         id=id,
         queue=queue,

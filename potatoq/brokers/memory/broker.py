@@ -107,6 +107,7 @@ class MemoryBroker(Broker):
             deliveries=deliveries,
             worker=worker,
             claimed_at=now,
+            max_size=self.config.max_message_size,
         )
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
@@ -227,7 +228,14 @@ class MemoryBroker(Broker):
             rows = [(j.id, j.queue, j.raw, j.token or "", j.deliveries, j.claimed_at, w) for j, w in held]
         return [
             decode_delivery(
-                id=task_id, queue=queue, raw=raw, token=token, deliveries=n, worker=holder, claimed_at=at
+                id=task_id,
+                queue=queue,
+                raw=raw,
+                token=token,
+                deliveries=n,
+                worker=holder,
+                claimed_at=at,
+                max_size=self.config.max_message_size,
             )
             for task_id, queue, raw, token, n, at, holder in rows
         ]
@@ -355,6 +363,7 @@ class MemoryBroker(Broker):
             due=run_at,
             deliveries=deliveries,
             raw=raw,
+            max_size=self.config.max_message_size,
         )
 
     # -- results ------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class PostgresAdmin(Broker):
             due=due,
             deliveries=deliveries,
             raw=bytes(payload),
+            max_size=self.config.max_message_size,
         )
 
     # -- revocation, dead letters, stats --------------------------------------------------

@@ -336,6 +336,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             deliveries=deliveries,
             worker=worker,
             claimed_at=claimed_at,
+            max_size=self.config.max_message_size,
         )
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
@@ -543,6 +544,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 token=token,
                 deliveries=deliveries,
                 worker=WorkerRef(node or "", pid or 0),
+                max_size=self.config.max_message_size,
             )
             reason = (
                 f"WorkerLostError: the worker running the task died {deliveries} times "

@@ -59,7 +59,7 @@ class RabbitMQAdmin(Broker):
         task: str | None = None
         task_id = getattr(properties, "message_id", None)
         try:
-            message = Message.decode(body)
+            message = Message.decode(body, max_size=self.config.max_message_size)
             task = message.task
             task_id = task_id or message.id
         except MessageDecodeError:

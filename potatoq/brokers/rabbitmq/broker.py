@@ -241,7 +241,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         task_id = getattr(pending.properties, "message_id", None)
         if not task_id:
             try:
-                task_id = Message.decode(pending.body).id
+                task_id = Message.decode(pending.body, max_size=self.config.max_message_size).id
             except MessageDecodeError:
                 task_id = f"undecodable-{pending.generation}-{pending.tag}"
         return decode_delivery(
@@ -252,6 +252,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             deliveries=pending.delivery_count + 1,
             worker=worker,
             handle=pending.tag,
+            max_size=self.config.max_message_size,
         )
 
     def _skipped(self, state: _ProcessState, delivery: Delivery) -> bool:

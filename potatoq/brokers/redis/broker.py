@@ -207,8 +207,7 @@ class RedisBroker(Broker):
         # a getrandom() system call per task.
         return [f"{random.getrandbits(64):016x}", *tail]
 
-    @staticmethod
-    def _delivery(reply: Sequence[Any], worker: WorkerRef) -> Delivery:
+    def _delivery(self, reply: Sequence[Any], worker: WorkerRef) -> Delivery:
         task_id, queue, raw, deliveries, token, claimed_ms = reply
         return decode_delivery(
             id=task_id.decode(),
@@ -218,6 +217,7 @@ class RedisBroker(Broker):
             deliveries=int(deliveries),
             worker=worker,
             claimed_at=int(claimed_ms) / 1000.0,
+            max_size=self.config.max_message_size,
         )
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
@@ -384,6 +384,7 @@ class RedisBroker(Broker):
             due=None if due_ms is None else float(due_ms) / 1000,
             deliveries=int(job["deliveries"] or 0),
             raw=payload,
+            max_size=self.config.max_message_size,
         )
 
     # -- results ------------------------------------------------------------------------------
@@ -465,7 +466,7 @@ class RedisBroker(Broker):
                 continue
             meta = json.loads(info)
             try:
-                task: str | None = Message.decode(raw).task
+                task: str | None = Message.decode(raw, max_size=self.config.max_message_size).task
             except MessageDecodeError:
                 task = None
             records.append(

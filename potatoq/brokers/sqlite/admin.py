@@ -45,6 +45,7 @@ class SQLiteAdmin(Broker):
             due=run_at,
             deliveries=deliveries,
             raw=payload,
+            max_size=self.config.max_message_size,
         )
 
     # -- revocation, dead letters, stats ------------------------------------------------------

@@ -233,7 +233,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
             rows = conn.execute(SQL["job_claim"], params).fetchall()
             if rows:
                 task_id, queue_name, deliveries, payload = rows[0]
-                return _held((task_id, queue_name, token, deliveries, payload, now), worker)
+                return _held(
+                    (task_id, queue_name, token, deliveries, payload, now),
+                    worker,
+                    self.config.max_message_size,
+                )
         return None
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
@@ -429,12 +433,12 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:
         rows = self._read("job_held_by", {"node": worker.node, "pid": worker.pid})
-        return [_held(row, worker) for row in rows]
+        return [_held(row, worker, self.config.max_message_size) for row in rows]
 
     def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
         live = json.dumps([int(pid) for pid in live_pids])
         rows = self._read("job_orphaned", {"node": node, "live": live})
-        return [_held(row[:6], WorkerRef(node, row[6])) for row in rows]
+        return [_held(row[:6], WorkerRef(node, row[6]), self.config.max_message_size) for row in rows]
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         now = self.clock()
@@ -547,8 +551,9 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         self._local.close_all()
 
 
-def _held(row: tuple[Any, ...], worker: WorkerRef) -> Delivery:
-    """A running job row (id, queue, token, deliveries, payload, claimed_at) as a delivery."""
+def _held(row: tuple[Any, ...], worker: WorkerRef, max_size: int | None) -> Delivery:
+    """A running job row (id, queue, token, deliveries, payload, claimed_at) as a delivery
+    (a payload over ``max_size`` bytes is left unparsed)."""
     task_id, queue, token, deliveries, payload, claimed_at = row
     return decode_delivery(
         id=task_id,
@@ -558,4 +563,5 @@ def _held(row: tuple[Any, ...], worker: WorkerRef) -> Delivery:
         deliveries=deliveries,
         worker=worker,
         claimed_at=claimed_at,
+        max_size=max_size,
     )
