@@ -56,9 +56,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 # -- list -------------------------------------------------------------------------------------
 
 
-def _payload(letter: DeadLetterRecord) -> dict[str, Any]:
+def _payload(letter: DeadLetterRecord, max_size: int | None) -> dict[str, Any]:
     try:
-        message = Message.decode(letter.raw)
+        message = Message.decode(letter.raw, max_size=max_size)
     except MessageDecodeError as exc:
         # What someone wrote into the broker, maybe megabytes of it: escaped, cut short.
         return {
@@ -74,10 +74,10 @@ def _payload(letter: DeadLetterRecord) -> dict[str, Any]:
     }
 
 
-def _undecodable(letter: DeadLetterRecord) -> str | None:
+def _undecodable(letter: DeadLetterRecord, max_size: int | None) -> str | None:
     """A short, escaped preview of the payload when it can't be decoded, else None."""
     try:
-        Message.decode(letter.raw)
+        Message.decode(letter.raw, max_size=max_size)
     except MessageDecodeError:
         return payload_preview(letter.raw)
     return None
@@ -98,6 +98,7 @@ def _tracebacks(session: Session, letters: Sequence[DeadLetterRecord]) -> dict[s
 def _list(session: Session) -> int:
     args = session.args
     letters = session.broker.list_dead(limit=args.limit, offset=args.offset)
+    max_size = session.broker.config.max_message_size  # as a worker: larger payloads aren't parsed
     now = time.time()
     if args.json:
         tracebacks = _tracebacks(session, letters)
@@ -111,7 +112,7 @@ def _list(session: Session) -> int:
                     "died_at": d.died_at,
                     "deliveries": d.deliveries,
                     "traceback": tracebacks.get(d.id),
-                    **_payload(d),
+                    **_payload(d, max_size),
                 }
                 for d in letters
             ]
@@ -129,7 +130,7 @@ def _list(session: Session) -> int:
                 f"  died {ago(now - d.died_at)}  deliveries {d.deliveries}"
             )
             session.print(style(printable(d.reason, multiline=True), "red"))
-            if (undecodable := _undecodable(d)) is not None:
+            if (undecodable := _undecodable(d, max_size)) is not None:
                 session.print(f"payload: {undecodable}")
             traceback = tracebacks.get(d.id)
             shown = printable(traceback.rstrip(), multiline=True) if traceback else None

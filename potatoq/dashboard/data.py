@@ -205,7 +205,7 @@ def task_view(
         name = name or queued.message.task
     dead_payload = None
     if dead is not None:
-        message = _decode(dead.raw)
+        message = _decode(dead.raw, broker)
         if message is not None:
             args = message.args if args is None else args
             kwargs = message.kwargs if kwargs is None else kwargs
@@ -230,9 +230,11 @@ def task_view(
     )
 
 
-def _decode(raw: bytes) -> Message | None:
+def _decode(raw: bytes, broker: Broker) -> Message | None:
+    """The message, or None; a payload over the broker's size limit isn't parsed (as a
+    worker wouldn't), so a page never decodes megabytes per letter."""
     try:
-        return Message.decode(raw)
+        return Message.decode(raw, max_size=broker.config.max_message_size)
     except MessageDecodeError:
         return None
 
@@ -255,7 +257,7 @@ def dead_letters(
     """Dead letters with their arguments and, where a result was stored, the traceback."""
     views = []
     for letter in broker.list_dead(limit=limit, offset=offset):
-        message = _decode(letter.raw)
+        message = _decode(letter.raw, broker)
         record = backend.get_result(letter.id) if backend is not None else None
         views.append(
             DeadLetterView(

@@ -4,8 +4,10 @@ letter with its reason, the worker keeps running, and a good task sent afterward
 Written straight into the broker's storage (each factory's ``inject_raw``, bypassing
 ``Message.encode``): garbage bytes, a truncated message, a message of an unknown version,
 arguments that aren't a JSON list, and poisoned messages (a tagged Decimal, timedelta, UUID
-or datetime that doesn't parse, a priority of 1e999, arguments nested 100,000 levels deep),
-each dead-lettered on its first delivery. Sent through the API: a task name no worker registered.
+or datetime that doesn't parse, a priority of 1e999, arguments nested 100,000 levels deep,
+bytes that would forge a terminal or log line, a message over the worker's
+``task_max_message_size``), each dead-lettered on its first delivery; ``dead list`` and the
+dashboard then show them. Sent through the API: a task name no worker registered.
 Refused at enqueue, before anything reaches the broker: a payload over
 ``task_max_message_size``, arguments JSON can't encode, hostile queue names (quotes,
 semicolons, Lua pattern characters, a NUL, 10 kB). A worker asked to consume a hostile queue
@@ -31,6 +33,8 @@ from .harness import ROOT, FaultEnv, client, report, wait_for
 from .undecodable import dashboard_shows_undecodable, dead_list_shows_undecodable
 
 MAX_MESSAGE = 4096
+#: task_max_message_size of the worker, the CLI and the dashboard in this test.
+STORED_MAX = 256 * 1024  # above the 100,000-deep payload (200 kB), which must be parsed
 HOSTILE_PAYLOAD = b"\x1b[2J\x1b[31m<script>alert(1)</script>\r\nWARNING forged line\xff" + b"x" * 20_000
 
 HOSTILE_QUEUES = [
@@ -60,6 +64,11 @@ def _raw_cases() -> dict[str, tuple[bytes, str]]:
         "bad UUID": (_with_arg(body, {"__pq__": "u", "v": 5}), "bad 'u' tagged value 5"),
         "bad datetime": (_with_arg(body, {"__pq__": "dt", "v": "yesterday"}), "bad 'dt' tagged value"),
         "non-finite priority": (good.replace(b'"p":0', b'"p":1e999'), "number 1e999 is out of range"),
+        # A valid message, but over the worker's task_max_message_size: refused unparsed.
+        "over task_max_message_size": (
+            Message(id=str(uuid.uuid4()), task="faults.add", args=("x" * STORED_MAX, 1)).encode(),
+            f"over the {STORED_MAX}-byte limit (task_max_message_size); not decoded",
+        ),
         # Bytes that would forge a terminal line or inject HTML if printed as they are, and
         # long enough that every listing must cut them short.
         "hostile bytes": (HOSTILE_PAYLOAD, "not valid potatoq JSON"),
@@ -78,6 +87,7 @@ def _with_arg(body: dict[str, Any], arg: dict[str, Any]) -> bytes:
 @pytest.mark.parametrize("fault_env", SHARED_BROKERS, indirect=True)
 def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_env: FaultEnv) -> None:
     env = fault_env
+    env.conf["task_max_message_size"] = STORED_MAX
     inject_raw = env.factory.inject_raw  # type: ignore[attr-defined]
     with client(env) as proj:
         app = proj.app
@@ -93,7 +103,7 @@ def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_
         ):
             proj.add.delay("x" * (2 * MAX_MESSAGE), 1)
         refused += 1
-        app.conf.task_max_message_size = 10 * 1024 * 1024
+        app.conf.task_max_message_size = STORED_MAX
         with pytest.raises(SerializationError, match=r"argument 0 \(object\)"):
             proj.add.delay(object(), 1)
         refused += 1
