@@ -155,9 +155,10 @@ def _typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     return value
 
 
-# Priorities and retry counts are stored in 64-bit integer columns; anything outside this
-# range is a forged message, and would fail in the broker's storage rather than here.
-_INT_RANGE = range(-(2**63), 2**63)
+# What a send accepts (sendchecks.PRIORITY_RANGE: PostgreSQL's integer column, the
+# narrowest): a priority or retry count outside it is a forged message, which would fail
+# in the broker's storage on retry.
+_INT_RANGE = range(-(2**31), 2**31)
 
 
 def _int(body: dict[str, Any], key: str) -> int:
@@ -168,7 +169,7 @@ def _int(body: dict[str, Any], key: str) -> int:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value not in _INT_RANGE:
         raise MessageDecodeError(
-            f"field {key!r} must be a 64-bit integer, got {serialization.preview(value)}"
+            f"field {key!r} must be a 32-bit integer, got {serialization.preview(value)}"
         )
     return value
 

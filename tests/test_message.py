@@ -85,7 +85,7 @@ def test_non_serializable_argument_fails_at_encode_naming_the_task() -> None:
         (b'{"v": 1, "id": "x", "task": "t"}', "field 'q'"),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "a": {"no": 1}}', "field 'a' must be a JSON list"),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "k": [1]}', "field 'k' must be a JSON dict"),
-        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": "high"}', "field 'p' must be a 64-bit integer"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": "high"}', "field 'p' must be a 32-bit integer"),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "eta": "soon"}', "field 'eta' must be a number"),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "a": [{"__pq__": "zz", "v": 1}]}', "not valid"),
     ],
@@ -122,14 +122,15 @@ def _with_args(args: str) -> bytes:
         (_with_args("1" * 5000), "not valid potatoq JSON"),  # past int()'s digit limit
         (_with_args("[" * 100_000 + "]" * 100_000), "nested too deeply"),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 1e999}', "number 1e999 is out of range"),
-        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 1e99}', "field 'p' must be a 64-bit integer"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 1e99}', "field 'p' must be a 32-bit integer"),
         (
             b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 99999999999999999999}',
-            "field 'p' must be a 64-bit",
+            "field 'p' must be a 32-bit",
         ),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 2147483648}', "field 'p' must be a 32-bit"),
         (
             b'{"v": 1, "id": "x", "task": "t", "q": "d", "r": [1]}',
-            "field 'r' must be a 64-bit integer, got (a JSON",
+            "field 'r' must be a 32-bit integer, got (a JSON",
         ),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "exp": true}', "field 'exp' must be a number"),
         (
