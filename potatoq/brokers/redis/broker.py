@@ -311,7 +311,8 @@ class RedisBroker(Broker):
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         """Reap expired leases in every queue (the lease length is ``worker_dead_after``,
-        set at claim and pushed by :meth:`extend`, so ``dead_after`` isn't needed here)."""
+        set at claim and pushed by :meth:`extend`), then forget the heartbeat records of
+        nodes silent for twice ``dead_after``: their leases ran out and were reaped."""
         reason = f"WorkerLostError: the worker died or stopped renewing its lease {max_deliveries} times"
         args: list[str | bytes] = [
             str(max(1, int(max_deliveries))),
@@ -321,6 +322,7 @@ class RedisBroker(Broker):
             self._pack.dead_ttl,
             reason,
             str(REAP_BATCH),
+            str(_ms(dead_after)),
         ]
         requeued, dead = self._run("reap", args)
         return RecoverReport(requeued=int(requeued), dead=int(dead))

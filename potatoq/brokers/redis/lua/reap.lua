@@ -4,7 +4,8 @@
 -- KEYS: none (queues, q:<queue>:active/ready/marker, job:<id>, dead*, result:<id>)
 -- ARGV: [1] prefix, [2] max deliveries, [3] FAILURE result template with the task id
 --       written as "@@PQ_ID@@" ('' = no result), [4] result ttl ms, [5] dead_letter_max,
---       [6] dead_letter_ttl ms, [7] reason, [8] most leases to reap in this call
+--       [6] dead_letter_ttl ms, [7] reason, [8] most leases to reap in this call,
+--       [9] worker_dead_after ms
 -- Returns: {requeued, dead}
 local now = now_ms()
 local max_deliveries, template, ttl = tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -42,5 +43,18 @@ for qi = 1, #queues do
   end
   budget = budget - #expired
   if budget <= 0 then break end
+end
+-- Forget the heartbeat records of nodes silent for two dead_after periods (a new node id
+-- each run, so they'd pile up). Their supervisors extended their leases as often as they
+-- heartbeat, so every lease they held ran out a dead_after ago and was reaped above;
+-- unless this call ran out of budget, in which case the next call forgets them.
+if budget > 0 then
+  local seen = P .. 'workers:seen'
+  local gone = redis.call('ZRANGEBYSCORE', seen, '-inf', '(' .. (now - 2 * tonumber(ARGV[9])),
+    'LIMIT', 0, 100)
+  for i = 1, #gone do
+    redis.call('HDEL', P .. 'workers', gone[i])
+    redis.call('ZREM', seen, gone[i])
+  end
 end
 return {requeued, dead}
