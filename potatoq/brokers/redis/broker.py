@@ -45,6 +45,7 @@ from .packing import (
     _SETTLE_AND_CLAIM,
     _SETTLE_KIND,
     _command,
+    _command_once,
     _disconnect,
     _message_fields,
     _messages_fields,
@@ -63,6 +64,10 @@ log = logging.getLogger("potatoq.brokers.redis")
 
 ENQUEUE_BATCH = 1000  # messages per script call: bounds how long one call blocks the server
 REAP_BATCH = 1000  # expired leases recovered per call
+# Pauses before a claim that failed on a connection error is looked up and retried: after
+# these, its error is raised (a task claimed by a call whose reply never came back is then
+# recovered when its lease runs out).
+CLAIM_RETRY_PAUSES = (0.0, 0.1, 0.5)
 WORKER_PRUNE_AGE = 86400.0  # heartbeat records silent this long are dropped
 
 
@@ -152,6 +157,55 @@ class RedisBroker(Broker):
                 _command(conn, "SCRIPT", "LOAD", script.source)
                 return _command(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
 
+    def _run_claim(
+        self,
+        name: str,
+        args: Sequence[str | bytes],
+        worker: WorkerRef,
+        token: str | bytes,
+        settled: Delivery | None = None,
+    ) -> Any:
+        """One call of a claiming script (``claim``, ``settle_and_claim.*``), retried safely
+        after a connection error.
+
+        A claim whose reply was lost after the server ran it must not be sent again
+        blindly: it would claim a second task while the first stayed claimed by nobody
+        until its lease ran out (a delivery lost). Nor should it just fail, for the same
+        reason. So before a retry, ``claim_lost`` looks for the task the failed call
+        claimed (``token``, its fencing token, is the request id) and whether it settled
+        ``settled``: the script runs again only when it did neither. Returns what the
+        script returns.
+        """
+        lost_args = [worker.node, str(worker.pid), token]
+        lost_args += ["", ""] if settled is None else [settled.id, settled.token]
+        failures = 0
+        with self._errors():
+            while True:
+                try:
+                    conn = self._script_conns.get()
+                    if failures:  # the failed call may have run: find out first
+                        lost = self._eval_once(conn, "claim_lost", lost_args)
+                        if lost[0] == 1:  # it ran and claimed: its reply, rebuilt
+                            return lost[2:] if settled is None else [1, *lost[2:]]
+                        if settled is not None and lost[1] == 0:  # it ran, settled, claimed nothing
+                            return [1]
+                    return self._eval_once(conn, name, args)
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                    self._script_conns.discard()
+                    if failures >= len(CLAIM_RETRY_PAUSES):
+                        raise
+                    time.sleep(CLAIM_RETRY_PAUSES[failures])
+                    failures += 1
+
+    def _eval_once(self, conn: Connection, name: str, args: Sequence[str | bytes]) -> Any:
+        """EVALSHA of ``name`` once (no retry), loading the script on NOSCRIPT."""
+        script = SCRIPTS[name]
+        try:
+            return _command_once(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
+        except redis.exceptions.NoScriptError:
+            _command_once(conn, "SCRIPT", "LOAD", script.source)
+            return _command_once(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
+
     def _run_many(self, name: str, calls: Sequence[Sequence[str | bytes | int]]) -> list[Any]:
         """Several calls of one script in one pipelined round trip. A call refused with
         NOSCRIPT did nothing, so only those are sent again after loading the script."""
@@ -223,7 +277,8 @@ class RedisBroker(Broker):
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
         if not queues:
             return None
-        reply = self._run("claim", self._claim_args(queues, worker))
+        args = self._claim_args(queues, worker)
+        reply = self._run_claim("claim", args, worker, args[0])
         return None if reply is None else self._delivery(reply, worker)
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
@@ -237,7 +292,9 @@ class RedisBroker(Broker):
             return self.settle(delivery, outcome), None
         name, args = self._pack.settle(delivery, outcome)
         claim_args = self._claim_args(queues, worker)
-        reply = self._run(_SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
+        reply = self._run_claim(
+            _SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args], worker, claim_args[0], delivery
+        )
         settled = bool(reply[0])
         return settled, (self._delivery(reply[1:], worker) if len(reply) > 1 else None)
 

@@ -49,6 +49,14 @@ def _command(conn: Connection, *args: Any) -> Any:
     return conn.retry.call_with_retry(send_and_read, lambda _: conn.disconnect())
 
 
+def _command_once(conn: Connection, *args: Any) -> Any:
+    """One command on ``conn``, not retried: for a call that isn't safe to run twice, whose
+    caller finds out what a failed attempt did before trying again."""
+    packed: Any = [_pack(args)] if _pack is not None else conn.pack_command(*args)
+    conn.send_packed_command(packed)
+    return conn.read_response()
+
+
 def _disconnect(conn: Connection) -> None:
     conn.disconnect()
 

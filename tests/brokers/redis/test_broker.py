@@ -40,6 +40,8 @@ from potatoq.exceptions import ImproperlyConfigured, InvalidName, OperationalErr
 from potatoq.message import Message, new_id
 
 WORKER = WorkerRef("node-1", 101)
+
+
 def msg(queue: str = "default", **fields: Any) -> Message:
     return Message(id=fields.pop("id", None) or new_id(), task="tests.t", queue=queue, **fields)
 
