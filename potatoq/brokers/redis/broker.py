@@ -22,6 +22,7 @@ from potatoq.brokers.base import (
     BrokerConfig,
     Capabilities,
     ChordJoin,
+    DeadLetter,
     DeadLetterRecord,
     Delivery,
     Outcome,
@@ -36,7 +37,7 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
-from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
+from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError, WorkerLostError
 from potatoq.message import Message
 
 from .keys import Keys
@@ -68,6 +69,8 @@ REAP_BATCH = 1000  # expired leases recovered per call
 # these, its error is raised (a task claimed by a call whose reply never came back is then
 # recovered when its lease runs out).
 CLAIM_RETRY_PAUSES = (0.0, 0.1, 0.5)
+# Who holds a task recover() leased to itself to settle it (the caller's own process).
+REAPER = WorkerRef("reaper", 0)
 WORKER_PRUNE_AGE = 86400.0  # heartbeat records silent this long are dropped
 
 
@@ -369,8 +372,15 @@ class RedisBroker(Broker):
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         """Reap expired leases in every queue (the lease length is ``worker_dead_after``,
         set at claim and pushed by :meth:`extend`), then forget the heartbeat records of
-        nodes silent for twice ``dead_after``: their leases ran out and were reaped."""
+        nodes silent for twice ``dead_after``: their leases ran out and were reaped.
+
+        A task at its delivery limit is settled with :attr:`lost_outcome` when a worker set
+        it (its chord joins, its errbacks run): the script leases it to this caller, which
+        settles it; if this process dies first, the lease runs out and the next reap hands
+        it off again. Without the hook the script dead-letters it with a FAILURE result.
+        """
         reason = f"WorkerLostError: the worker died or stopped renewing its lease {max_deliveries} times"
+        build = self.lost_outcome
         args: list[str | bytes] = [
             str(max(1, int(max_deliveries))),
             _worker_lost_template(max_deliveries),
@@ -380,8 +390,23 @@ class RedisBroker(Broker):
             reason,
             str(REAP_BATCH),
             str(_ms(dead_after)),
+            "" if build is None else f"reaped-{random.getrandbits(64):016x}",
+            str(_ms(self.config.dead_after)),
         ]
-        requeued, dead = self._run("reap", args)
+        requeued, dead, *handed = self._run("reap", args)
+        for row in handed:  # only when build is set
+            delivery = self._delivery(row, REAPER)
+            lost = WorkerLostError(
+                f"its worker died or stopped renewing its lease {delivery.deliveries} times"
+            )
+            outcome: Outcome = DeadLetter(reason=reason)
+            if build is not None:
+                try:
+                    outcome = build(delivery, lost)
+                except Exception:
+                    log.exception("building the failure outcome of reaped task %s failed", delivery.id)
+            if self.settle(delivery, outcome):
+                dead += 1
         return RecoverReport(requeued=int(requeued), dead=int(dead))
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:
