@@ -45,6 +45,7 @@ from .options import RedisOptions, check_server, redis_url
 from .packing import (
     _SETTLE_AND_CLAIM,
     _SETTLE_KIND,
+    _blocking_command,
     _command,
     _command_once,
     _disconnect,
@@ -69,9 +70,13 @@ REAP_BATCH = 1000  # expired leases recovered per call
 # these, its error is raised (a task claimed by a call whose reply never came back is then
 # recovered when its lease runs out).
 CLAIM_RETRY_PAUSES = (0.0, 0.1, 0.5)
+# How much longer than its block a waiting BZPOPMIN's reply may take to come back.
+WAIT_READ_MARGIN = 10.0
+# After interrupt(), wait() returns at once for this long (seconds): a thread that was
+# between a claim and its wait when interrupt() ran doesn't block for the whole cap.
+INTERRUPT_GRACE = 5.0
 # Who holds a task recover() leased to itself to settle it (the caller's own process).
 REAPER = WorkerRef("reaper", 0)
-WORKER_PRUNE_AGE = 86400.0  # heartbeat records silent this long are dropped
 
 
 # The job hash's state names, as queued_task() reports them.
@@ -88,6 +93,7 @@ class RedisBroker(Broker):
         results_by_default=False,
         leases=True,
         exact_priorities=True,
+        interruptible_wait=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
 
@@ -106,6 +112,7 @@ class RedisBroker(Broker):
         self._check_lock = threading.Lock()
         self._waiting_lock = threading.Lock()
         self._waiting: set[str] = set()  # wake keys of threads blocked in wait()
+        self._interrupted_until = 0.0  # monotonic time until which wait() returns at once
 
     # -- connections --------------------------------------------------------------------------
 
@@ -302,36 +309,40 @@ class RedisBroker(Broker):
         return settled, (self._delivery(reply[1:], worker) if len(reply) > 1 else None)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Block on the queues' marker keys, at most until the earliest delayed task is due.
+        """Block on the queues' marker keys until work arrives, a delayed task is due (for
+        one waiter: the queue's timer, see ``wait_plan.lua``), or ``timeout`` passes.
 
         Enqueue arms the marker and claim re-arms it while work remains, and the marker
         persists, so a wake-up sent between "nothing to claim" and this call is not lost.
         """
         names = [validate_queue_name(q) for q in queues]
-        client = self._client()
-        with self._errors():
-            pipe = client.pipeline(transaction=False)
-            for name in names:
-                pipe.zrange(self.keys.delayed(name), 0, 0, withscores=True)
-            pipe.time()
-            *firsts, (seconds, micros) = pipe.execute()
-            now_ms = seconds * 1000 + micros // 1000
-            block = min(timeout, self.options.max_block)
-            for first in firsts:
-                if first:
-                    block = min(block, (first[0][1] - now_ms) / 1000.0)
-            if block < 0.001:  # something is due already (and 0 would mean "forever")
-                return
-            wake = self.keys.wake(self._instance)
+        if time.monotonic() < self._interrupted_until:
+            return  # interrupt() came before this thread registered as a waiter
+        waiter = f"{self._instance}:{threading.get_ident()}"
+        # No cap below the caller's timeout: the block is read with its own timeout, not
+        # the socket's, so an idle worker blocks as long as it asks (see wait_plan.lua).
+        block_ms, timed = self._run("wait_plan", [waiter, str(_ms(timeout)), *names])
+        if block_ms < 1:  # something is due already (and 0 would mean "forever")
+            return
+        wake = self.keys.wake(self._instance)
+        with self._waiting_lock:
+            self._waiting.add(wake)
+        try:
+            with self._errors():
+                block = block_ms / 1000
+                keys = [*(self.keys.marker(n) for n in names), wake]
+                conn = self._script_conns.get()
+                popped = _blocking_command(conn, block + WAIT_READ_MARGIN, "BZPOPMIN", *keys, f"{block:.3f}")
+        finally:
             with self._waiting_lock:
-                self._waiting.add(wake)
-            try:
-                client.bzpopmin([*(self.keys.marker(n) for n in names), wake], timeout=block)
-            finally:
-                with self._waiting_lock:
-                    self._waiting.discard(wake)
+                self._waiting.discard(wake)
+        if timed:
+            self._run("wait_release", [waiter, timed.decode(), "0" if popped else "1"])
 
     def interrupt(self) -> None:
+        # A thread between its last claim and registering in _waiting would miss the wake
+        # key: its wait() returns at once for a while instead (interrupt is a shutdown).
+        self._interrupted_until = time.monotonic() + INTERRUPT_GRACE
         with self._waiting_lock:
             wakes = list(self._waiting)
         if not wakes:
@@ -346,7 +357,10 @@ class RedisBroker(Broker):
     # -- liveness -----------------------------------------------------------------------------
 
     def heartbeat(self, info: WorkerInfo) -> None:
-        prune = str(_ms(max(WORKER_PRUNE_AGE, 10 * self.config.dead_after)))
+        # A node silent for two dead_after periods is dead, and every lease it held ran out
+        # (its supervisor extended them as it heartbeat): forget its record (a node id is
+        # new on each run). Recovery goes by leases, never by these records.
+        prune = str(_ms(2 * self.config.dead_after))
         self._run("heartbeat", [info.node, info.encode(), prune])
 
     def workers(self) -> list[WorkerInfo]:
@@ -371,8 +385,7 @@ class RedisBroker(Broker):
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         """Reap expired leases in every queue (the lease length is ``worker_dead_after``,
-        set at claim and pushed by :meth:`extend`), then forget the heartbeat records of
-        nodes silent for twice ``dead_after``: their leases ran out and were reaped.
+        set at claim and pushed by :meth:`extend`, so ``dead_after`` isn't needed here).
 
         A task at its delivery limit is settled with :attr:`lost_outcome` when a worker set
         it (its chord joins, its errbacks run): the script leases it to this caller, which
@@ -389,7 +402,6 @@ class RedisBroker(Broker):
             self._pack.dead_ttl,
             reason,
             str(REAP_BATCH),
-            str(_ms(dead_after)),
             "" if build is None else f"reaped-{random.getrandbits(64):016x}",
             str(_ms(self.config.dead_after)),
         ]

@@ -4,12 +4,21 @@ whose reply was lost."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 import pytest
 
-from potatoq.brokers.base import ChordJoin, DeadLetter, Delivery, ResultRecord, WorkerInfo, WorkerRef
+from potatoq.brokers.base import (
+    ChordJoin,
+    Complete,
+    DeadLetter,
+    Delivery,
+    ResultRecord,
+    WorkerInfo,
+    WorkerRef,
+)
 from potatoq.brokers.redis import RedisBroker
 from tests.brokers.redis.test_broker import claim_one, msg, raw_client
 
@@ -195,3 +204,43 @@ def test_worker_recovery_joins_the_chord_of_a_reaped_header(make: Callable[..., 
     assert broker.get_result(outcome.id) is not None
     assert broker.get_result(outcome.id).state == "FAILURE"  # type: ignore[union-attr]
     app.close()
+
+
+def test_one_idle_waiter_wakes_for_a_due_task(broker: RedisBroker) -> None:
+    """Idle threads each claim, then wait (as a worker's slots do). When the delayed task
+    becomes due, only the thread timing it wakes; the others stay blocked."""
+    client = raw_client(broker)
+    eta = time.time() + 3.0
+    task = msg(eta=eta)
+    broker.enqueue([task])
+    client.delete(broker.keys.marker("default"))  # the enqueue's wake-up: not what is counted
+    stop = threading.Event()
+    claimed: list[str] = []
+    woke: set[int] = set()  # threads whose wait() returned at or after the due time
+
+    def slot(index: int) -> None:
+        while not stop.is_set():
+            delivery = broker.claim(["default"], WorkerRef("waiter", index))
+            if delivery is not None:
+                claimed.append(delivery.id)
+                assert broker.settle(delivery, Complete())
+                continue
+            broker.wait(["default"], 30.0)
+            if not stop.is_set() and time.time() >= eta - 0.5:
+                woke.add(index)
+
+    threads = [threading.Thread(target=slot, args=(i,), daemon=True) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while not claimed:
+        assert time.monotonic() < deadline, "the delayed task was never claimed"
+        time.sleep(0.05)
+    time.sleep(2.0)  # the others would wake within this if they were bound by the due time too
+    seen = set(woke)
+    stop.set()
+    broker.interrupt()
+    for thread in threads:
+        thread.join(60)
+    assert claimed == [task.id]
+    assert len(seen) == 1, f"{len(seen)} waiters woke for one due task"

@@ -7,8 +7,7 @@
 -- ARGV: [1] prefix, [2] max deliveries, [3] FAILURE result template with the task id
 --       written as "@@PQ_ID@@" ('' = no result), [4] result ttl ms, [5] dead_letter_max,
 --       [6] dead_letter_ttl ms, [7] reason, [8] most leases to reap in this call,
---       [9] worker_dead_after ms, [10] hand-off token prefix ('' = dead-letter here),
---       [11] lease ms of a handed-off task
+--       [9] hand-off token prefix ('' = dead-letter here), [10] lease ms of a handed-off task
 -- Returns: {requeued, dead, handed-off...}: each handed-off task as claim returns it,
 --          {id, queue, payload, deliveries, token, claimed_ms}, for the caller to settle
 --          (if it doesn't, its lease runs out and the next reap hands it off again).
@@ -16,7 +15,7 @@ local now = now_ms()
 local max_deliveries, template, ttl = tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local budget = tonumber(ARGV[8])
 local requeued, dead = 0, 0
-local handoff, handed = ARGV[10], {}
+local handoff, handed = ARGV[9], {}
 local function fill(id)
   local a, b = string.find(template, '"@@PQ_ID@@"', 1, true)
   if not a then return template end
@@ -37,7 +36,7 @@ for qi = 1, #queues do
       release(id, job[6], job[7])
       redis.call('HDEL', jk, 'node', 'pid')
       redis.call('HSET', jk, 'token', token, 'claimed', now)
-      redis.call('ZADD', k_active(q), now + tonumber(ARGV[11]), id)
+      redis.call('ZADD', k_active(q), now + tonumber(ARGV[10]), id)
       handed[#handed + 1] = {id, q, job[1], tonumber(job[2]), token, now}
     elseif tonumber(job[2]) >= max_deliveries then
       remove_running(id, q, job[6], job[7])
@@ -56,19 +55,6 @@ for qi = 1, #queues do
   end
   budget = budget - #expired
   if budget <= 0 then break end
-end
--- Forget the heartbeat records of nodes silent for two dead_after periods (a new node id
--- each run, so they'd pile up). Their supervisors extended their leases as often as they
--- heartbeat, so every lease they held ran out a dead_after ago and was reaped above;
--- unless this call ran out of budget, in which case the next call forgets them.
-if budget > 0 then
-  local seen = P .. 'workers:seen'
-  local gone = redis.call('ZRANGEBYSCORE', seen, '-inf', '(' .. (now - 2 * tonumber(ARGV[9])),
-    'LIMIT', 0, 100)
-  for i = 1, #gone do
-    redis.call('HDEL', P .. 'workers', gone[i])
-    redis.call('ZREM', seen, gone[i])
-  end
 end
 table.insert(handed, 1, dead)
 table.insert(handed, 1, requeued)
