@@ -11,6 +11,7 @@
 --   P..'q:'..queue..':delayed'  ZSET  id -> due time (ms, server clock)
 --   P..'q:'..queue..':active'   ZSET  id -> lease deadline (ms, server clock)
 --   P..'q:'..queue..':marker'   ZSET  one member; idle workers BZPOPMIN it
+--   P..'q:'..queue..':timer'    STRING '<due ms> <waiter>': the waiter timing the next due task
 --   P..'held:'..node..':'..pid  SET   ids that worker process holds (its supervisor asks: held_by)
 --   P..'job:'..id               HASH  payload queue priority seq state deliveries token
 --                                     node pid claimed ready_at due
@@ -22,7 +23,7 @@
 --   P..'periodic:'..name..':'..ts  STRING, SET NX: one sender per fire time
 --   P..'periodic:last'          HASH  name -> newest fire time sent (ms)
 --   P..'workers' HASH node -> WorkerInfo; P..'workers:seen' ZSET node -> last heartbeat (ms)
---   P..'queues'  SET of queue names (stats, recovery); P..'seq' the ready sequence counter
+--   P..'queues'  SET of queue names (stats, recovery); P..'seq' the ready sequence counter (< 2^40)
 --
 -- Time: every script reads the server clock (TIME), so leases, due times and heartbeats
 -- are judged by one clock however skewed the workers' clocks are.
