@@ -47,6 +47,7 @@ def test_renumbering_keeps_every_queue_in_order(broker: RedisBroker) -> None:
     first = [msg(queue="a", priority=p) for p in (0, 2, 0, 2)]
     second = [msg(queue="b") for _ in range(3)]
     broker.enqueue(first + second)
+    client.zadd(broker.keys.ready("b"), {"ghost": 0})  # an entry whose hash is gone
     client.set(f"{broker.keys.prefix}seq", SEQ_LIMIT - 1)
     broker.enqueue([msg(queue="a", priority=2, id="a-last"), msg(queue="b", id="b-last")])
     assert [claim_one(broker, ["a"]).id for _ in range(5)] == [
@@ -57,6 +58,7 @@ def test_renumbering_keeps_every_queue_in_order(broker: RedisBroker) -> None:
         first[2].id,
     ]
     assert [claim_one(broker, ["b"]).id for _ in range(4)] == [m.id for m in second] + ["b-last"]
+    assert client.exists(broker.keys.job("ghost")) == 0  # renumbering dropped it, made no hash
 
 
 def test_heartbeat_records_of_dead_nodes_are_forgotten_after_recovery(

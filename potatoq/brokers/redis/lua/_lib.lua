@@ -76,10 +76,15 @@ local function renumber_ready()
     local rk = k_ready(q)
     local ids = redis.call('ZRANGE', rk, 0, -1)
     for i = 1, #ids do
-      n = n + 1
       local jk = k_job(ids[i])
-      redis.call('HSET', jk, 'seq', n)
-      redis.call('ZADD', rk, ready_score(redis.call('HGET', jk, 'priority'), n), ids[i])
+      local priority = redis.call('HGET', jk, 'priority')
+      if priority then
+        n = n + 1
+        redis.call('HSET', jk, 'seq', n)
+        redis.call('ZADD', rk, ready_score(priority, n), ids[i])
+      else  -- its hash is gone (evicted, deleted by hand): claim would skip it anyway
+        redis.call('ZREM', rk, ids[i])
+      end
     end
     local running = redis.call('ZRANGE', k_active(q), 0, -1)
     for i = 1, #running do redis.call('HDEL', k_job(running[i]), 'seq') end
