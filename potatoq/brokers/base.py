@@ -212,6 +212,12 @@ class Broker(abc.ABC):
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        #: Set by a worker: the outcome of a delivery that :meth:`recover` finds at its
+        #: delivery limit, given the ``WorkerLostError`` (the executor's failure outcome: dead
+        #: letter, FAILURE result, errbacks, chord join). A broker that settles such tasks
+        #: itself uses it instead of a bare dead letter; without it, or on brokers that
+        #: don't, recovery writes the dead letter and FAILURE result only.
+        self.lost_outcome: Callable[[Delivery, BaseException], Outcome] | None = None
 
     # -- messages ---------------------------------------------------------------------------
 

@@ -327,6 +327,9 @@ class Capabilities:
     lists_holders: bool = True  # held_by() lists exactly what one worker process holds
     exact_priorities: bool = True  # any int priority orders exactly (AMQP: bands)
     leases: bool = False  # claims expire unless extend() is called
+    # interrupt() always wakes wait(), even one about to start: a worker may block in wait()
+    # for a long time (idle_wait_interruptible) instead of re-checking every idle_wait.
+    interruptible_wait: bool = False
     revoke_deletes: bool = True  # revoke() removes a waiting task from storage
     crash_safe_storage: bool = True  # survives the broker process being killed (memory:// doesn't)
     multiprocess: bool = True  # several processes share one broker (memory:// is per process)

@@ -145,7 +145,7 @@ class ChildRunner:
                         )
                         unreachable_since = None
                     if delivery is None:
-                        self.broker.wait(self.options.queues, self.options.idle_wait)
+                        self.broker.wait(self.options.queues, self._idle_wait())
                         continue
                     backoff.reset()
                 except connection_errors(self.broker) as exc:
@@ -177,6 +177,11 @@ class ChildRunner:
             outcome = self._execute(delivery, limits[0])
             self._count_task()
             delivery, limits = self._settle(delivery, outcome, index)
+
+    def _idle_wait(self) -> float:
+        if self.broker.capabilities.interruptible_wait:
+            return self.options.idle_wait_interruptible
+        return self.options.idle_wait
 
     def _limits(self, delivery: Delivery) -> tuple[float | None, float | None]:
         try:

@@ -22,6 +22,7 @@ from potatoq.brokers.base import (
     BrokerConfig,
     Capabilities,
     ChordJoin,
+    DeadLetter,
     DeadLetterRecord,
     Delivery,
     Outcome,
@@ -36,7 +37,7 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
-from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
+from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError, WorkerLostError
 from potatoq.message import Message
 
 from .keys import Keys
@@ -44,7 +45,9 @@ from .options import RedisOptions, check_server, redis_url
 from .packing import (
     _SETTLE_AND_CLAIM,
     _SETTLE_KIND,
+    _blocking_command,
     _command,
+    _command_once,
     _disconnect,
     _message_fields,
     _messages_fields,
@@ -63,7 +66,17 @@ log = logging.getLogger("potatoq.brokers.redis")
 
 ENQUEUE_BATCH = 1000  # messages per script call: bounds how long one call blocks the server
 REAP_BATCH = 1000  # expired leases recovered per call
-WORKER_PRUNE_AGE = 86400.0  # heartbeat records silent this long are dropped
+# Pauses before a claim that failed on a connection error is looked up and retried: after
+# these, its error is raised (a task claimed by a call whose reply never came back is then
+# recovered when its lease runs out).
+CLAIM_RETRY_PAUSES = (0.0, 0.1, 0.5)
+# How much longer than its block a waiting BZPOPMIN's reply may take to come back.
+WAIT_READ_MARGIN = 10.0
+# After interrupt(), wait() returns at once for this long (seconds): a thread that was
+# between a claim and its wait when interrupt() ran doesn't block for the whole cap.
+INTERRUPT_GRACE = 5.0
+# Who holds a task recover() leased to itself to settle it (the caller's own process).
+REAPER = WorkerRef("reaper", 0)
 
 
 # The job hash's state names, as queued_task() reports them.
@@ -80,6 +93,7 @@ class RedisBroker(Broker):
         results_by_default=False,
         leases=True,
         exact_priorities=True,
+        interruptible_wait=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
 
@@ -98,6 +112,7 @@ class RedisBroker(Broker):
         self._check_lock = threading.Lock()
         self._waiting_lock = threading.Lock()
         self._waiting: set[str] = set()  # wake keys of threads blocked in wait()
+        self._interrupted_until = 0.0  # monotonic time until which wait() returns at once
 
     # -- connections --------------------------------------------------------------------------
 
@@ -151,6 +166,55 @@ class RedisBroker(Broker):
             except redis.exceptions.NoScriptError:
                 _command(conn, "SCRIPT", "LOAD", script.source)
                 return _command(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
+
+    def _run_claim(
+        self,
+        name: str,
+        args: Sequence[str | bytes],
+        worker: WorkerRef,
+        token: str | bytes,
+        settled: Delivery | None = None,
+    ) -> Any:
+        """One call of a claiming script (``claim``, ``settle_and_claim.*``), retried safely
+        after a connection error.
+
+        A claim whose reply was lost after the server ran it must not be sent again
+        blindly: it would claim a second task while the first stayed claimed by nobody
+        until its lease ran out (a delivery lost). Nor should it just fail, for the same
+        reason. So before a retry, ``claim_lost`` looks for the task the failed call
+        claimed (``token``, its fencing token, is the request id) and whether it settled
+        ``settled``: the script runs again only when it did neither. Returns what the
+        script returns.
+        """
+        lost_args = [worker.node, str(worker.pid), token]
+        lost_args += ["", ""] if settled is None else [settled.id, settled.token]
+        failures = 0
+        with self._errors():
+            while True:
+                try:
+                    conn = self._script_conns.get()
+                    if failures:  # the failed call may have run: find out first
+                        lost = self._eval_once(conn, "claim_lost", lost_args)
+                        if lost[0] == 1:  # it ran and claimed: its reply, rebuilt
+                            return lost[2:] if settled is None else [1, *lost[2:]]
+                        if settled is not None and lost[1] == 0:  # it ran, settled, claimed nothing
+                            return [1]
+                    return self._eval_once(conn, name, args)
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                    self._script_conns.discard()
+                    if failures >= len(CLAIM_RETRY_PAUSES):
+                        raise
+                    time.sleep(CLAIM_RETRY_PAUSES[failures])
+                    failures += 1
+
+    def _eval_once(self, conn: Connection, name: str, args: Sequence[str | bytes]) -> Any:
+        """EVALSHA of ``name`` once (no retry), loading the script on NOSCRIPT."""
+        script = SCRIPTS[name]
+        try:
+            return _command_once(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
+        except redis.exceptions.NoScriptError:
+            _command_once(conn, "SCRIPT", "LOAD", script.source)
+            return _command_once(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
 
     def _run_many(self, name: str, calls: Sequence[Sequence[str | bytes | int]]) -> list[Any]:
         """Several calls of one script in one pipelined round trip. A call refused with
@@ -223,7 +287,8 @@ class RedisBroker(Broker):
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
         if not queues:
             return None
-        reply = self._run("claim", self._claim_args(queues, worker))
+        args = self._claim_args(queues, worker)
+        reply = self._run_claim("claim", args, worker, args[0])
         return None if reply is None else self._delivery(reply, worker)
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
@@ -237,41 +302,47 @@ class RedisBroker(Broker):
             return self.settle(delivery, outcome), None
         name, args = self._pack.settle(delivery, outcome)
         claim_args = self._claim_args(queues, worker)
-        reply = self._run(_SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
+        reply = self._run_claim(
+            _SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args], worker, claim_args[0], delivery
+        )
         settled = bool(reply[0])
         return settled, (self._delivery(reply[1:], worker) if len(reply) > 1 else None)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Block on the queues' marker keys, at most until the earliest delayed task is due.
+        """Block on the queues' marker keys until work arrives, a delayed task is due (for
+        one waiter: the queue's timer, see ``wait_plan.lua``), or ``timeout`` passes.
 
         Enqueue arms the marker and claim re-arms it while work remains, and the marker
         persists, so a wake-up sent between "nothing to claim" and this call is not lost.
         """
         names = [validate_queue_name(q) for q in queues]
-        client = self._client()
-        with self._errors():
-            pipe = client.pipeline(transaction=False)
-            for name in names:
-                pipe.zrange(self.keys.delayed(name), 0, 0, withscores=True)
-            pipe.time()
-            *firsts, (seconds, micros) = pipe.execute()
-            now_ms = seconds * 1000 + micros // 1000
-            block = min(timeout, self.options.max_block)
-            for first in firsts:
-                if first:
-                    block = min(block, (first[0][1] - now_ms) / 1000.0)
-            if block < 0.001:  # something is due already (and 0 would mean "forever")
-                return
-            wake = self.keys.wake(self._instance)
+        if time.monotonic() < self._interrupted_until:
+            return  # interrupt() came before this thread registered as a waiter
+        waiter = f"{self._instance}:{threading.get_ident()}"
+        # No cap below the caller's timeout: the block is read with its own timeout, not
+        # the socket's, so an idle worker blocks as long as it asks (see wait_plan.lua).
+        block_ms, timed = self._run("wait_plan", [waiter, str(_ms(timeout)), *names])
+        if block_ms < 1:  # something is due already (and 0 would mean "forever")
+            return
+        wake = self.keys.wake(self._instance)
+        with self._waiting_lock:
+            self._waiting.add(wake)
+        try:
+            with self._errors():
+                block = block_ms / 1000
+                keys = [*(self.keys.marker(n) for n in names), wake]
+                conn = self._script_conns.get()
+                popped = _blocking_command(conn, block + WAIT_READ_MARGIN, "BZPOPMIN", *keys, f"{block:.3f}")
+        finally:
             with self._waiting_lock:
-                self._waiting.add(wake)
-            try:
-                client.bzpopmin([*(self.keys.marker(n) for n in names), wake], timeout=block)
-            finally:
-                with self._waiting_lock:
-                    self._waiting.discard(wake)
+                self._waiting.discard(wake)
+        if timed:
+            self._run("wait_release", [waiter, timed.decode(), "0" if popped else "1"])
 
     def interrupt(self) -> None:
+        # A thread between its last claim and registering in _waiting would miss the wake
+        # key: its wait() returns at once for a while instead (interrupt is a shutdown).
+        self._interrupted_until = time.monotonic() + INTERRUPT_GRACE
         with self._waiting_lock:
             wakes = list(self._waiting)
         if not wakes:
@@ -286,7 +357,10 @@ class RedisBroker(Broker):
     # -- liveness -----------------------------------------------------------------------------
 
     def heartbeat(self, info: WorkerInfo) -> None:
-        prune = str(_ms(max(WORKER_PRUNE_AGE, 10 * self.config.dead_after)))
+        # A node silent for two dead_after periods is dead, and every lease it held ran out
+        # (its supervisor extended them as it heartbeat): forget its record (a node id is
+        # new on each run). Recovery goes by leases, never by these records.
+        prune = str(_ms(2 * self.config.dead_after))
         self._run("heartbeat", [info.node, info.encode(), prune])
 
     def workers(self) -> list[WorkerInfo]:
@@ -311,8 +385,15 @@ class RedisBroker(Broker):
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         """Reap expired leases in every queue (the lease length is ``worker_dead_after``,
-        set at claim and pushed by :meth:`extend`, so ``dead_after`` isn't needed here)."""
+        set at claim and pushed by :meth:`extend`, so ``dead_after`` isn't needed here).
+
+        A task at its delivery limit is settled with :attr:`lost_outcome` when a worker set
+        it (its chord joins, its errbacks run): the script leases it to this caller, which
+        settles it; if this process dies first, the lease runs out and the next reap hands
+        it off again. Without the hook the script dead-letters it with a FAILURE result.
+        """
         reason = f"WorkerLostError: the worker died or stopped renewing its lease {max_deliveries} times"
+        build = self.lost_outcome
         args: list[str | bytes] = [
             str(max(1, int(max_deliveries))),
             _worker_lost_template(max_deliveries),
@@ -321,8 +402,23 @@ class RedisBroker(Broker):
             self._pack.dead_ttl,
             reason,
             str(REAP_BATCH),
+            "" if build is None else f"reaped-{random.getrandbits(64):016x}",
+            str(_ms(self.config.dead_after)),
         ]
-        requeued, dead = self._run("reap", args)
+        requeued, dead, *handed = self._run("reap", args)
+        for row in handed:  # only when build is set
+            delivery = self._delivery(row, REAPER)
+            lost = WorkerLostError(
+                f"its worker died or stopped renewing its lease {delivery.deliveries} times"
+            )
+            outcome: Outcome = DeadLetter(reason=reason)
+            if build is not None:
+                try:
+                    outcome = build(delivery, lost)
+                except Exception:
+                    log.exception("building the failure outcome of reaped task %s failed", delivery.id)
+            if self.settle(delivery, outcome):
+                dead += 1
         return RecoverReport(requeued=int(requeued), dead=int(dead))
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:

@@ -11,8 +11,7 @@ import multiprocessing
 import re
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,40 +38,8 @@ from potatoq.brokers.redis.options import check_server, cluster_enabled, redis_u
 from potatoq.brokers.redis.scripts import SCRIPTS, _parse_lib, _source
 from potatoq.exceptions import ImproperlyConfigured, InvalidName, OperationalError
 from potatoq.message import Message, new_id
-from tests import services
-from tests.conftest import FactoryContext
-from tests.factories import redis as redis_factory
-from tests.factories import valkey as valkey_factory
 
 WORKER = WorkerRef("node-1", 101)
-FACTORIES = {"redis": redis_factory, "valkey": valkey_factory}
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., RedisBroker]]:
-    """Makes RedisBrokers sharing one fresh key prefix; ``make(dead_after=...)`` overrides config."""
-    module = FACTORIES[request.param]
-    services.require(module.SERVICE)
-    ctx = FactoryContext(tmp_path=tmp_path, unique=f"t{uuid.uuid4().hex[:10]}", overrides={})
-    base = module.make_config(ctx)
-    made: list[RedisBroker] = []
-
-    def factory(**overrides: Any) -> RedisBroker:
-        broker = create_broker(dataclasses.replace(base, **overrides))
-        assert isinstance(broker, RedisBroker)
-        made.append(broker)
-        return broker
-
-    yield factory
-    for broker in made:
-        broker.close()
-    for fn in reversed(ctx.finalizers):
-        fn()
-
-
-@pytest.fixture
-def broker(make: Callable[..., RedisBroker]) -> RedisBroker:
-    return make()
 
 
 def msg(queue: str = "default", **fields: Any) -> Message:
