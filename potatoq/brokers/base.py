@@ -227,7 +227,14 @@ class Broker(abc.ABC):
         """Atomically take the best ready task from ``queues`` (tried in the order given).
 
         Within a queue: highest priority first, FIFO within a priority. Due scheduled
-        tasks become ready without any worker holding them in memory. Records ``worker``
+        tasks become ready without any worker holding them in memory.
+
+        FIFO is the order in which tasks *became ready*, not the order they were sent: a
+        task with an eta, and a retry (a new attempt, due now or later), join the back of
+        their priority when they become ready, behind tasks that were ready before them.
+        That is the only order RabbitMQ can keep (a delayed message is published when it
+        falls due), and it is fair: a task scheduled an hour ago can't jump ahead of work
+        that has waited, nor a failing task retried at once hold the head of its queue. Records ``worker``
         as the holder, increments the delivery count and sets a fresh fencing token.
         """
 
