@@ -92,6 +92,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
         self._dead_ttl = float(config.dead_letter_ttl) if config.dead_letter_ttl > 0 else NEVER
+        # one floor for the settle and the sweep: the newest dead letter is always kept
+        self._dead_max = max(1, int(config.dead_letter_max))
         self._expires = (
             config.result_expires if config.result_expires and config.result_expires > 0 else NEVER
         )
@@ -135,6 +137,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 stmts = self._stmts
                 if stmts is None:
                     with self._connection() as conn:
+                        migrate.require_server_version(conn.info.server_version)
                         stmts = statements.Statements(self._resolve_schema(conn))
                         self._upgrade(conn, stmts)
                     self._stmts = stmts
@@ -438,7 +441,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 "channels": inline or None,
                 "task": delivery.message.task if delivery.message is not None else None,
                 "reason": outcome.reason if isinstance(outcome, DeadLetter) else None,
-                "dead_max": max(1, int(self.config.dead_letter_max)),
+                "dead_max": self._dead_max,
             }
             chord_params, chord_held = self._chord_params(outcome.chord, enqueue_callback=True)
             params.update(chord_params)
@@ -568,7 +571,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         self._run("maintenance_sweep", {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION})
         self._run(
             "dead_trim",
-            {"max": max(0, int(self.config.dead_letter_max)), "ttl": self._dead_ttl},
+            {"max": self._dead_max, "ttl": self._dead_ttl},
         )
 
     # -- chords and periodic tasks ------------------------------------------------------------

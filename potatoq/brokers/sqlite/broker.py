@@ -331,7 +331,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
             },
         )
         conn.execute(SQL["dead_trim_age"], {"cutoff": now - self.config.dead_letter_ttl})
-        conn.execute(SQL["dead_trim_count"], {"keep": max(0, int(self.config.dead_letter_max))})
+        # at least 1, as on every other broker: the newest dead letter is always kept
+        conn.execute(SQL["dead_trim_count"], {"keep": max(1, int(self.config.dead_letter_max))})
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         now = self.clock()
@@ -443,7 +444,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         # Cheap reads first: most calls find nothing and never take the write lock.
         lost = self._read("job_lost_exists", lost_params)[0][0]
         housekeeping = self._read("housekeeping_due", housekeeping_params)[0][0]
-        if not lost and not housekeeping:
+        dead_nodes = self._read("worker_dead_exists", lost_params)[0][0]
+        if not lost and not housekeeping and not dead_nodes:
             return RecoverReport()
         requeued = dead = 0
         lost_results: list[ResultRecord] = []
@@ -468,6 +470,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
                     )
                     lost_results.append(self._lost_result(task_id, task, reason, now))
                     self._result_in(conn, lost_results[-1], now)
+            if dead_nodes:  # after the requeue above: their tasks are recovered by now
+                conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:
                 for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
                     conn.execute(SQL[name], housekeeping_params)

@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql
 
 from potatoq.brokers import create_broker
-from potatoq.brokers.base import BrokerConfig, Complete, Delivery, WorkerInfo, WorkerRef
+from potatoq.brokers.base import BrokerConfig, Complete, DeadLetter, Delivery, WorkerInfo, WorkerRef
 from potatoq.brokers.postgres import PostgresBroker, PostgresOptions, migrate, statements, wakeups
 from potatoq.exceptions import ImproperlyConfigured, InvalidName
 from potatoq.message import Message
@@ -49,10 +49,10 @@ def make(pg_url: str) -> Iterator[Make]:
     made: list[PostgresBroker] = []
     schemas = {schema}
 
-    def factory(**options: Any) -> PostgresBroker:
+    def factory(config: dict[str, Any] | None = None, **options: Any) -> PostgresBroker:
         options.setdefault("schema", schema)
         schemas.add(options["schema"])
-        broker = create_broker(BrokerConfig(url=pg_url, transport_options=options))
+        broker = create_broker(BrokerConfig(url=pg_url, transport_options=options, **(config or {})))
         assert isinstance(broker, PostgresBroker)
         made.append(broker)
         return broker
@@ -573,7 +573,88 @@ def test_a_forked_child_never_touches_the_parents_connection(make: Make) -> None
     broker.wait(["fork"], 0)  # the parent's listener survived the child's close()
 
 
+# ----------------------------------------------------------------------------- dead letters and heartbeats
+
+
+def _dies(broker: PostgresBroker, message: Message, reason: str) -> None:
+    broker.enqueue([message])
+    assert broker.settle(claim_within(broker, ["default"]), DeadLetter(reason))
+
+
+def test_an_id_that_dies_twice_keeps_both_dead_letters(make: Make) -> None:
+    broker = make()
+    first = msg(args=(1,))
+    _dies(broker, first, "first death")
+    _dies(broker, first.replace(args=(2,)), "second death")
+    assert [(r.id, r.reason) for r in broker.list_dead()] == [
+        (first.id, "second death"),
+        (first.id, "first death"),
+    ]
+    assert broker.retry_dead([first.id]) == 1  # from the latest letter; the first one stays
+    again = claim_within(broker, ["default"])
+    assert again.message is not None and again.message.args == (2,)
+    assert [r.reason for r in broker.list_dead()] == ["first death"]
+
+
+def test_dead_letter_max_below_one_keeps_the_newest_in_the_settle_and_the_sweep(make: Make) -> None:
+    broker = make({"dead_letter_max": 0})
+    older, newer = msg(), msg()
+    _dies(broker, older, "boom")
+    _dies(broker, newer, "boom")
+    assert [r.id for r in broker.list_dead()] == [newer.id]
+    broker.recover(60.0, 5)  # a new broker's first recover() runs the sweep (dead_trim)
+    assert [r.id for r in broker.list_dead()] == [newer.id]
+
+
+def test_a_dead_nodes_heartbeat_row_goes_once_its_tasks_are_recovered(make: Make) -> None:
+    broker = make()
+    started = time.time()
+
+    def beat(node: str) -> None:
+        broker.heartbeat(WorkerInfo(node, "host", 1, ("default",), 1, started))
+
+    beat("dead-busy")
+    beat("dead-idle")
+    sent = msg()
+    broker.enqueue([sent])
+    assert broker.claim(["default"], WorkerRef("dead-busy", 1)) is not None
+    deadline = time.monotonic() + WAIT
+    while {w.node for w in broker.workers()} != {"alive"}:
+        assert time.monotonic() < deadline, f"still listed: {[w.node for w in broker.workers()]}"
+        beat("alive")
+        broker.recover(0.5, 5)
+        broker.wait(["default"], 0.1)  # a short pause between rounds; returns early once requeued
+    # the busy node's row went only after its task was requeued
+    again = claim_within(broker, ["default"])
+    assert again.id == sent.id and again.deliveries == 2
+
+
 # ----------------------------------------------------------------------------- schema and migrations
+
+
+@pytest.mark.parametrize(
+    ("server_version", "shown"), [(120017, "12.17"), (100000, "10.0"), (90624, "9.6.24"), (80423, "8.4.23")]
+)
+def test_servers_older_than_13_are_refused_in_one_line(server_version: int, shown: str) -> None:
+    with pytest.raises(ImproperlyConfigured) as caught:
+        migrate.require_server_version(server_version)
+    text = str(caught.value)
+    assert "\n" not in text
+    assert f"version {shown};" in text and "needs 13 or newer" in text
+
+
+@pytest.mark.parametrize("server_version", [130000, 130021, 150004, 170002])
+def test_servers_from_13_on_are_accepted(server_version: int) -> None:
+    migrate.require_server_version(server_version)
+
+
+def test_the_test_server_passes_the_version_check(make: Make) -> None:
+    broker = make()
+    broker.migrate()  # runs the check on first use
+    with broker._connection() as conn:
+        assert conn.info.server_version >= 150000
+        migrate.require_server_version(conn.info.server_version)
+
 
 
 def _catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:

@@ -511,6 +511,34 @@ def test_dead_letters_capped_by_count_and_age(make: Any) -> None:
     assert [r.id for r in broker.list_dead()] == ["d4", "d3"]
 
 
+def test_dead_letter_max_below_one_still_keeps_the_newest(make: Any) -> None:
+    broker = make(dead_letter_max=0)  # the floor is 1, as on every broker and in every trim
+    broker.enqueue([msg(id="first")])
+    broker.settle(broker.claim(["default"], WORKER), DeadLetter("boom"))
+    broker.recover(60.0, 5)
+    assert [r.id for r in broker.list_dead()] == ["first"]
+
+
+def test_a_dead_nodes_heartbeat_row_goes_once_its_tasks_are_recovered(broker: SQLiteBroker) -> None:
+    clock = Clock()
+    broker.clock = clock
+
+    def beat(node: str) -> None:
+        broker.heartbeat(WorkerInfo(node, "h", 1, ("default",), 1, 0.0))
+
+    beat("dead-busy")
+    beat("dead-idle")
+    broker.enqueue([msg(id="held")])
+    assert broker.claim(["default"], WorkerRef("dead-busy", 1)) is not None
+    clock.now += 61
+    beat("alive")
+    report = broker.recover(60.0, 5)
+    assert report.requeued == 1
+    assert [w.node for w in broker.workers()] == ["alive"]
+    again = broker.claim(["default"], WORKER)
+    assert again is not None and again.id == "held" and again.deliveries == 2
+
+
 def test_results_expire_and_are_removed_lazily(make: Any, db_path: Path) -> None:
     broker = make(result_expires=10.0)
     clock = Clock()
