@@ -369,8 +369,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         if not _is_token(delivery.token):
             return False  # not a token this broker issued: it can't fence anything here
         name, params, held = self._settle_params(delivery, outcome)
+        self._store_elsewhere(outcome)
         rows = self._run(name, params)
-        return self._settled(rows[0] if rows else None, held, outcome)
+        return self._settled(rows[0] if rows else None, held)
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -380,6 +381,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         if not _is_token(delivery.token):
             return False, self.claim(names, worker)
         name, params, held = self._settle_params(delivery, outcome)
+        self._store_elsewhere(outcome)
         stmts = self._statements()
         clock = self._promotion.get()
         promoted = None
@@ -390,21 +392,31 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             claimed = (
                 conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
             )
-        ok = self._settled(settled.fetchone(), held, outcome)
+        ok = self._settled(settled.fetchone(), held)
         if promoted is not None:
             clock.promoted(statements.first_int(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
         self._claimed(next_delivery)
         return ok, next_delivery
 
-    def _settled(self, row: tuple[Any, ...] | None, held: list[str], outcome: Outcome) -> bool:
-        """After a settle statement committed: trailing NOTIFYs, a separate result backend."""
+    def _store_elsewhere(self, outcome: Outcome) -> None:
+        """With a separate result backend, the result goes there *before* the settle commits.
+
+        The other order loses the result if the process dies (or the backend fails) in
+        between: the task is gone and nothing would write it again. In this order a failure
+        leaves the task claimed, to be requeued and run again (its result written again: an
+        overwrite of the same task's record, so harmless). The cost: a delivery that turns
+        out to be stale has written its result too; it is a real run's result all the same.
+        """
+        record = getattr(outcome, "result", None)
+        if self._result_backend is not None and record is not None:
+            self._result_backend.store_result(record)
+
+    def _settled(self, row: tuple[Any, ...] | None, held: list[str]) -> bool:
+        """After a settle statement committed: the trailing NOTIFYs it held back."""
         ok = bool(row and row[0])
         if ok:
             self._defer(held)  # a held chord callback channel whose chord didn't fire: spurious, harmless
-            record = getattr(outcome, "result", None)
-            if self._result_backend is not None and record is not None:
-                self._result_backend.store_result(record)
         return ok
 
     def _settle_params(self, delivery: Delivery, outcome: Outcome) -> tuple[str, dict[str, Any], list[str]]:

@@ -299,7 +299,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         )
 
     def _forward_result(self, outcome: Outcome | None) -> None:
-        """With a separate result backend, results go there once the settle committed."""
+        """With a separate result backend, a settle's result goes there *before* the settle
+        commits: the other order loses it if the process dies (or the backend fails) in
+        between. This way a failure leaves the task claimed, to be requeued and run again
+        (writing the same task's record again). A stale delivery's result is written too;
+        it is a real run's result all the same."""
         record = getattr(outcome, "result", None)
         if self._result_backend is not None and record is not None:
             self._result_backend.store_result(record)
@@ -336,11 +340,9 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         now = self.clock()
+        self._forward_result(outcome)
         with self._write() as conn:
-            settled = self._settle_in(conn, delivery, outcome, now)
-        if settled:
-            self._forward_result(outcome)
-        return settled
+            return self._settle_in(conn, delivery, outcome, now)
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -348,12 +350,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         """Settle and claim the next task in one transaction: one write lock per task."""
         now = self.clock()
         next_delivery: Delivery | None = None
+        self._forward_result(outcome)
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
-        if settled:
-            self._forward_result(outcome)
         return settled, next_delivery
 
     # -- waiting ------------------------------------------------------------------------------

@@ -656,7 +656,6 @@ def test_the_test_server_passes_the_version_check(make: Make) -> None:
         migrate.require_server_version(conn.info.server_version)
 
 
-
 def _catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
     """Everything that makes two schemas equal, with the schema name taken out."""
     params = (schema,)
@@ -889,6 +888,38 @@ def test_a_separate_result_backend_gets_the_results(pg_url: str) -> None:
         broker.close()
         results.close()
         drop_schema(pg_url, schema)
+
+
+def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(make: Make) -> None:
+    from potatoq.brokers.base import ResultRecord
+    from potatoq.states import SUCCESS
+
+    results = create_broker(BrokerConfig(url=f"memory://pg-results-{uuid.uuid4().hex}"))
+    store, failing = results.store_result, threading.Event()
+
+    def store_or_fail(record: ResultRecord) -> None:
+        if failing.is_set():
+            raise ConnectionError("result backend down")
+        store(record)
+
+    results.store_result = store_or_fail  # type: ignore[method-assign]
+    broker = make({"result_backend": results})
+    sent, following = msg(), msg()
+    broker.enqueue([sent, following])
+    first = claim_within(broker, ["default"])
+    record = ResultRecord(task_id=sent.id, state=SUCCESS, result=1)
+    failing.set()
+    with pytest.raises(ConnectionError):
+        broker.settle(first, Complete(result=record))
+    assert [d.id for d in broker.held_by(WORKER)] == [sent.id], "settled without its result"
+    with pytest.raises(ConnectionError):
+        broker.settle_and_claim(first, Complete(result=record), ["default"], WORKER)
+    assert [d.id for d in broker.held_by(WORKER)] == [sent.id]
+    failing.clear()
+    settled, second = broker.settle_and_claim(first, Complete(result=record), ["default"], WORKER)
+    assert settled and second is not None and second.id == following.id
+    assert results.get_result(sent.id) == record
+    results.close()
 
 
 def test_a_user_without_ddl_rights_gets_a_clear_error(pg_url: str) -> None:

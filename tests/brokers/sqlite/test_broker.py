@@ -539,6 +539,44 @@ def test_a_dead_nodes_heartbeat_row_goes_once_its_tasks_are_recovered(broker: SQ
     assert again is not None and again.id == "held" and again.deliveries == 2
 
 
+class FailingResults:
+    """A real (memory) result backend whose writes fail while ``failing`` is set."""
+
+    def __init__(self, name: str) -> None:
+        self.backend = create_broker(BrokerConfig(url=f"memory://{name}"))
+        self.failing = False
+        self.store = self.backend.store_result
+        self.backend.store_result = self._store  # type: ignore[method-assign]
+
+    def _store(self, record: ResultRecord) -> None:
+        if self.failing:
+            raise ConnectionError("result backend down")
+        self.store(record)
+
+
+def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(make: Any) -> None:
+    results = FailingResults(f"sqlite-results-{new_id()}")
+    broker = make(result_backend=results.backend)
+    broker.enqueue([msg(id="t1"), msg(id="t2")])
+    first = broker.claim(["default"], WORKER)
+    results.failing = True
+    with pytest.raises(ConnectionError):
+        broker.settle(first, Complete(result=ResultRecord("t1", states.SUCCESS, 1)))
+    assert [d.id for d in broker.held_by(WORKER)] == ["t1"], "settled without its result"
+    with pytest.raises(ConnectionError):
+        broker.settle_and_claim(
+            first, Complete(result=ResultRecord("t1", states.SUCCESS, 1)), ["default"], WORKER
+        )
+    assert [d.id for d in broker.held_by(WORKER)] == ["t1"]
+    results.failing = False
+    settled, second = broker.settle_and_claim(
+        first, Complete(result=ResultRecord("t1", states.SUCCESS, 1)), ["default"], WORKER
+    )
+    assert settled and second is not None and second.id == "t2"
+    assert results.backend.get_result("t1") == ResultRecord("t1", states.SUCCESS, 1)
+    results.backend.close()
+
+
 def test_results_expire_and_are_removed_lazily(make: Any, db_path: Path) -> None:
     broker = make(result_expires=10.0)
     clock = Clock()
