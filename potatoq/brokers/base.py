@@ -86,6 +86,8 @@ __all__ = [
     "RunningTask",
     "WorkerInfo",
     "WorkerRef",
+    "after_commit_fault",
+    "claim_committed",
     "decode_delivery",
     "decode_queued",
     "validate_queue_name",
@@ -109,6 +111,20 @@ def validate_queue_name(name: str, *, allow_dots: bool = True) -> str:
         allowed = "letters, digits, '_', '-', ':'" + (", '.'" if allow_dots else " (no '.')")
         raise InvalidName(f"invalid queue name {name!r:.80}: use {allowed}")
     return name
+
+
+#: Fault injection for the fault suite, off (``None``) in production. A broker calls
+#: :func:`claim_committed` right after a statement that claimed a task committed, before
+#: the claim reaches its caller; a hook that raises there makes the broker behave as if the
+#: reply to that commit were lost (``tests/faults/proj.py`` sets it in its workers).
+after_commit_fault: Callable[[str, Delivery], None] | None = None
+
+
+def claim_committed(operation: str, delivery: Delivery | None) -> None:
+    """Run :data:`after_commit_fault`, if set, for a claim that just committed."""
+    hook = after_commit_fault
+    if hook is not None and delivery is not None:
+        hook(operation, delivery)
 
 
 @dataclasses.dataclass(frozen=True)

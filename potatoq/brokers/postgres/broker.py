@@ -33,6 +33,7 @@ from ..base import (
     RetryLater,
     WorkerInfo,
     WorkerRef,
+    claim_committed,
     decode_delivery,
     validate_queue_name,
 )
@@ -358,6 +359,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             else:
                 claimed = conn.execute(stmts["job_claim"].query, params)
             delivery = self._delivery(claimed.fetchone(), worker)
+        claim_committed("claim", delivery)
         self._claimed(delivery)
         return delivery
 
@@ -396,18 +398,15 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         if promoted is not None:
             clock.promoted(statements.first_int(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
+        claim_committed("settle_and_claim", next_delivery)
         self._claimed(next_delivery)
         return ok, next_delivery
 
     def _store_elsewhere(self, outcome: Outcome) -> None:
-        """With a separate result backend, the result goes there *before* the settle commits.
-
-        The other order loses the result if the process dies (or the backend fails) in
-        between: the task is gone and nothing would write it again. In this order a failure
-        leaves the task claimed, to be requeued and run again (its result written again: an
-        overwrite of the same task's record, so harmless). The cost: a delivery that turns
-        out to be stale has written its result too; it is a real run's result all the same.
-        """
+        """With a separate result backend, the result goes there *before* the settle commits:
+        a failure in between leaves the task claimed (run again, its record overwritten),
+        where the other order would lose the result. A stale delivery's result is written
+        too; it is a real run's result all the same."""
         record = getattr(outcome, "result", None)
         if self._result_backend is not None and record is not None:
             self._result_backend.store_result(record)

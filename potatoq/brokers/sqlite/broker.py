@@ -31,6 +31,7 @@ from ..base import (
     RetryLater,
     WorkerInfo,
     WorkerRef,
+    claim_committed,
     decode_delivery,
     validate_queue_name,
 )
@@ -244,7 +245,9 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         if not ready and not due:
             return None  # the cheap read found nothing: no write lock taken
         with self._write() as conn:
-            return self._claim_in(conn, queues, worker, now)
+            delivery = self._claim_in(conn, queues, worker, now)
+        claim_committed("claim", delivery)
+        return delivery
 
     # -- settling -----------------------------------------------------------------------------
 
@@ -355,6 +358,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
             settled = self._settle_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
+        claim_committed("settle_and_claim", next_delivery)
         return settled, next_delivery
 
     # -- waiting ------------------------------------------------------------------------------
