@@ -64,6 +64,7 @@ from .options import WorkerOptions
 from .ratelimit import TokenDispenser
 from .running import Running, RunningTable
 from .settling import connection_errors, describe
+from .unrun import UnrunClaims
 
 __all__ = ["Supervisor"]
 
@@ -151,8 +152,7 @@ class Supervisor:
         # pid -> (the child, how it ended): recently exited children, oldest first
         self._exited: OrderedDict[int, tuple[Child, str]] = OrderedDict()
         self._recheck: dict[int, float] = {}  # pid -> when it exited (lease brokers)
-        # (task id, token) -> when a live child's claim was first seen that no thread runs
-        self._unrun: dict[tuple[str, str], float] = {}
+        self._unrun = UnrunClaims(options.dead_after)  # live children's claims no thread runs
 
     # -- public ----------------------------------------------------------------------------
 
@@ -464,42 +464,16 @@ class Supervisor:
                 self.chores.settle_later(delivery, outcome)
 
     def _requeue_unrun(self, claims: list[Delivery]) -> None:
-        """Requeue the claims of live children that none of their threads runs.
-
-        A claim can commit while its reply never reaches the child (a network blip, or an
-        exception after the commit, e.g. in ``settle_and_claim``): the row names a live
-        node and pid, so neither recovery nor the orphan sweep would ever free it, and a
-        broker without leases has nothing else that would. A claim of a live child that is
-        on neither its board nor its pipe reports, round after round for ``dead_after``
-        (a thread puts what it claimed on its board within moments), goes back to the
-        queue uncounted: it never ran. Lease brokers need none of this (the lease runs
-        out), and with every task reported over the pipe the broker lists no holders.
-        """
+        """Requeue the live children's claims that none of their threads runs (see
+        :mod:`.unrun`). Lease brokers need none of this (the lease runs out), and with every
+        task reported over the pipe the broker lists no holders."""
         if self.every_task or self.app.broker.capabilities.leases:
             return
-        now = time.monotonic()
         running = {item.key for child in self.children.values() for item in child.running.items()}
         for child in self.children.values():
             if child.board is not None:
                 running.update((task_id, token) for task_id, token, _s, _h in child.board.entries())
-        unrun: dict[tuple[str, str], float] = {}
-        for delivery in claims:
-            key = (delivery.id, delivery.token)
-            if key in running:
-                continue
-            since = self._unrun.get(key, now)
-            if now - since < self.options.dead_after:
-                unrun[key] = since
-                continue
-            logger.warning(
-                "%s was claimed by child %d, which hasn't run it for %.0fs (the claim's reply was "
-                "lost); requeued",
-                describe(delivery),
-                delivery.worker.pid,
-                now - since,
-            )
-            self.chores.settle_later(delivery, Requeue(crashed=False))
-        self._unrun = unrun
+        self._unrun.requeue(claims, running, self.chores.settle_later)
 
     def _outcome_for_lost(self, child: Child | None, item: Running, how: str) -> Outcome | None:
         """What becomes of ``item``, held by ``child`` when it died (None: a process this
