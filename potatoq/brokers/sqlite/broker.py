@@ -453,7 +453,12 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         if not lost and not housekeeping and not dead_nodes:
             return RecoverReport()
         requeued = dead = 0
-        lost_results: list[ResultRecord] = []
+        if lost and self._result_backend is not None:
+            # their results first, as a settle's (see _forward_result): a crash before the
+            # commit below leaves the tasks to the next recovery, not dead without a result
+            for task_id, task, deliveries in self._read("job_lost_list", lost_params):
+                reason = _lost_reason(deliveries)
+                self._forward_result(Complete(result=self._lost_result(task_id, task, reason, now)))
         with self._write() as conn:
             if lost:
                 requeued = conn.execute(SQL["job_requeue_lost"], lost_params).rowcount
@@ -461,7 +466,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
                     SQL["job_delete_lost"], lost_params
                 ).fetchall():
                     dead += 1
-                    reason = f"WorkerLostError: the worker running it died {deliveries} times"
+                    reason = _lost_reason(deliveries)
                     self._dead_in(
                         conn,
                         task_id=task_id,
@@ -473,16 +478,13 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
                         reason=reason,
                         now=now,
                     )
-                    lost_results.append(self._lost_result(task_id, task, reason, now))
-                    self._result_in(conn, lost_results[-1], now)
+                    self._result_in(conn, self._lost_result(task_id, task, reason, now), now)
             if dead_nodes:  # after the requeue above: their tasks are recovered by now
                 conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:
                 for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
                     conn.execute(SQL[name], housekeeping_params)
                 conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
-        for record in lost_results:
-            self._forward_result(Complete(result=record))
         return RecoverReport(requeued=requeued, dead=dead)
 
     @staticmethod
@@ -554,6 +556,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
 
     def close(self) -> None:
         self._local.close_all()
+
+
+def _lost_reason(deliveries: int) -> str:
+    return f"WorkerLostError: the worker running it died {deliveries} times"
 
 
 def _held(row: tuple[Any, ...], worker: WorkerRef) -> Delivery:

@@ -20,7 +20,16 @@ import pytest
 from psycopg import sql
 
 from potatoq.brokers import create_broker
-from potatoq.brokers.base import BrokerConfig, Complete, DeadLetter, Delivery, WorkerInfo, WorkerRef
+from potatoq.brokers.base import (
+    Broker,
+    BrokerConfig,
+    Complete,
+    DeadLetter,
+    Delivery,
+    ResultRecord,
+    WorkerInfo,
+    WorkerRef,
+)
 from potatoq.brokers.postgres import PostgresBroker, PostgresOptions, migrate, statements, wakeups
 from potatoq.exceptions import ImproperlyConfigured, InvalidName
 from potatoq.message import Message
@@ -890,10 +899,8 @@ def test_a_separate_result_backend_gets_the_results(pg_url: str) -> None:
         drop_schema(pg_url, schema)
 
 
-def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(make: Make) -> None:
-    from potatoq.brokers.base import ResultRecord
-    from potatoq.states import SUCCESS
-
+def _failing_results() -> tuple[Broker, threading.Event]:
+    """A real (memory) result backend whose writes fail while the event is set."""
     results = create_broker(BrokerConfig(url=f"memory://pg-results-{uuid.uuid4().hex}"))
     store, failing = results.store_result, threading.Event()
 
@@ -903,6 +910,13 @@ def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(
         store(record)
 
     results.store_result = store_or_fail  # type: ignore[method-assign]
+    return results, failing
+
+
+def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(make: Make) -> None:
+    from potatoq.states import SUCCESS
+
+    results, failing = _failing_results()
     broker = make({"result_backend": results})
     sent, following = msg(), msg()
     broker.enqueue([sent, following])
@@ -919,6 +933,31 @@ def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(
     settled, second = broker.settle_and_claim(first, Complete(result=record), ["default"], WORKER)
     assert settled and second is not None and second.id == following.id
     assert results.get_result(sent.id) == record
+    results.close()
+
+
+def test_with_a_separate_result_backend_recovery_writes_a_lost_tasks_result_first(make: Make) -> None:
+    from potatoq.states import FAILURE
+
+    results, failing = _failing_results()
+    broker = make({"result_backend": results})
+    sent = msg()
+    broker.enqueue([sent])
+    claim_within(broker, ["default"])  # by a node with no heartbeat: judged by its claim time
+    failing.set()
+    deadline = time.monotonic() + WAIT
+    while True:  # until the claim is older than dead_after and recovery tries to dead-letter it
+        try:
+            broker.recover(0.2, 1)
+        except ConnectionError:
+            break
+        assert time.monotonic() < deadline, "recovery never reached the lost task"
+        broker.wait(["default"], 0.1)
+    assert [d.id for d in broker.held_by(WORKER)] == [sent.id], "dead-lettered without its result"
+    failing.clear()
+    assert broker.recover(0.2, 1).dead == 1
+    record = results.get_result(sent.id)
+    assert record is not None and record.state == FAILURE
     results.close()
 
 

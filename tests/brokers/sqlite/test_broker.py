@@ -577,6 +577,26 @@ def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(
     results.backend.close()
 
 
+def test_with_a_separate_result_backend_recovery_writes_a_lost_tasks_result_first(make: Any) -> None:
+    results = FailingResults(f"sqlite-results-{new_id()}")
+    broker = make(result_backend=results.backend)
+    clock = Clock()
+    broker.clock = clock
+    broker.enqueue([msg(id="lost")])
+    assert broker.claim(["default"], WORKER) is not None
+    clock.now += 61
+    results.failing = True
+    with pytest.raises(ConnectionError):
+        broker.recover(60.0, 1)
+    assert [d.id for d in broker.held_by(WORKER)] == ["lost"], "dead-lettered without its result"
+    results.failing = False
+    assert broker.recover(60.0, 1).dead == 1
+    record = results.backend.get_result("lost")
+    assert record is not None and record.state == states.FAILURE
+    assert [r.id for r in broker.list_dead()] == ["lost"]
+    results.backend.close()
+
+
 def test_results_expire_and_are_removed_lazily(make: Any, db_path: Path) -> None:
     broker = make(result_expires=10.0)
     clock = Clock()

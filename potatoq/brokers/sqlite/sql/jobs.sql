@@ -101,6 +101,13 @@ WHERE state = 2 AND deliveries < :max_deliveries AND seq IN (
     WHERE j.state = 2 AND coalesce(w.last_seen, j.claimed_at) < :cutoff
 );
 
+-- name: job_lost_list
+-- The lost deliveries job_delete_lost would take now, read first for a separate result
+-- backend: their results are written before the transaction that dead-letters them.
+SELECT j.id, j.task, j.deliveries
+FROM potatoq_jobs AS j LEFT JOIN potatoq_workers AS w ON w.node = j.worker
+WHERE j.state = 2 AND j.deliveries >= :max_deliveries AND coalesce(w.last_seen, j.claimed_at) < :cutoff;
+
 -- name: job_delete_lost
 -- Lost deliveries that used up task_max_deliveries: returned to be dead-lettered.
 DELETE FROM potatoq_jobs
