@@ -724,6 +724,29 @@ def test_migrations_in_order_equal_a_fresh_install(pg_url: str) -> None:
         drop_schema(pg_url, stepped)
 
 
+def test_migration_0002_keeps_the_dead_letters_and_a_second_death_of_their_id(
+    make: Make, pg_url: str
+) -> None:
+    schema = f"pq_m2_{uuid.uuid4().hex[:8]}"
+    stmts = statements.Statements(schema)
+    first = statements.migrations()[0]
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():  # a 0001 schema
+        conn.execute(stmts["schema_create_schema"].query)
+        conn.execute(stmts["schema_create_versions"].query)
+        for statement in stmts.migration(first):
+            conn.execute(statement.query)
+        conn.execute(stmts["schema_record"].query, {"version": first.number, "name": first.name})
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.potatoq_dead (id, queue, reason, payload)"
+                " VALUES ('twice', 'default', 'old', '')"
+            ).format(sql.Identifier(schema))
+        )
+    broker = make(schema=schema)  # upgrades on first use
+    _dies(broker, Message(id="twice", task="tests.noop", queue="default"), "new")
+    assert [(r.id, r.reason) for r in broker.list_dead()] == [("twice", "new"), ("twice", "old")]
+
+
 def test_many_processes_installing_at_once_install_once(pg_url: str) -> None:
     schema = f"pq_race_{uuid.uuid4().hex[:8]}"
     gate_r, gate_w = os.pipe()
