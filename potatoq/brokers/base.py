@@ -329,11 +329,13 @@ class Broker(abc.ABC):
         :meth:`held_by`, asked once when a child died, can miss a claim that commits after
         that: a database server finishes (and commits) the statement of a client killed
         while waiting for its reply, so the row names a dead pid from then on, under a node
-        that keeps heartbeating. The supervisor asks this every recovery round with the pids
-        of its live processes and settles what it returns like a dead child's delivery
-        (fenced on the token). Read-only. Lease brokers may keep this default, which returns
-        nothing: there the supervisor asks :meth:`held_by` once more a round after each
-        reap, and the claim's lease is the backstop.
+        that keeps heartbeating. The supervisor asks this every recovery round with its own
+        pid only, so one query lists its children's claims too: those of dead pids it
+        settles like a dead child's delivery (fenced on the token), those of live children
+        it compares with what their threads run (a claim whose reply was lost). Read-only.
+        Lease brokers may keep this default, which returns nothing: there the supervisor
+        asks :meth:`held_by` once more a round after each reap, and the claim's lease is the
+        backstop.
         """
         return []
 
