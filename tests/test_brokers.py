@@ -169,6 +169,29 @@ def test_fifo_within_a_priority(broker: Broker) -> None:
     assert got == [m.id for m in sent]
 
 
+def test_a_task_due_later_queues_behind_tasks_ready_before_it(broker: Broker) -> None:
+    """FIFO order is the order tasks become ready: a task that waited for its eta goes behind
+    the tasks that were ready when it fell due, though it was sent before them."""
+    eta = time.time() + 0.5
+    scheduled, ready = msg(eta=eta), msg()
+    broker.enqueue([scheduled])
+    broker.enqueue([ready])
+    time.sleep(max(0.0, eta - time.time()))  # the eta itself: nothing to wait on but the clock
+    got = [d.id for d in claim_n(broker, ["default"], 2)]
+    assert got == [ready.id, scheduled.id]
+
+
+def test_a_retried_task_queues_behind_tasks_ready_before_it(broker: Broker) -> None:
+    """A retry is a new attempt: it goes to the back of its priority, not back to its old place."""
+    retried, waiting = msg(), msg()
+    broker.enqueue([retried])
+    first = claim_soon(broker, ["default"])
+    broker.enqueue([waiting])
+    assert broker.settle(first, RetryLater(message=retried.replace(retries=1)))
+    got = [d.id for d in claim_n(broker, ["default"], 2)]
+    assert got == [waiting.id, retried.id]
+
+
 def test_higher_priority_first(broker: Broker) -> None:
     low = [msg(priority=0) for _ in range(2)]
     high = [msg(priority=9) for _ in range(2)]

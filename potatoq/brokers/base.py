@@ -86,6 +86,8 @@ __all__ = [
     "RunningTask",
     "WorkerInfo",
     "WorkerRef",
+    "after_commit_fault",
+    "claim_committed",
     "decode_delivery",
     "decode_queued",
     "validate_queue_name",
@@ -109,6 +111,20 @@ def validate_queue_name(name: str, *, allow_dots: bool = True) -> str:
         allowed = "letters, digits, '_', '-', ':'" + (", '.'" if allow_dots else " (no '.')")
         raise InvalidName(f"invalid queue name {name!r:.80}: use {allowed}")
     return name
+
+
+#: Fault injection for the fault suite, off (``None``) in production. A broker calls
+#: :func:`claim_committed` right after a statement that claimed a task committed, before
+#: the claim reaches its caller; a hook that raises there makes the broker behave as if the
+#: reply to that commit were lost (``tests/faults/proj.py`` sets it in its workers).
+after_commit_fault: Callable[[str, Delivery], None] | None = None
+
+
+def claim_committed(operation: str, delivery: Delivery | None) -> None:
+    """Run :data:`after_commit_fault`, if set, for a claim that just committed."""
+    hook = after_commit_fault
+    if hook is not None and delivery is not None:
+        hook(operation, delivery)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +252,14 @@ class Broker(abc.ABC):
         """Atomically take the best ready task from ``queues`` (tried in the order given).
 
         Within a queue: highest priority first, FIFO within a priority. Due scheduled
-        tasks become ready without any worker holding them in memory. Records ``worker``
+        tasks become ready without any worker holding them in memory.
+
+        FIFO is the order in which tasks *became ready*, not the order they were sent: a
+        task with an eta, and a retry (a new attempt, due now or later), join the back of
+        their priority when they become ready, behind tasks that were ready before them.
+        That is the only order RabbitMQ can keep (a delayed message is published when it
+        falls due), and it is fair: a task scheduled an hour ago can't jump ahead of work
+        that has waited, nor a failing task retried at once hold the head of its queue. Records ``worker``
         as the holder, increments the delivery count and sets a fresh fencing token.
         """
 
@@ -315,11 +338,13 @@ class Broker(abc.ABC):
         :meth:`held_by`, asked once when a child died, can miss a claim that commits after
         that: a database server finishes (and commits) the statement of a client killed
         while waiting for its reply, so the row names a dead pid from then on, under a node
-        that keeps heartbeating. The supervisor asks this every recovery round with the pids
-        of its live processes and settles what it returns like a dead child's delivery
-        (fenced on the token). Read-only. Lease brokers may keep this default, which returns
-        nothing: there the supervisor asks :meth:`held_by` once more a round after each
-        reap, and the claim's lease is the backstop.
+        that keeps heartbeating. The supervisor asks this every recovery round with its own
+        pid only, so one query lists its children's claims too: those of dead pids it
+        settles like a dead child's delivery (fenced on the token), those of live children
+        it compares with what their threads run (a claim whose reply was lost). Read-only.
+        Lease brokers may keep this default, which returns nothing: there the supervisor
+        asks :meth:`held_by` once more a round after each reap, and the claim's lease is the
+        backstop.
         """
         return []
 

@@ -113,6 +113,7 @@ class Store:
             _, seq, task_id = heapq.heappop(self.scheduled)
             job = self.jobs.get(task_id)
             if job is not None and job.state == SCHEDULED and job.seq == seq:
+                job.seq = self.next_seq()  # FIFO by the time it became ready (the contract)
                 self.make_ready(job)
 
     def pop_ready(self, queue: str) -> Job | None:

@@ -12,9 +12,11 @@ the numbered ``sql/migrations/``):
   ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` gives FIFO order within a
   priority; ``token`` (a random uuid per claim) fences settles. Autovacuum on fixed
   thresholds, no scale factor and no cost delay.
-* ``potatoq_results`` (expiry index), ``potatoq_dead`` (capped by dead_letter_max at each
-  dead letter, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node;
-  fillfactor 50 and no index on its updated columns, so heartbeats are HOT updates),
+* ``potatoq_results`` (expiry index), ``potatoq_dead`` (keyed by seq, so an id that dies
+  twice keeps both letters; capped by dead_letter_max, at least 1, at each dead letter and
+  in the sweep, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node,
+  deleted by recovery once a dead node's tasks are recovered; fillfactor 50 and no index
+  on its updated columns, so heartbeats are HOT updates),
   ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, and
   ``potatoq_migrations``.
 

@@ -33,6 +33,7 @@ from ..base import (
     RetryLater,
     WorkerInfo,
     WorkerRef,
+    claim_committed,
     decode_delivery,
     validate_queue_name,
 )
@@ -92,6 +93,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
         self._dead_ttl = float(config.dead_letter_ttl) if config.dead_letter_ttl > 0 else NEVER
+        # one floor for the settle and the sweep: the newest dead letter is always kept
+        self._dead_max = max(1, int(config.dead_letter_max))
         self._expires = (
             config.result_expires if config.result_expires and config.result_expires > 0 else NEVER
         )
@@ -135,6 +138,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 stmts = self._stmts
                 if stmts is None:
                     with self._connection() as conn:
+                        migrate.require_server_version(conn.info.server_version)
                         stmts = statements.Statements(self._resolve_schema(conn))
                         self._upgrade(conn, stmts)
                     self._stmts = stmts
@@ -356,6 +360,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             else:
                 claimed = conn.execute(stmts["job_claim"].query, params)
             delivery = self._delivery(claimed.fetchone(), worker)
+        claim_committed("claim", delivery)
         self._claimed(delivery)
         return delivery
 
@@ -367,8 +372,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         if not _is_token(delivery.token):
             return False  # not a token this broker issued: it can't fence anything here
         name, params, held = self._settle_params(delivery, outcome)
+        self._store_elsewhere(outcome)
         rows = self._run(name, params)
-        return self._settled(rows[0] if rows else None, held, outcome)
+        return self._settled(rows[0] if rows else None, held)
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -378,6 +384,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         if not _is_token(delivery.token):
             return False, self.claim(names, worker)
         name, params, held = self._settle_params(delivery, outcome)
+        self._store_elsewhere(outcome)
         stmts = self._statements()
         clock = self._promotion.get()
         promoted = None
@@ -388,21 +395,28 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             claimed = (
                 conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
             )
-        ok = self._settled(settled.fetchone(), held, outcome)
+        ok = self._settled(settled.fetchone(), held)
         if promoted is not None:
             clock.promoted(statements.first_int(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
+        claim_committed("settle_and_claim", next_delivery)
         self._claimed(next_delivery)
         return ok, next_delivery
 
-    def _settled(self, row: tuple[Any, ...] | None, held: list[str], outcome: Outcome) -> bool:
-        """After a settle statement committed: trailing NOTIFYs, a separate result backend."""
+    def _store_elsewhere(self, outcome: Outcome) -> None:
+        """With a separate result backend, the result goes there *before* the settle commits:
+        a failure in between leaves the task claimed (run again, its record overwritten),
+        where the other order would lose the result. A stale delivery's result is written
+        too; it is a real run's result all the same."""
+        record = getattr(outcome, "result", None)
+        if self._result_backend is not None and record is not None:
+            self._result_backend.store_result(record)
+
+    def _settled(self, row: tuple[Any, ...] | None, held: list[str]) -> bool:
+        """After a settle statement committed: the trailing NOTIFYs it held back."""
         ok = bool(row and row[0])
         if ok:
             self._defer(held)  # a held chord callback channel whose chord didn't fire: spurious, harmless
-            record = getattr(outcome, "result", None)
-            if self._result_backend is not None and record is not None:
-                self._result_backend.store_result(record)
         return ok
 
     def _settle_params(self, delivery: Delivery, outcome: Outcome) -> tuple[str, dict[str, Any], list[str]]:
@@ -439,7 +453,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 "channels": inline or None,
                 "task": delivery.message.task if delivery.message is not None else None,
                 "reason": outcome.reason if isinstance(outcome, DeadLetter) else None,
-                "dead_max": max(1, int(self.config.dead_letter_max)),
+                "dead_max": self._dead_max,
             }
             chord_params, chord_held = self._chord_params(outcome.chord, enqueue_callback=True)
             params.update(chord_params)
@@ -570,7 +584,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         self._run("maintenance_sweep", {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION})
         self._run(
             "dead_trim",
-            {"max": max(0, int(self.config.dead_letter_max)), "ttl": self._dead_ttl},
+            {"max": self._dead_max, "ttl": self._dead_ttl},
         )
 
     # -- chords and periodic tasks ------------------------------------------------------------

@@ -7,7 +7,8 @@ Storage layout (one database file in WAL mode, schema in ``sql/migrations/``):
   hot query a short index search: ``(queue, priority DESC, seq) WHERE state = 1`` for
   claims, ``(queue, run_at) WHERE state = 0`` for ETAs (so far-future tasks never slow the
   ready scan), ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` (the rowid) gives
-  FIFO order within a priority; ``token`` is a random fencing token set by each claim.
+  FIFO order within a priority (renumbered when promotion or a retry makes a task ready);
+  ``token`` is a random fencing token set by each claim.
 * ``potatoq_results`` (with an expiry index), ``potatoq_dead`` (capped by count and age),
   ``potatoq_workers`` (one heartbeat row per worker node, its WorkerInfo as JSON),
   ``potatoq_chords`` + ``potatoq_chord_parts`` (a fired flag per group, one row per header

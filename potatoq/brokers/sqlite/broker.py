@@ -31,6 +31,7 @@ from ..base import (
     RetryLater,
     WorkerInfo,
     WorkerRef,
+    claim_committed,
     decode_delivery,
     validate_queue_name,
 )
@@ -248,7 +249,9 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         if not ready and not due:
             return None  # the cheap read found nothing: no write lock taken
         with self._write() as conn:
-            return self._claim_in(conn, queues, worker, now)
+            delivery = self._claim_in(conn, queues, worker, now)
+        claim_committed("claim", delivery)
+        return delivery
 
     # -- settling -----------------------------------------------------------------------------
 
@@ -303,7 +306,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         )
 
     def _forward_result(self, outcome: Outcome | None) -> None:
-        """With a separate result backend, results go there once the settle committed."""
+        """With a separate result backend, a settle's result goes there *before* the settle
+        commits: the other order loses it if the process dies (or the backend fails) in
+        between. This way a failure leaves the task claimed, to be requeued and run again
+        (writing the same task's record again). A stale delivery's result is written too;
+        it is a real run's result all the same."""
         record = getattr(outcome, "result", None)
         if self._result_backend is not None and record is not None:
             self._result_backend.store_result(record)
@@ -335,15 +342,14 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
             },
         )
         conn.execute(SQL["dead_trim_age"], {"cutoff": now - self.config.dead_letter_ttl})
-        conn.execute(SQL["dead_trim_count"], {"keep": max(0, int(self.config.dead_letter_max))})
+        # at least 1, as on every other broker: the newest dead letter is always kept
+        conn.execute(SQL["dead_trim_count"], {"keep": max(1, int(self.config.dead_letter_max))})
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         now = self.clock()
+        self._forward_result(outcome)
         with self._write() as conn:
-            settled = self._settle_in(conn, delivery, outcome, now)
-        if settled:
-            self._forward_result(outcome)
-        return settled
+            return self._settle_in(conn, delivery, outcome, now)
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -351,12 +357,12 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         """Settle and claim the next task in one transaction: one write lock per task."""
         now = self.clock()
         next_delivery: Delivery | None = None
+        self._forward_result(outcome)
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
-        if settled:
-            self._forward_result(outcome)
+        claim_committed("settle_and_claim", next_delivery)
         return settled, next_delivery
 
     # -- waiting ------------------------------------------------------------------------------
@@ -447,10 +453,16 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         # Cheap reads first: most calls find nothing and never take the write lock.
         lost = self._read("job_lost_exists", lost_params)[0][0]
         housekeeping = self._read("housekeeping_due", housekeeping_params)[0][0]
-        if not lost and not housekeeping:
+        dead_nodes = self._read("worker_dead_exists", lost_params)[0][0]
+        if not lost and not housekeeping and not dead_nodes:
             return RecoverReport()
         requeued = dead = 0
-        lost_results: list[ResultRecord] = []
+        if lost and self._result_backend is not None:
+            # their results first, as a settle's (see _forward_result): a crash before the
+            # commit below leaves the tasks to the next recovery, not dead without a result
+            for task_id, task, deliveries in self._read("job_lost_list", lost_params):
+                reason = _lost_reason(deliveries)
+                self._forward_result(Complete(result=self._lost_result(task_id, task, reason, now)))
         with self._write() as conn:
             if lost:
                 requeued = conn.execute(SQL["job_requeue_lost"], lost_params).rowcount
@@ -458,7 +470,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
                     SQL["job_delete_lost"], lost_params
                 ).fetchall():
                     dead += 1
-                    reason = f"WorkerLostError: the worker running it died {deliveries} times"
+                    reason = _lost_reason(deliveries)
                     self._dead_in(
                         conn,
                         task_id=task_id,
@@ -470,14 +482,13 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
                         reason=reason,
                         now=now,
                     )
-                    lost_results.append(self._lost_result(task_id, task, reason, now))
-                    self._result_in(conn, lost_results[-1], now)
+                    self._result_in(conn, self._lost_result(task_id, task, reason, now), now)
+            if dead_nodes:  # after the requeue above: their tasks are recovered by now
+                conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:
                 for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
                     conn.execute(SQL[name], housekeeping_params)
                 conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
-        for record in lost_results:
-            self._forward_result(Complete(result=record))
         return RecoverReport(requeued=requeued, dead=dead)
 
     @staticmethod
@@ -549,6 +560,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
 
     def close(self) -> None:
         self._local.close_all()
+
+
+def _lost_reason(deliveries: int) -> str:
+    return f"WorkerLostError: the worker running it died {deliveries} times"
 
 
 def _held(row: tuple[Any, ...], worker: WorkerRef, max_size: int | None) -> Delivery:

@@ -111,19 +111,16 @@ WITH settled AS (
     SELECT s.id, s.queue, %(task)s::text, s.priority, %(reason)s::text, s.payload, s.deliveries
     FROM settled AS s
     WHERE %(reason)s::text IS NOT NULL
-    ON CONFLICT (id) DO UPDATE
-    SET queue = excluded.queue, task = excluded.task, priority = excluded.priority,
-        reason = excluded.reason, payload = excluded.payload, deliveries = excluded.deliveries,
-        died_at = now()
 ), trimmed AS (
-    -- dead_letter_max: keep the newest max - 1 others beside this one. The row being
-    -- written is excluded, since one statement can't both update and delete a row.
+    -- dead_letter_max (at least 1): keep the newest max - 1 earlier letters beside this
+    -- one, which the statement's snapshot doesn't show. An earlier death of the same id is
+    -- one of them: both are kept.
     DELETE FROM {schema}.potatoq_dead
-    WHERE id IN (SELECT o.id FROM {schema}.potatoq_dead AS o
-                 WHERE %(reason)s::text IS NOT NULL AND o.id <> %(id)s
-                   AND EXISTS (SELECT FROM settled)
-                 ORDER BY o.died_at DESC, o.seq DESC
-                 OFFSET greatest(%(dead_max)s::integer - 1, 0))
+    WHERE seq IN (SELECT o.seq FROM {schema}.potatoq_dead AS o
+                  WHERE %(reason)s::text IS NOT NULL
+                    AND EXISTS (SELECT FROM settled)
+                  ORDER BY o.died_at DESC, o.seq DESC
+                  OFFSET greatest(%(dead_max)s::integer - 1, 0))
 ), stored AS (
     INSERT INTO {schema}.potatoq_results AS r (task_id, state, record, expires_at)
     SELECT s.id, %(result_state)s::text, %(result)s::bytea,
@@ -227,7 +224,15 @@ SELECT (SELECT count(*) FROM requeued) AS settled, (SELECT count(*) FROM notifie
 -- heartbeat row, the claim itself) is older than dead_after seconds. Tasks already at
 -- max_deliveries are left for job_lost (they are dead-lettered instead). Walks the
 -- state = 2 index only. SKIP LOCKED makes concurrent recoverers split the work.
-WITH lost AS MATERIALIZED (
+-- The heartbeat row of a node silent that long goes once it holds no running task: every
+-- worker run is a new node id, so dead ones would pile up. The statement's snapshot still
+-- shows the tasks requeued here as running, so a node's row goes in the next call after
+-- its tasks were recovered (recovery reads that row's last_seen until then).
+WITH forgotten AS (
+    DELETE FROM {schema}.potatoq_workers AS w
+    WHERE w.last_seen < now() - make_interval(secs => %(dead_after)s::float8)
+      AND NOT EXISTS (SELECT FROM {schema}.potatoq_jobs AS j WHERE j.state = 2 AND j.worker = w.node)
+), lost AS MATERIALIZED (
     SELECT j.id
     FROM {schema}.potatoq_jobs AS j
     LEFT JOIN {schema}.potatoq_workers AS w ON w.node = j.worker

@@ -56,10 +56,11 @@ CREATE TABLE {schema}.potatoq_results (
 CREATE INDEX potatoq_results_expiry ON {schema}.potatoq_results (expires_at);
 
 -- name: create_dead
--- Dead letters: the payload exactly as delivered, so a retry puts it back unchanged.
+-- Dead letters: the payload exactly as delivered, so a retry puts it back unchanged. Keyed
+-- by seq, not by the task id: an id that dies twice keeps both letters (migration 0002).
 CREATE TABLE {schema}.potatoq_dead (
-    id          text        PRIMARY KEY,
-    seq         bigint      GENERATED ALWAYS AS IDENTITY,
+    id          text        NOT NULL,
+    seq         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue       text        NOT NULL,
     task        text,
     priority    integer     NOT NULL DEFAULT 0,
@@ -71,6 +72,9 @@ CREATE TABLE {schema}.potatoq_dead (
 
 -- name: index_dead_died
 CREATE INDEX potatoq_dead_died ON {schema}.potatoq_dead (died_at, seq);
+
+-- name: index_dead_id
+CREATE INDEX potatoq_dead_id ON {schema}.potatoq_dead (id);
 
 -- name: create_workers
 -- One row per worker node, rewritten by every heartbeat. Half of each page is left free and
