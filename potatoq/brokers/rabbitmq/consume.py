@@ -235,6 +235,12 @@ class Intake:
             self._by_tag[tag] = (queue, band, amqp)
         self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
 
+    def stop_consuming_op(self) -> Op[None]:
+        """Cancel every consumer (the worker's set of claimable queues changed: a queue was
+        paused or resumed); the next ``wait`` subscribes to the queues it is asked for."""
+        yield from ()
+        self._pause()
+
     def _pause(self) -> None:
         work = self.link.work
         self._consuming = None
