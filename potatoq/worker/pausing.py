@@ -28,13 +28,14 @@ class PauseGate:
     def __init__(
         self,
         broker: Callable[[], Any],
-        queues: Sequence[str],
+        queues: Sequence[str] | None,
         *,
         refresh: float = PAUSE_REFRESH,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._broker = broker  # a callable: the app's broker may be replaced after a fork
-        self._queues = frozenset(queues)
+        # None: any queue (an in-process ThreadWorker, whose queues change as tasks arrive)
+        self._queues = None if queues is None else frozenset(queues)
         self.refresh = refresh
         self._clock = clock
         self._lock = threading.Lock()
@@ -58,7 +59,9 @@ class PauseGate:
             self._read_at = now
             broker = self._broker()
             try:
-                paused = self._queues.intersection(broker.paused_queues())
+                paused = frozenset(broker.paused_queues())
+                if self._queues is not None:
+                    paused &= self._queues
             except broker.connection_errors as exc:
                 # Keep the last known set: the claim that follows reports an outage anyway.
                 logger.debug("can't read the paused queues (%r); keeping the last known set", exc)
@@ -73,6 +76,8 @@ class PauseGate:
             logger.info("queue(s) paused, not claiming from them: %s", ", ".join(sorted(after - before)))
         if before - after:
             logger.info("queue(s) resumed: %s", ", ".join(sorted(before - after)))
+        if self._queues is None:
+            return  # no fixed set of queues to consume: claims leave the paused ones out
         try:
             broker.consume_only(sorted(self._queues - after))
         except Exception:
