@@ -15,8 +15,8 @@ the numbered ``sql/migrations/``):
 * ``potatoq_results`` (expiry index), ``potatoq_dead`` (capped by dead_letter_max at each
   dead letter, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node;
   fillfactor 50 and no index on its updated columns, so heartbeats are HOT updates),
-  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, and
-  ``potatoq_migrations``.
+  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, ``potatoq_paused``
+  (queues paused fleet-wide; workers leave them out of claims), and ``potatoq_migrations``.
 
 Why it is built this way:
 
