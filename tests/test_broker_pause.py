@@ -13,7 +13,7 @@ from potatoq.brokers.base import Broker
 from potatoq.exceptions import InvalidName
 
 from .conftest import BrokerMaker
-from .test_brokers import msg, stats_of
+from .test_brokers import WORKER_B, claim_soon, msg, stats_of
 
 
 def test_pause_is_stored_and_resume_clears_it(make_broker: BrokerMaker) -> None:
@@ -77,3 +77,15 @@ def test_a_bad_queue_name_is_refused(broker: Broker, name: str) -> None:
         broker.pause_queue(name)
     with pytest.raises(InvalidName):
         broker.resume_queue(name)
+
+
+def test_consume_only_leaves_nothing_of_the_other_queues_held(make_broker: BrokerMaker) -> None:
+    """A worker that stops consuming a paused queue keeps nothing of it: what its consumers
+    were pushed (RabbitMQ) is given back, so another worker can take it once resumed."""
+    worker = make_broker()
+    sent = msg("mail")
+    worker.enqueue([sent])
+    worker.wait(["mail", "other"], 2.0)  # consumers start; the message may be pushed here
+    worker.consume_only(["other"])
+    other = make_broker()
+    assert claim_soon(other, ["mail"], WORKER_B).id == sent.id

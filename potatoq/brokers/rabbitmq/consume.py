@@ -236,10 +236,11 @@ class Intake:
         self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
 
     def stop_consuming_op(self) -> Op[None]:
-        """Cancel every consumer (the worker's set of claimable queues changed: a queue was
-        paused or resumed); the next ``wait`` subscribes to the queues it is asked for."""
-        yield from ()
-        self._pause()
+        """Cancel every consumer and give back what they pushed (the worker's set of
+        claimable queues changed: a queue was paused or resumed), as at shutdown; the next
+        ``wait`` subscribes to the queues it is asked for. Nothing of a paused queue then
+        waits unacked here (where a long pause would hit the consumer timeout)."""
+        yield from self._give_back()
 
     def _pause(self) -> None:
         work = self.link.work

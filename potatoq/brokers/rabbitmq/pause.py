@@ -3,9 +3,9 @@
 RabbitMQ has no place for a fleet-wide flag that every consumer could read, so the paused
 set is stored by ``config.result_backend`` (its own ``paused_queues``, on SQLite, PostgreSQL
 or Redis). A worker that sees the set change calls :meth:`consume_only`, which cancels this
-process's consumers; its next ``wait`` subscribes again, to the queues still claimable.
-Up to one message per band that RabbitMQ pushed before the cancel stays unacked in the
-worker's buffer until its queue is resumed (giving it back would count as a delivery).
+process's consumers and gives back what they had pushed and nobody claimed (published
+again and acked, as at shutdown, so it doesn't count as a delivery); its next ``wait``
+subscribes again, to the queues still claimable.
 """
 
 from __future__ import annotations
