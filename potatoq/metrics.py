@@ -150,6 +150,12 @@ def broker_metrics(broker: Any, *, dead_letter_scan: int = 10000) -> str:
         out.sample(
             "potatoq_queue_oldest_waiting_age_seconds", s.oldest_waiting_age or 0.0, {"queue": s.queue}
         )
+    paused = broker.paused_queues()
+    out.family(
+        "potatoq_queue_paused", "gauge", "1 while the queue is paused (potatoq queues pause), per queue."
+    )
+    for queue in sorted({s.queue for s in stats} | set(paused)):
+        out.sample("potatoq_queue_paused", 1 if queue in paused else 0, {"queue": queue})
     out.family("potatoq_workers_live", "gauge", "Worker nodes with a recent heartbeat.")
     out.sample("potatoq_workers_live", len(workers))
     out.family("potatoq_tasks_running", "gauge", "Tasks the live workers report running.")

@@ -378,6 +378,30 @@ class Broker(abc.ABC):
         out. Read-only: the dashboard and ``potatoq schedule`` show it as the last run.
         """
 
+    # -- pausing queues -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def pause_queue(self, queue: str) -> bool:
+        """Pause ``queue`` for the whole fleet; True if it wasn't paused already.
+
+        The flag is stored in the broker (it survives worker and broker restarts). Workers
+        re-read :meth:`paused_queues` about twice a second and stop claiming from a paused
+        queue; tasks already running finish, and producers can still enqueue to it.
+        """
+
+    @abc.abstractmethod
+    def resume_queue(self, queue: str) -> bool:
+        """Undo :meth:`pause_queue`; True if ``queue`` was paused."""
+
+    @abc.abstractmethod
+    def paused_queues(self) -> dict[str, float]:
+        """Every paused queue with the epoch time it was paused at. Read-only."""
+
+    def consume_only(self, queues: Sequence[str]) -> None:  # noqa: B027 - optional hook
+        """The worker's claimable queues changed to ``queues`` (a queue was paused or resumed;
+        maybe none is left). Brokers that push deliveries (RabbitMQ) cancel the consumers of
+        the other queues here; brokers that are asked at every claim keep this no-op."""
+
     # -- results ------------------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from .. import metrics
+from ..exceptions import InvalidName
 from . import data
 from .app_format import duration as _duration
 from .chart import throughput_svg
@@ -105,7 +106,7 @@ class Dashboard:
         stats = broker.queue_stats()
         workers = broker.workers()
         now = time.time()
-        rows = data.queue_rows(stats)
+        rows = data.queue_rows(stats, broker.paused_queues())
         return self.render(
             request,
             "overview.html",
@@ -204,6 +205,23 @@ class Dashboard:
         count = await run_in_threadpool(self.app.broker.purge_dead)
         return self._back_to_dead(request, f"purged {count} dead letter{'' if count == 1 else 's'}")
 
+    async def pause(self, request: Request) -> Response:
+        """Pause or resume one queue for the whole fleet (``action=pause|resume``, ``queue=``)."""
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        from starlette.concurrency import run_in_threadpool
+
+        queue, action = form.get("queue", ""), form.get("action")
+        if action not in ("pause", "resume"):
+            return PlainTextResponse(f"action must be pause or resume, got {action!r:.40}", status_code=400)
+        change = self.app.control.pause_queue if action == "pause" else self.app.control.resume_queue
+        try:
+            await run_in_threadpool(change, queue)
+        except InvalidName as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        return RedirectResponse(str(request.url_for("overview")), status_code=303)
+
     # -- machine endpoints ---------------------------------------------------------------------
 
     def metrics(self, request: Request) -> Response:
@@ -243,6 +261,7 @@ def create_app(
         Route("/dead", board.dead, name="dead"),
         Route("/dead/replay", board.replay, methods=["POST"], name="replay"),
         Route("/dead/purge", board.purge, methods=["POST"], name="purge"),
+        Route("/queues/pause", board.pause, methods=["POST"], name="pause"),
         Route("/schedules", board.schedules, name="schedules"),
         Route("/metrics", board.metrics, name="metrics"),
         Route("/healthz", board.healthz, name="healthz"),

@@ -14,7 +14,7 @@ import dataclasses
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, WorkerInfo
@@ -120,12 +120,17 @@ class QueueRow:
     delayed: int
     running: int
     oldest_waiting_age: float | None
+    paused: bool = False
 
 
-def queue_rows(stats: Sequence[QueueStats]) -> list[QueueRow]:
+def queue_rows(stats: Sequence[QueueStats], paused: Collection[str] = ()) -> list[QueueRow]:
+    """One row per queue, sorted; a paused queue is listed even with no task in it."""
+    by_name = {s.queue: s for s in stats}
+    for queue in paused:
+        by_name.setdefault(queue, QueueStats(queue, 0, 0, 0, None))
     return [
-        QueueRow(s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age)
-        for s in sorted(stats, key=lambda s: s.queue)
+        QueueRow(s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age, s.queue in paused)
+        for s in sorted(by_name.values(), key=lambda s: s.queue)
     ]
 
 

@@ -34,6 +34,7 @@ from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES
 
+from .pause import MemoryPause
 from .store import (
     FIRED_KEEP,
     READY,
@@ -51,7 +52,7 @@ from .store import (
 __all__ = ["MemoryBroker"]
 
 
-class MemoryBroker(Broker):
+class MemoryBroker(MemoryPause, Broker):
     """All tasks, results and heartbeats in this process's memory; see the module docstring."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -512,7 +513,7 @@ class MemoryBroker(Broker):
             fresh = Store()
             for field in ("seq", "jobs", "ready", "scheduled", "known_queues", "results", "dead"):
                 setattr(store, field, getattr(fresh, field))
-            store.chords, store.fired, store.heartbeats = {}, {}, {}
+            store.chords, store.fired, store.heartbeats, store.paused = {}, {}, {}, {}
 
     def _put_raw(self, queue: str, raw: bytes, task_id: str | None = None) -> str:
         """Store ``raw`` as a ready task without decoding it (tests inject garbage this way)."""

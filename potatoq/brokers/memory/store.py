@@ -65,6 +65,7 @@ class Store:
         self.chords: dict[str, Chord] = {}
         self.fired: dict[str, OrderedDict[float, None]] = {}
         self.heartbeats: dict[str, tuple[bytes, float]] = {}
+        self.paused: dict[str, float] = {}  # paused queue -> when (epoch)
 
     def reinit_locks(self) -> None:
         """In a forked child: a lock held by a parent thread at fork time would never be freed."""

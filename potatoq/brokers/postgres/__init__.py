@@ -17,8 +17,8 @@ the numbered ``sql/migrations/``):
   in the sweep, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node,
   deleted by recovery once a dead node's tasks are recovered; fillfactor 50 and no index
   on its updated columns, so heartbeats are HOT updates),
-  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, and
-  ``potatoq_migrations``.
+  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, ``potatoq_paused``
+  (queues paused fleet-wide; workers leave them out of claims), and ``potatoq_migrations``.
 
 Why it is built this way:
 

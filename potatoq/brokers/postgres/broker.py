@@ -41,6 +41,7 @@ from . import migrate, statements, wakeups
 from .admin import PostgresAdmin
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
 from .options import PostgresOptions, libpq_url
+from .pause import PostgresPause
 from .results import PostgresResults
 
 __all__ = ["PostgresBroker", "PostgresOptions"]
@@ -65,7 +66,7 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
+class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, Broker):
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)

@@ -50,6 +50,7 @@ from potatoq.states import FAILURE, READY_STATES, REVOKED
 from potatoq.utils import mask_url
 
 from .admin import RabbitMQAdmin
+from .pause import RabbitMQPause
 
 __all__ = ["RabbitMQBroker"]
 
@@ -90,7 +91,7 @@ class _ProcessState:
         self.intake.on_work_channel_lost()
 
 
-class RabbitMQBroker(RabbitMQAdmin, Broker):
+class RabbitMQBroker(RabbitMQAdmin, RabbitMQPause, Broker):
     """Quorum queues, a TTL delay cascade and a result backend for everything else."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(

@@ -235,6 +235,13 @@ class Intake:
             self._by_tag[tag] = (queue, band, amqp)
         self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
 
+    def stop_consuming_op(self) -> Op[None]:
+        """Cancel every consumer and give back what they pushed (the worker's set of
+        claimable queues changed: a queue was paused or resumed), as at shutdown; the next
+        ``wait`` subscribes to the queues it is asked for. Nothing of a paused queue then
+        waits unacked here (where a long pause would hit the consumer timeout)."""
+        yield from self._give_back()
+
     def _pause(self) -> None:
         work = self.link.work
         self._consuming = None

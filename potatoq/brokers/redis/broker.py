@@ -55,6 +55,7 @@ from .packing import (
     _Packer,
     _worker_lost_template,
 )
+from .pause import RedisPause
 from .scripts import (
     SCRIPTS,
 )
@@ -86,7 +87,7 @@ _QUEUED_STATES = {"delayed": "scheduled", "ready": "ready", "active": "running"}
 # ----------------------------------------------------------------------------- the broker
 
 
-class RedisBroker(Broker):
+class RedisBroker(RedisPause, Broker):
     """Redis 6.2+ / Valkey 7.2+ broker on redis-py (hiredis parser when installed)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(

@@ -68,6 +68,10 @@ class Keys:
         return f"{self.prefix}queues"
 
     @property
+    def paused(self) -> str:
+        return f"{self.prefix}paused"
+
+    @property
     def periodic_last(self) -> str:
         # Can't equal a periodic:<name>:<ms> key: those have two more colons.
         return f"{self.prefix}periodic:last"

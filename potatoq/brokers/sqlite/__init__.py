@@ -12,7 +12,8 @@ Storage layout (one database file in WAL mode, schema in ``sql/migrations/``):
 * ``potatoq_results`` (with an expiry index), ``potatoq_dead`` (capped by count and age),
   ``potatoq_workers`` (one heartbeat row per worker node, its WorkerInfo as JSON),
   ``potatoq_chords`` + ``potatoq_chord_parts`` (a fired flag per group, one row per header
-  part) and ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time).
+  part), ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time)
+  and ``potatoq_paused`` (queues paused fleet-wide; workers leave them out of claims).
 * ``potatoq_migrations``: which numbered migrations the file has had (applied on first use
   by :mod:`potatoq.brokers.sqlite.setup`, which also holds the options and start-up checks).
 

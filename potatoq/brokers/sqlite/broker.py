@@ -37,6 +37,7 @@ from ..base import (
 )
 from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .pause import SQLitePause
 from .results import SQLiteResults
 from .setup import (
     SQL,
@@ -58,7 +59,7 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
+class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, Broker):
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)

@@ -781,10 +781,8 @@ def test_migrations_in_order_equal_a_fresh_install(tmp_path: Path) -> None:
     fresh.execute(sqlite_setup.SQL["schema_create_migrations"])
     sqlite_setup.install_schema(fresh, 0.0)
     migrated.execute(sqlite_setup.SQL["schema_create_migrations"])
-    for step in range(sqlite_setup.LATEST_VERSION):  # one migration at a time, as upgrades run
-        sqlite_setup.apply_migrations(migrated, step, 0.0)
-        migrated_version = migrated.execute(sqlite_setup.SQL["schema_version"]).fetchone()[0]
-        assert migrated_version == step + 1
+    sqlite_setup.apply_migrations(migrated, 0, 0.0)  # applies 1 .. latest, in order
+    assert migrated.execute(sqlite_setup.SQL["schema_version"]).fetchone()[0] == sqlite_setup.LATEST_VERSION
     assert _schema(fresh) == _schema(migrated)
     assert (
         fresh.execute("SELECT version, name FROM potatoq_migrations").fetchall()
@@ -792,6 +790,27 @@ def test_migrations_in_order_equal_a_fresh_install(tmp_path: Path) -> None:
     )
     fresh.close()
     migrated.close()
+
+
+@pytest.mark.parametrize("installed", range(1, sqlite_setup.LATEST_VERSION))
+def test_an_older_schema_is_upgraded_to_a_fresh_install(tmp_path: Path, installed: int) -> None:
+    """A database made by an older potatoq (migrations 1 .. installed) gets the rest."""
+    fresh = sqlite3.connect(tmp_path / "fresh.sqlite3", isolation_level=None)
+    fresh.execute(sqlite_setup.SQL["schema_create_migrations"])
+    sqlite_setup.install_schema(fresh, 0.0)
+    old = sqlite3.connect(tmp_path / "old.sqlite3", isolation_level=None)
+    old.execute(sqlite_setup.SQL["schema_create_migrations"])
+    for migration in sqlite_setup._MIGRATIONS[:installed]:
+        for _name, sql in migration.statements:
+            old.execute(sql)
+        old.execute(
+            sqlite_setup.SQL["schema_record_migration"],
+            {"version": migration.number, "name": migration.name, "now": 0.0},
+        )
+    sqlite_setup.apply_migrations(old, installed, 0.0)
+    assert _schema(fresh) == _schema(old)
+    fresh.close()
+    old.close()
 
 
 def test_schema_is_created_once_and_newer_schemas_are_refused(make: Any, db_path: Path) -> None:

@@ -118,3 +118,10 @@ CREATE TABLE {schema}.potatoq_periodic (
 
 -- name: index_periodic_claimed
 CREATE INDEX potatoq_periodic_claimed ON {schema}.potatoq_periodic (claimed_at);;
+
+-- name: create_paused
+-- Queues paused for the whole fleet (potatoq queues pause): workers re-read it, never claim.
+CREATE TABLE {schema}.potatoq_paused (
+    queue  text             PRIMARY KEY,
+    since  double precision NOT NULL
+);

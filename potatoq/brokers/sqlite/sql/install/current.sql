@@ -93,3 +93,10 @@ CREATE TABLE potatoq_periodic (
     fire_time REAL NOT NULL,
     PRIMARY KEY (name, fire_time)
 ) WITHOUT ROWID;
+
+-- name: create_paused
+-- Queues paused for the whole fleet (potatoq queues pause): workers re-read it, never claim.
+CREATE TABLE potatoq_paused (
+    queue TEXT PRIMARY KEY,
+    since REAL NOT NULL
+) WITHOUT ROWID;
