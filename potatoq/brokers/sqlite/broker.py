@@ -35,6 +35,7 @@ from ..base import (
     validate_queue_name,
 )
 from .admin import SQLiteAdmin
+from .history import SQLiteHistory
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
 from .results import SQLiteResults
 from .setup import (
@@ -57,7 +58,7 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
+class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteHistory, Broker):
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
@@ -337,6 +338,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         now = self.clock()
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
+            if settled:  # task history (issue 31): same transaction
+                self._history_in(conn, delivery, outcome, now)
         if settled:
             self._forward_result(outcome)
         return settled
@@ -349,6 +352,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         next_delivery: Delivery | None = None
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
+            if settled:  # task history (issue 31): same transaction
+                self._history_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
         if settled:
