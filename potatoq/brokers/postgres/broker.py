@@ -38,6 +38,7 @@ from ..base import (
 )
 from . import migrate, statements, wakeups
 from .admin import PostgresAdmin
+from .history import PostgresHistory
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
 from .options import PostgresOptions, libpq_url
 from .results import PostgresResults
@@ -64,7 +65,7 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
+class PostgresBroker(PostgresResults, PostgresAdmin, PostgresHistory, Broker):
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
@@ -367,7 +368,10 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             return False  # not a token this broker issued: it can't fence anything here
         name, params, held = self._settle_params(delivery, outcome)
         rows = self._run(name, params)
-        return self._settled(rows[0] if rows else None, held, outcome)
+        ok = self._settled(rows[0] if rows else None, held, outcome)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome, time.time())
+        return ok
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -388,6 +392,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
             )
         ok = self._settled(settled.fetchone(), held, outcome)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome, time.time())
         if promoted is not None:
             clock.promoted(statements.first_int(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None

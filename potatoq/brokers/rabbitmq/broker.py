@@ -50,6 +50,7 @@ from potatoq.states import FAILURE, READY_STATES, REVOKED
 from potatoq.utils import mask_url
 
 from .admin import RabbitMQAdmin
+from .history import RabbitMQHistory
 
 __all__ = ["RabbitMQBroker"]
 
@@ -90,7 +91,7 @@ class _ProcessState:
         self.intake.on_work_channel_lost()
 
 
-class RabbitMQBroker(RabbitMQAdmin, Broker):
+class RabbitMQBroker(RabbitMQAdmin, RabbitMQHistory, Broker):
     """Quorum queues, a TTL delay cascade and a result backend for everything else."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -126,9 +127,15 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         )
         self.backend: Broker | None = config.result_backend
         self._own_backend = False
-        if self.backend is not None and self.backend.config.result_expires != config.result_expires:
-            # Results (and chord parts) expire after *this* config's result_expires.
-            backend_config = dataclasses.replace(self.backend.config, result_expires=config.result_expires)
+        if self.backend is not None and (
+            self.backend.config.result_expires != config.result_expires
+            or self.backend.config.history != config.history
+        ):
+            # Results (and chord parts) expire after *this* config's result_expires; the
+            # task history it keeps follows this config's retention.
+            backend_config = dataclasses.replace(
+                self.backend.config, result_expires=config.result_expires, history=config.history
+            )
             self.backend = type(self.backend)(backend_config)
             self._own_backend = True
         self._lock = threading.Lock()
@@ -274,7 +281,10 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
                 state.link.run(state.intake.settle_op, delivery.token, [], "ack")
                 return True
         if self.backend is not None and self.is_revoked(delivery.id):
-            self.settle(delivery, Complete())
+            # a REVOKED result again (with the task's name), so its history record says so
+            name = delivery.message.task if delivery.message is not None else None
+            revoked = ResultRecord(task_id=delivery.id, state=REVOKED, name=name, date_done=time.time())
+            self.settle(delivery, Complete(result=revoked))
             return True
         return False
 
@@ -284,6 +294,8 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         if prepared is None:
             return False
         ok: bool = state.link.run(state.intake.settle_op, delivery.token, *prepared)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         return ok
 
     def settle_and_claim(
@@ -316,6 +328,8 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             applied, pending = state.link.run(
                 intake.settle_claim_op, delivery.token, publishes, action, list(queues)
             )
+        if applied:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         if pending is None:
             return applied, None
         following = self._delivery(state, pending, worker)

@@ -39,6 +39,7 @@ from potatoq.brokers.base import (
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
 from potatoq.message import Message
 
+from .history import RedisHistory
 from .keys import Keys
 from .options import RedisOptions, check_server, redis_url
 from .packing import (
@@ -73,7 +74,7 @@ _QUEUED_STATES = {"delayed": "scheduled", "ready": "ready", "active": "running"}
 # ----------------------------------------------------------------------------- the broker
 
 
-class RedisBroker(Broker):
+class RedisBroker(RedisHistory, Broker):
     """Redis 6.2+ / Valkey 7.2+ broker on redis-py (hiredis parser when installed)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -228,7 +229,10 @@ class RedisBroker(Broker):
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         name, args = self._pack.settle(delivery, outcome)
-        return bool(self._run(name, args))
+        settled = bool(self._run(name, args))
+        if settled:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
+        return settled
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -239,6 +243,8 @@ class RedisBroker(Broker):
         claim_args = self._claim_args(queues, worker)
         reply = self._run(_SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
         settled = bool(reply[0])
+        if settled:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         return settled, (self._delivery(reply[1:], worker) if len(reply) > 1 else None)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
@@ -441,6 +447,8 @@ class RedisBroker(Broker):
     # -- revocation, dead letters, stats --------------------------------------------------
 
     def revoke(self, task_id: str) -> bool:
+        if self.config.history.enabled:  # task history (issue 31)
+            return self._revoke_recorded(task_id)
         return bool(self._run("revoke", [task_id]))
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
