@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import states
+from ..exceptions import ImproperlyConfigured
 from .records import Complete, DeadLetter, Delivery, Outcome, Requeue, RetryLater
 
 __all__ = [
@@ -71,11 +72,35 @@ class HistorySettings:
     redact_kwargs: tuple[str, ...] = ("password", "secret", "token", "api_key")
     trim_every: int = TRIM_EVERY  # SQL brokers trim on about one write in this many
 
+    @classmethod
+    def from_settings(cls, conf: Any) -> HistorySettings:
+        """From the app's ``task_history*`` settings (``conf`` has them as attributes)."""
+        max_age = conf.task_history_max_age
+        if hasattr(max_age, "total_seconds"):
+            max_age = max_age.total_seconds()
+        redact = conf.task_history_redact
+        if isinstance(redact, str) or not all(isinstance(k, str) for k in redact):
+            raise ImproperlyConfigured(f"task_history_redact must be a list of keyword names, got {redact!r}")
+        for name in ("task_history", "task_history_previews"):
+            if not isinstance(getattr(conf, name), bool):
+                raise ImproperlyConfigured(f"{name} must be True or False, got {getattr(conf, name)!r}")
+        if isinstance(conf.task_history_max_count, bool) or not isinstance(conf.task_history_max_count, int):
+            raise ImproperlyConfigured(f"task_history_max_count must be an int, got {conf.task_history_max_count!r}")
+        if isinstance(max_age, bool) or not isinstance(max_age, int | float):
+            raise ImproperlyConfigured(f"task_history_max_age must be seconds (a number), got {max_age!r}")
+        return cls(
+            enabled=conf.task_history,
+            max_age=float(max_age),
+            max_count=conf.task_history_max_count,
+            previews=conf.task_history_previews,
+            redact_kwargs=tuple(redact),
+        )
+
     def __post_init__(self) -> None:
         if self.max_age <= 0:
-            raise ValueError(f"task_history_max_age must be > 0 seconds, got {self.max_age!r}")
+            raise ImproperlyConfigured(f"task_history_max_age must be > 0 seconds, got {self.max_age!r}")
         if self.max_count < 1:
-            raise ValueError(f"task_history_max_count must be >= 1, got {self.max_count!r}")
+            raise ImproperlyConfigured(f"task_history_max_count must be >= 1, got {self.max_count!r}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
