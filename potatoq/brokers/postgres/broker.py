@@ -367,7 +367,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresHistory, Broker):
         if not _is_token(delivery.token):
             return False  # not a token this broker issued: it can't fence anything here
         name, params, held = self._settle_params(delivery, outcome)
-        rows = self._run(name, params)
+        rows = self._run_after_history(name, params)  # buffered history rows ride along
         ok = self._settled(rows[0] if rows else None, held, outcome)
         if ok:  # task history (issue 31)
             self._history_settled(delivery, outcome, time.time())
@@ -384,7 +384,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresHistory, Broker):
         stmts = self._statements()
         clock = self._promotion.get()
         promoted = None
+        pending = self._history_take()  # buffered history rows ride along (issue 31)
         with self._connection() as conn, conn.pipeline():
+            self._history_in(conn, pending)
             settled = conn.execute(stmts[name].query, params)
             if names and clock.timed_due():
                 promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
@@ -485,6 +487,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresHistory, Broker):
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
         names = self._queues(queues)
+        self._history_flush()  # idle: buffered history rows go in now (issue 31)
         clock = self._promotion.get()
         if clock.timed_due():
             rows = self._run("job_promote", self._promote_params())
@@ -619,6 +622,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresHistory, Broker):
             conn.execute("SELECT 1")
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort: buffered history rows (issue 31)
+            self._history_flush()
         debouncer = self._debouncer.pop()
         if debouncer is not None:
             debouncer.close()  # sends pending trailing NOTIFYs first
