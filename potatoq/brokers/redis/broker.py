@@ -229,7 +229,7 @@ class RedisBroker(RedisHistory, Broker):
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         name, args = self._pack.settle(delivery, outcome)
-        settled = bool(self._run(name, args))
+        settled = bool(self._run_after_history(name, args))  # buffered history rides along
         if settled:  # task history (issue 31)
             self._history_settled(delivery, outcome)
         return settled
@@ -241,7 +241,7 @@ class RedisBroker(RedisHistory, Broker):
             return self.settle(delivery, outcome), None
         name, args = self._pack.settle(delivery, outcome)
         claim_args = self._claim_args(queues, worker)
-        reply = self._run(_SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
+        reply = self._run_after_history(_SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
         settled = bool(reply[0])
         if settled:  # task history (issue 31)
             self._history_settled(delivery, outcome)
@@ -254,6 +254,7 @@ class RedisBroker(RedisHistory, Broker):
         persists, so a wake-up sent between "nothing to claim" and this call is not lost.
         """
         names = [validate_queue_name(q) for q in queues]
+        self._history_flush()  # idle: buffered history records go out now (issue 31)
         client = self._client()
         with self._errors():
             pipe = client.pipeline(transaction=False)
@@ -535,5 +536,7 @@ class RedisBroker(RedisHistory, Broker):
             self._client().ping()
 
     def close(self) -> None:
+        with suppress(Exception):  # best effort: buffered history records (issue 31)
+            self._history_flush()
         self._script_conns.close_all()
         self._clients.close_all()
