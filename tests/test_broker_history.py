@@ -92,7 +92,12 @@ def test_failure_retry_and_dead_letter_are_recorded_with_the_exception(broker: B
 
     dead, retried = records(broker, task_id=sent.id)  # newest first: the task page's order
     assert (retried.state, retried.exc_type, retried.exc_message) == (RETRY, "KeyError", "missing key 'a'")
-    assert (dead.state, dead.exc_type, dead.exc_message, dead.retries) == (DEAD, "ValueError", "bad input 42", 1)
+    assert (dead.state, dead.exc_type, dead.exc_message, dead.retries) == (
+        DEAD,
+        "ValueError",
+        "bad input 42",
+        1,
+    )
     [failed] = records(broker, task_id=other.id)
     assert (failed.state, failed.exc_type) == (FAILURE, "KeyError")
 
@@ -182,7 +187,9 @@ def test_retention_keeps_the_newest_max_count(make_broker: BrokerMaker) -> None:
 
 def test_retention_drops_records_older_than_max_age(make_broker: BrokerMaker) -> None:
     broker = make_broker(history=HistorySettings(max_age=3600, trim_every=1))
-    old = HistoryRecord(task_id="old", name=TASK, queue="default", state=SUCCESS, finished_at=time.time() - 7200)
+    old = HistoryRecord(
+        task_id="old", name=TASK, queue="default", state=SUCCESS, finished_at=time.time() - 7200
+    )
     broker.append_history([old])
     send(broker)
     task_id = run(broker)

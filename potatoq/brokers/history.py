@@ -85,7 +85,9 @@ class HistorySettings:
             if not isinstance(getattr(conf, name), bool):
                 raise ImproperlyConfigured(f"{name} must be True or False, got {getattr(conf, name)!r}")
         if isinstance(conf.task_history_max_count, bool) or not isinstance(conf.task_history_max_count, int):
-            raise ImproperlyConfigured(f"task_history_max_count must be an int, got {conf.task_history_max_count!r}")
+            raise ImproperlyConfigured(
+                f"task_history_max_count must be an int, got {conf.task_history_max_count!r}"
+            )
         if isinstance(max_age, bool) or not isinstance(max_age, int | float):
             raise ImproperlyConfigured(f"task_history_max_age must be seconds (a number), got {max_age!r}")
         return cls(

@@ -32,11 +32,11 @@ from starlette.templating import Jinja2Templates
 
 from .. import metrics
 from . import data
-from .app_format import duration as _duration
 from . import history as hist
+from .app_format import duration as _duration
 from .chart import throughput_svg
-from .history_chart import history_charts
 from .guard import Guard, HostCheck, SecurityHeaders
+from .history_chart import history_charts
 from .security import Auth, Csrf, LoginBackoff
 
 __all__ = ["create_app"]
@@ -134,7 +134,9 @@ class Dashboard:
         broker = self.app.broker
         view = data.task_view(task_id, self.app.backend, broker, broker.workers(), redact=self.redact_args)
         # every finished delivery of this id (retries, redeliveries), newest first
-        deliveries = hist.history_page(broker, hist.HistoryQuery(task_id=task_id, limit=100), self.redact_args)
+        deliveries = hist.history_page(
+            broker, hist.HistoryQuery(task_id=task_id, limit=100), self.redact_args
+        )
         return self.render(
             request,
             "task.html",

@@ -22,7 +22,13 @@ from .redact import REDACTED
 __all__ = [
     "HISTORY_STATES",
     "FilterError",
-    "HistoryQuery", "Series", "history_page", "parse_filters", "series", "shown_record"]
+    "HistoryQuery",
+    "Series",
+    "history_page",
+    "parse_filters",
+    "series",
+    "shown_record",
+]
 
 #: Records read at most to draw one chart (newest first); the caption says when it is capped.
 SERIES_MAX = 20_000
@@ -42,7 +48,9 @@ def _moment(name: str, text: str) -> float:
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise FilterError(f"{name}={text!r:.40} is not a time: use epoch seconds or YYYY-MM-DDTHH:MM") from None
+        raise FilterError(
+            f"{name}={text!r:.40} is not a time: use epoch seconds or YYYY-MM-DDTHH:MM"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     return when.timestamp()
@@ -114,7 +122,9 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def series(broker: Broker, now: float, *, span: float = 3600.0, step: float = 60.0, name: str | None = None) -> Series:
+def series(
+    broker: Broker, now: float, *, span: float = 3600.0, step: float = 60.0, name: str | None = None
+) -> Series:
     """Throughput, latency and runtime percentiles per ``step`` over the last ``span`` seconds."""
     buckets = max(1, int(span // step))
     start = now - buckets * step

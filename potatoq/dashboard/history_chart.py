@@ -24,18 +24,23 @@ def _label(value: float, seconds: bool) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else duration(value)
 
 
-def _chart(title: str, lines: Sequence[tuple[str, Sequence[float | None]]], series: Series, seconds: bool) -> str:
+def _chart(
+    title: str, lines: Sequence[tuple[str, Sequence[float | None]]], series: Series, seconds: bool
+) -> str:
     values = [v for _, line in lines for v in line if v is not None]
     top = max([0.001 if seconds else 1.0, *values])
     count = max(len(line) for _, line in lines)
     span_x, span_y = WIDTH - LEFT - PAD, HEIGHT - 2 * PAD
+    top_label = escape(_label(top, seconds))
     parts = [
-        f'<svg class="chart" viewBox="0 0 {WIDTH:.0f} {HEIGHT:.0f}" role="img" '
-        f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+        (
+            f'<svg class="chart" viewBox="0 0 {WIDTH:.0f} {HEIGHT:.0f}" role="img" '
+            f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'
+        ),
         f'<text class="tick" x="{LEFT}" y="14">{escape(title)}</text>',
         f'<line class="axis" x1="{LEFT}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}"/>',
         f'<line class="axis" x1="{LEFT}" y1="{PAD}" x2="{LEFT}" y2="{HEIGHT - PAD}"/>',
-        f'<text class="tick" x="{LEFT - 4}" y="{PAD + 4}" text-anchor="end">{escape(_label(top, seconds))}</text>',
+        f'<text class="tick" x="{LEFT - 4}" y="{PAD + 4}" text-anchor="end">{top_label}</text>',
         f'<text class="tick" x="{LEFT - 4}" y="{HEIGHT - PAD}" text-anchor="end">0</text>',
         f'<text class="tick" x="{LEFT}" y="{HEIGHT - 6}">-{escape(duration(series.step * count))}</text>',
         f'<text class="tick" x="{WIDTH - PAD}" y="{HEIGHT - 6}" text-anchor="end">now</text>',

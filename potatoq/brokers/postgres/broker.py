@@ -38,8 +38,8 @@ from ..base import (
 )
 from . import migrate, statements, wakeups
 from .admin import PostgresAdmin
-from .history import PostgresHistory
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
+from .history import PostgresHistory
 from .options import PostgresOptions, libpq_url
 from .results import PostgresResults
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .. import history as hist
-from ..base import Broker, ProcessLocal, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
-from ..history_sql import page_from_rows, query_params
 from ...exceptions import MessageDecodeError
 from ...message import Message
+from .. import history as hist
+from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
+from ..history_sql import page_from_rows, query_params
 from . import statements
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(HistoryRecord) if f.name != "cursor")

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis.connection import AbstractConnection as Connection
 
-from .. import history as hist
-from ..base import Broker, ProcessLocal, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ...exceptions import MessageDecodeError
 from ...message import Message
+from .. import history as hist
+from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
 from .keys import Keys
 from .scripts import SCRIPTS
 
@@ -96,7 +96,8 @@ class RedisHistory(Broker):
             with self._errors():
                 conn = self._script_conns.get()
                 try:
-                    conn.send_packed_command(conn.pack_commands(commands))
+                    packed: Any = conn.pack_commands(commands)  # bytes chunks; typed as str
+                    conn.send_packed_command(packed)
                     for _ in commands:  # read every reply, errors too, to stay in step
                         try:
                             replies.append(conn.read_response())
@@ -141,16 +142,15 @@ class RedisHistory(Broker):
         """``revoke`` in one round trip (buffered records, the job's name and queue, the
         script), buffering a REVOKED record when it removed a waiting task."""
         fields = ("HMGET", self.keys.job(task_id), "queue", "payload")
-        (queue, payload), removed = self._pipelined(self._history_take(), fields, _evalsha(self, "revoke", [task_id]))
+        (queue, payload), removed = self._pipelined(
+            self._history_take(), fields, _evalsha(self, "revoke", [task_id])
+        )
         if not removed:
             return False
-        name: str | None = None
-        if payload is not None:
-            try:
-                name = Message.decode(payload).task
-            except MessageDecodeError:
-                pass  # a garbage payload: recorded without a name
-        record = hist.for_revoke(task_id, name, queue.decode() if queue else "", time.time(), self.config.history)
+        name = _task_name(payload)
+        record = hist.for_revoke(
+            task_id, name, queue.decode() if queue else "", time.time(), self.config.history
+        )
         if record is not None:
             self._history_buffer().append(record)
         return True
@@ -161,11 +161,9 @@ class RedisHistory(Broker):
             raise ValueError(f"history cursor {query.cursor!r} is not one this broker issued")
         found: list[HistoryRecord] = []
         last: str | None = None
-        scanned = 0
         # Ids are append times, not finish times: a record appended late is hidden once past max_age.
         cutoff = time.time() - self.config.history.max_age
-        for entry_id, record in self._newest_first(query.cursor):
-            scanned += 1
+        for scanned, (entry_id, record) in enumerate(self._newest_first(query.cursor), 1):
             last = entry_id
             if record.finished_at >= cutoff and hist.matches(record, query):
                 found.append(record)
@@ -196,6 +194,16 @@ def _evalsha(broker: RedisHistory, name: str, args: Sequence[str | bytes | int])
 
 def _script_name(sha: str) -> str:
     return next(name for name, script in SCRIPTS.items() if script.sha == sha)
+
+
+def _task_name(payload: bytes | None) -> str | None:
+    """The task name in a job's payload; None for a missing or garbage payload."""
+    if payload is None:
+        return None
+    try:
+        return Message.decode(payload).task
+    except MessageDecodeError:
+        return None
 
 
 def _is_stream_id(text: str) -> bool:

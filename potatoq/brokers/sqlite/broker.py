@@ -35,8 +35,8 @@ from ..base import (
     validate_queue_name,
 )
 from .admin import SQLiteAdmin
-from .history import SQLiteHistory
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .history import SQLiteHistory
 from .results import SQLiteResults
 from .setup import (
     SQL,

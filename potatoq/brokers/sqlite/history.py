@@ -34,7 +34,9 @@ class SQLiteHistory(Broker):
         if self.config.history.enabled:
             conn.execute(SQL["history_revoked"], {"id": task_id, "now": now})
 
-    def _history_rows_in(self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float) -> None:
+    def _history_rows_in(
+        self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float
+    ) -> None:
         conn.executemany(SQL["history_insert"], [r.columns() for r in records])
         if hist.should_trim(self.config.history):
             settings = self.config.history
