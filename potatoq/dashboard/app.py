@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from .. import metrics
+from ..exceptions import ImproperlyConfigured
 from . import data
 from . import history as hist
 from .app_format import duration as _duration
@@ -264,7 +265,10 @@ class Dashboard:
     # -- machine endpoints ---------------------------------------------------------------------
 
     def metrics(self, request: Request) -> Response:
-        text = metrics.broker_metrics(self.app.broker)
+        try:
+            text = metrics.broker_metrics(self.app.broker)
+        except ImproperlyConfigured as exc:  # the [metrics] extra isn't installed
+            return PlainTextResponse(f"{exc}\n", status_code=501)
         return Response(text, media_type=metrics.CONTENT_TYPE)
 
     def healthz(self, request: Request) -> Response:

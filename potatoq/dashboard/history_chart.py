@@ -55,6 +55,9 @@ def _chart(
             points.append(f"{x:.1f},{y:.1f}")
         if points:
             parts.append(f'<polyline class="line {css}" points="{" ".join(points)}"/>')
+            # a dot per bucket too: a lone bucket (a quiet hour) is no line at all
+            dots = (p.split(",") for p in points)
+            parts += [f'<circle class="dot {css}" cx="{x}" cy="{y}" r="2.5"/>' for x, y in dots]
     parts.append("</svg>")
     return "".join(parts)
 
