@@ -695,10 +695,10 @@ def test_migrations_in_order_equal_a_fresh_install(tmp_path: Path) -> None:
     fresh.execute(sqlite_setup.SQL["schema_create_migrations"])
     sqlite_setup.install_schema(fresh, 0.0)
     migrated.execute(sqlite_setup.SQL["schema_create_migrations"])
-    for step in range(sqlite_setup.LATEST_VERSION):  # one migration at a time, as upgrades run
-        sqlite_setup.apply_migrations(migrated, step, 0.0)
-        migrated_version = migrated.execute(sqlite_setup.SQL["schema_version"]).fetchone()[0]
-        assert migrated_version == step + 1
+    # apply_migrations(start) runs start + 1 … latest, as an upgrade from ``start`` does
+    sqlite_setup.apply_migrations(migrated, 0, 0.0)
+    migrated_version = migrated.execute(sqlite_setup.SQL["schema_version"]).fetchone()[0]
+    assert migrated_version == sqlite_setup.LATEST_VERSION
     assert _schema(fresh) == _schema(migrated)
     assert (
         fresh.execute("SELECT version, name FROM potatoq_migrations").fetchall()
