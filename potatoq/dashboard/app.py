@@ -151,7 +151,7 @@ class Dashboard:
         """Finished deliveries, filtered, one keyset page at a time; charts on the first page."""
         params = request.query_params
         form = {k: params.get(k, "") for k in hist.FILTER_NAMES}
-        filtered = any(form.values())
+        filtered = any(v for k, v in form.items() if k != "limit")
         context: dict[str, Any] = {"form": form, "filtered": filtered, "states": hist.HISTORY_STATES}
         try:
             query = hist.parse_filters(params)
