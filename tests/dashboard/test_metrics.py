@@ -64,7 +64,10 @@ def test_task_counters_and_runtime_histogram_from_signals(app: Potatoq, tmp_path
     assert values[("potatoq_task_runtime_seconds_bucket", (("task", "demo.add"), ("le", "+Inf")))] == 2
     assert values[("potatoq_task_runtime_seconds_sum", add)] >= 0
     pid = __import__("os").getpid()  # prometheus_client's multiprocess files, one set per process
-    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == [f"counter_{pid}.db", f"histogram_{pid}.db"]
+    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == [
+        f"counter_{pid}.db",
+        f"histogram_{pid}.db",
+    ]
     ATTEMPTS.clear()
 
 
