@@ -281,15 +281,20 @@ def for_settle(
             exc_type, exc_message = _reason(outcome.reason)
     elif isinstance(outcome, RetryLater):
         state = states.RETRY
-        if result is not None:
+        if outcome.error is not None:
+            exc_type, exc_message = outcome.error[0], outcome.error[1][:EXCEPTION_MAX]
+        elif result is not None:
             exc_type, exc_message = _exception(result.result)
     elif isinstance(outcome, Complete):
         state = result.state if result is not None else states.SUCCESS
-        if state not in HISTORY_STATES:
+        if outcome.error is not None:  # a failure in ``throws``: no result may be stored
+            state = states.FAILURE
+            exc_type, exc_message = outcome.error[0], outcome.error[1][:EXCEPTION_MAX]
+        elif state not in HISTORY_STATES:
             state = states.SUCCESS  # a custom state written by update_state: the task finished
         if result is not None and state == states.SUCCESS:
             result_preview = _preview(result.result) if settings.previews else None
-        elif result is not None:
+        elif result is not None and exc_type is None:
             exc_type, exc_message = _exception(result.result)
     else:
         raise TypeError(f"unknown outcome {outcome!r}")
