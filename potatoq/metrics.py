@@ -178,7 +178,7 @@ class TaskMetrics:
     signals and kept in ``prometheus_client``'s multiprocess files under ``directory``.
 
     Making one points ``PROMETHEUS_MULTIPROC_DIR`` at ``directory`` for this process (and
-    the worker children it forks). Its metrics are its own objects, registered nowhere
+    the worker children it forks) until :meth:`disconnect`. Its metrics are its own objects, registered nowhere
     but read back by :meth:`render`, so a test can make several in one process.
     """
 
@@ -186,6 +186,7 @@ class TaskMetrics:
         prometheus = _prometheus()
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._saved_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(self.directory)
         # A value class of our own: its files live in *this* directory, whatever another
         # TaskMetrics of the process (a test) or prometheus_client's import-time choice did.
@@ -267,6 +268,11 @@ class TaskMetrics:
         signals.task_postrun.disconnect(self.on_postrun)
         signals.task_failure.disconnect(self.on_failure)
         signals.task_retry.disconnect(self.on_retry)
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR") == str(self.directory):  # as it was before
+            if self._saved_env is None:
+                del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+            else:
+                os.environ["PROMETHEUS_MULTIPROC_DIR"] = self._saved_env
 
     def on_prerun(self, sender: Any = None, task_id: str = "", **_: Any) -> None:
         self._started[task_id] = time.monotonic()
