@@ -178,8 +178,9 @@ class TaskMetrics:
     signals and kept in ``prometheus_client``'s multiprocess files under ``directory``.
 
     Making one points ``PROMETHEUS_MULTIPROC_DIR`` at ``directory`` for this process (and
-    the worker children it forks) until :meth:`disconnect`. Its metrics are its own objects, registered nowhere
-    but read back by :meth:`render`, so a test can make several in one process.
+    the worker children it forks) until :meth:`disconnect`. Its metrics are its own
+    objects, registered nowhere but read back by :meth:`render`, so a test can make several
+    in one process.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:

@@ -203,3 +203,17 @@ def test_bad_queries_are_refused_naming_what_is_wrong(broker: Broker) -> None:
         HistoryQuery(state="DONE")
     with pytest.raises(ValueError, match="cursor 'nope'"):
         broker.history(HistoryQuery(cursor="nope"))
+
+
+def test_a_task_recovery_dead_letters_is_recorded(make_broker: BrokerMaker) -> None:
+    broker = make_broker(dead_after=0.2)
+    if not broker.capabilities.recovers_dead_holders:
+        pytest.skip("the broker itself redelivers a dead holder's tasks")
+    sent = send(broker)
+    claim_soon(broker, ["default"])
+    deadline = time.monotonic() + 15
+    while not broker.recover(0.2, 1).dead:
+        assert time.monotonic() < deadline, "recover() never dead-lettered the task"
+        time.sleep(0.05)
+    [record] = records(broker, task_id=sent.id)
+    assert (record.state, record.name, record.exc_type) == (DEAD, TASK, "WorkerLostError")

@@ -41,6 +41,7 @@ __all__ = [
     "HistoryQuery",
     "HistoryRecord",
     "HistorySettings",
+    "for_lost",
     "for_revoke",
     "for_settle",
     "matches",
@@ -330,6 +331,31 @@ def for_revoke(
     if not settings.enabled:
         return None
     return HistoryRecord(task_id=task_id, name=name, queue=queue, state=states.REVOKED, finished_at=now)
+
+
+def for_lost(
+    task_id: str,
+    name: str | None,
+    queue: str,
+    deliveries: int,
+    reason: str,
+    now: float,
+    settings: HistorySettings,
+) -> HistoryRecord | None:
+    """The record of a task ``recover`` dead-lettered because its workers kept dying."""
+    if not settings.enabled:
+        return None
+    exc_type, exc_message = _reason(reason)
+    return HistoryRecord(
+        task_id=task_id,
+        name=name,
+        queue=queue,
+        state=DEAD,
+        finished_at=now,
+        deliveries=deliveries,
+        exc_type=exc_type,
+        exc_message=exc_message,
+    )
 
 
 def sorted_newest_first(records: Sequence[HistoryRecord]) -> list[HistoryRecord]:

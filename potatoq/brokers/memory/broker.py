@@ -30,7 +30,7 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
-from potatoq.brokers.history import HistoryPage, HistoryQuery, HistoryRecord, for_revoke, for_settle
+from potatoq.brokers.history import HistoryPage, HistoryQuery, HistoryRecord, for_lost, for_revoke, for_settle
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES
@@ -287,6 +287,9 @@ class MemoryBroker(Broker):
             config.dead_letter_ttl,
             now,
         )
+        name = message.task if message else None  # task history (issue 31):
+        lost = for_lost(job.id, name, job.queue, job.deliveries, reason, now, config.history)
+        store.history.add(lost, config.history, now)
         record = ResultRecord(
             task_id=job.id,
             state=FAILURE,

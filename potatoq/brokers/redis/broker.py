@@ -330,6 +330,7 @@ class RedisBroker(RedisHistory, Broker):
             str(REAP_BATCH),
         ]
         requeued, dead = self._run("reap", args)
+        self._history_reaped(int(dead))  # task history (issue 31)
         return RecoverReport(requeued=int(requeued), dead=int(dead))
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:

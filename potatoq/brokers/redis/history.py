@@ -21,6 +21,7 @@ back short with a cursor to read on from.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -154,6 +155,33 @@ class RedisHistory(Broker):
         if record is not None:
             self._history_buffer().append(record)
         return True
+
+    def _history_reaped(self, dead: int) -> None:
+        """Record the ``dead`` tasks the reap script just dead-lettered: the newest dead
+        letters (read after the script, only when it reports some: crashes are rare)."""
+        if dead <= 0 or not self.config.history.enabled:
+            return
+        with self._errors():
+            client = self._client()
+            ids = client.zrevrange(self.keys.dead, 0, dead - 1)
+            if not ids:
+                return
+            infos = client.hmget(self.keys.dead_info, ids)
+            payloads = client.hmget(self.keys.dead_payload, ids)
+        now = time.time()
+        for raw_id, info, payload in zip(ids, infos, payloads, strict=True):
+            details = json.loads(info) if info else {}
+            record = hist.for_lost(
+                raw_id.decode(),
+                _task_name(payload),
+                str(details.get("queue") or ""),
+                int(details.get("deliveries") or 0),
+                str(details.get("reason") or ""),
+                now,
+                self.config.history,
+            )
+            if record is not None:
+                self._history_buffer().append(record)
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         self._history_flush()  # this thread's own settles are visible to it at once

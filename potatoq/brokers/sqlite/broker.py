@@ -473,6 +473,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteHistory, Broker):
                     )
                     lost_results.append(self._lost_result(task_id, task, reason, now))
                     self._result_in(conn, lost_results[-1], now)
+                    self._history_lost_in(conn, task_id, task, queue, deliveries, reason, now)  # issue 31
             if housekeeping:
                 for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
                     conn.execute(SQL[name], housekeeping_params)

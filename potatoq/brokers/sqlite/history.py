@@ -34,6 +34,21 @@ class SQLiteHistory(Broker):
         if self.config.history.enabled:
             conn.execute(SQL["history_revoked"], {"id": task_id, "now": now})
 
+    def _history_lost_in(
+        self,
+        conn: sqlite3.Connection,
+        task_id: str,
+        task: str | None,
+        queue: str,
+        deliveries: int,
+        reason: str,
+        now: float,
+    ) -> None:
+        """Record a task ``recover`` dead-lettered (same transaction)."""
+        record = hist.for_lost(task_id, task, queue, deliveries, reason, now, self.config.history)
+        if record is not None:
+            self._history_rows_in(conn, [record], now)
+
     def _history_rows_in(
         self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float
     ) -> None:
