@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ..exceptions import InvalidName, OperationalError
 from ..message import Message
+from .history import HistoryPage, HistoryQuery, HistoryRecord, HistorySettings
 from .records import (
     Capabilities,
     ChordJoin,
@@ -75,6 +76,10 @@ __all__ = [
     "DeadLetter",
     "DeadLetterRecord",
     "Delivery",
+    "HistoryPage",
+    "HistoryQuery",
+    "HistoryRecord",
+    "HistorySettings",
     "Outcome",
     "ProcessLocal",
     "QueueStats",
@@ -144,6 +149,7 @@ class BrokerConfig:
     # task_max_message_size: a larger payload found in storage is delivered undecoded (its
     # size is the error) and dead-lettered, without being parsed. None: no limit.
     max_message_size: int | None = None
+    history: HistorySettings = dataclasses.field(default_factory=HistorySettings)
 
 
 # ----------------------------------------------------------------------------- fork safety
@@ -479,6 +485,20 @@ class Broker(abc.ABC):
     @abc.abstractmethod
     def purge(self, queues: Sequence[str]) -> int:
         """Delete waiting (ready and scheduled) tasks of ``queues``; running ones stay."""
+
+    # -- task history (see potatoq.brokers.history) -------------------------------------------
+
+    @abc.abstractmethod
+    def history(self, query: HistoryQuery) -> HistoryPage:
+        """Finished deliveries matching ``query``, newest first, one keyset page at a time.
+
+        Read-only. With ``config.history.enabled`` False nothing is recorded (older records
+        stay readable until retention drops them)."""
+
+    @abc.abstractmethod
+    def append_history(self, records: Sequence[HistoryRecord]) -> None:
+        """Store ``records`` (settles write theirs themselves; this is for records made
+        elsewhere, e.g. by a broker whose history lives in its result store)."""
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -214,6 +214,9 @@ class Complete:
     result: ResultRecord | None = None
     followups: tuple[Message, ...] = ()
     chord: ChordJoin | None = None
+    #: (exception type, message) of a failure that completes (``throws``): task history
+    #: records it even when no result is stored.
+    error: tuple[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -225,6 +228,8 @@ class RetryLater:
 
     message: Message
     result: ResultRecord | None = None
+    #: (exception type, message) that asked for the retry, for task history.
+    error: tuple[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

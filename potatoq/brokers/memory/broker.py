@@ -30,6 +30,7 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
+from potatoq.brokers.history import HistoryPage, HistoryQuery, HistoryRecord, for_lost, for_revoke, for_settle
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES
@@ -172,6 +173,8 @@ class MemoryBroker(MemoryPause, Broker):
                     store.enqueued.notify_all()
             if encoded_result is not None and result is not None:
                 store.store_result(result.task_id, encoded_result, config.result_expires, now)
+            # task history (issue 31)
+            store.history.add(for_settle(delivery, outcome, now, config.history), config.history, now)
             return True
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
@@ -293,6 +296,9 @@ class MemoryBroker(MemoryPause, Broker):
             config.dead_letter_ttl,
             now,
         )
+        name = message.task if message else None  # task history (issue 31):
+        lost = for_lost(job.id, name, job.queue, job.deliveries, reason, now, config.history)
+        store.history.add(lost, config.history, now)
         record = ResultRecord(
             task_id=job.id,
             state=FAILURE,
@@ -408,6 +414,18 @@ class MemoryBroker(MemoryPause, Broker):
         with self._store.lock:
             self._store.results.pop(task_id, None)
 
+    # -- task history -------------------------------------------------------------------------
+
+    def history(self, query: HistoryQuery) -> HistoryPage:
+        with self._store.lock:
+            return self._store.history.page(query)
+
+    def append_history(self, records: Sequence[HistoryRecord]) -> None:
+        with self._store.lock:
+            now = time.time()
+            for record in records:
+                self._store.history.add(record, self.config.history, now)
+
     # -- revocation, dead letters, stats --------------------------------------------------
 
     def revoke(self, task_id: str) -> bool:
@@ -416,6 +434,9 @@ class MemoryBroker(MemoryPause, Broker):
             if job is None or job.state == RUNNING:
                 return False
             del self._store.jobs[task_id]  # its heap entries are skipped when popped
+            now = time.time()
+            revoked = for_revoke(task_id, task_name(job.raw), job.queue, now, self.config.history)
+            self._store.history.add(revoked, self.config.history, now)
             return True
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:

@@ -21,6 +21,8 @@ from potatoq.brokers.base import (
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 
+from .history import HistoryLog
+
 SCHEDULED, READY, RUNNING = "scheduled", "ready", "running"
 # How many fire times per periodic entry are remembered for dedup; older ones are dropped.
 FIRED_KEEP = 1000
@@ -66,6 +68,7 @@ class Store:
         self.fired: dict[str, OrderedDict[float, None]] = {}
         self.heartbeats: dict[str, tuple[bytes, float]] = {}
         self.paused: dict[str, float] = {}  # paused queue -> when (epoch)
+        self.history = HistoryLog()
 
     def reinit_locks(self) -> None:
         """In a forked child: a lock held by a parent thread at fork time would never be freed."""

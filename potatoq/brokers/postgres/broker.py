@@ -40,6 +40,7 @@ from ..base import (
 from . import migrate, statements, wakeups
 from .admin import PostgresAdmin
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
+from .history import PostgresHistory
 from .options import PostgresOptions, libpq_url
 from .pause import PostgresPause
 from .results import PostgresResults
@@ -66,7 +67,7 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, Broker):
+class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHistory, Broker):
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
@@ -374,8 +375,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, Broker):
             return False  # not a token this broker issued: it can't fence anything here
         name, params, held = self._settle_params(delivery, outcome)
         self._store_elsewhere(outcome)
-        rows = self._run(name, params)
-        return self._settled(rows[0] if rows else None, held)
+        rows = self._run_after_history(name, params)  # buffered history rows ride along
+        ok = self._settled(rows[0] if rows else None, held)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome, time.time())
+        return ok
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -389,7 +393,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, Broker):
         stmts = self._statements()
         clock = self._promotion.get()
         promoted = None
+        pending = self._history_take()  # buffered history rows ride along (issue 31)
         with self._connection() as conn, conn.pipeline():
+            self._history_in(conn, pending)
             settled = conn.execute(stmts[name].query, params)
             if names and clock.timed_due():
                 promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
@@ -397,6 +403,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, Broker):
                 conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
             )
         ok = self._settled(settled.fetchone(), held)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome, time.time())
         if promoted is not None:
             clock.promoted(statements.first_int(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
@@ -495,6 +503,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, Broker):
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
         names = self._queues(queues)
+        self._history_flush()  # idle: buffered history rows go in now (issue 31)
         clock = self._promotion.get()
         if clock.timed_due():
             rows = self._run("job_promote", self._promote_params())
@@ -630,6 +639,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, Broker):
             conn.execute("SELECT 1")
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort: buffered history rows (issue 31)
+            self._history_flush()
         debouncer = self._debouncer.pop()
         if debouncer is not None:
             debouncer.close()  # sends pending trailing NOTIFYs first

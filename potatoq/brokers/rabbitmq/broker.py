@@ -50,6 +50,7 @@ from potatoq.states import FAILURE, READY_STATES, REVOKED
 from potatoq.utils import mask_url
 
 from .admin import RabbitMQAdmin
+from .history import RabbitMQHistory
 from .pause import RabbitMQPause
 
 __all__ = ["RabbitMQBroker"]
@@ -91,7 +92,7 @@ class _ProcessState:
         self.intake.on_work_channel_lost()
 
 
-class RabbitMQBroker(RabbitMQAdmin, RabbitMQPause, Broker):
+class RabbitMQBroker(RabbitMQAdmin, RabbitMQPause, RabbitMQHistory, Broker):
     """Quorum queues, a TTL delay cascade and a result backend for everything else."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -127,9 +128,15 @@ class RabbitMQBroker(RabbitMQAdmin, RabbitMQPause, Broker):
         )
         self.backend: Broker | None = config.result_backend
         self._own_backend = False
-        if self.backend is not None and self.backend.config.result_expires != config.result_expires:
-            # Results (and chord parts) expire after *this* config's result_expires.
-            backend_config = dataclasses.replace(self.backend.config, result_expires=config.result_expires)
+        if self.backend is not None and (
+            self.backend.config.result_expires != config.result_expires
+            or self.backend.config.history != config.history
+        ):
+            # Results (and chord parts) expire after *this* config's result_expires; the
+            # task history it keeps follows this config's retention.
+            backend_config = dataclasses.replace(
+                self.backend.config, result_expires=config.result_expires, history=config.history
+            )
             self.backend = type(self.backend)(backend_config)
             self._own_backend = True
         self._lock = threading.Lock()
@@ -276,7 +283,10 @@ class RabbitMQBroker(RabbitMQAdmin, RabbitMQPause, Broker):
                 state.link.run(state.intake.settle_op, delivery.token, [], "ack")
                 return True
         if self.backend is not None and self.is_revoked(delivery.id):
-            self.settle(delivery, Complete())
+            # a REVOKED result again (with the task's name), so its history record says so
+            name = delivery.message.task if delivery.message is not None else None
+            revoked = ResultRecord(task_id=delivery.id, state=REVOKED, name=name, date_done=time.time())
+            self.settle(delivery, Complete(result=revoked))
             return True
         return False
 
@@ -286,6 +296,8 @@ class RabbitMQBroker(RabbitMQAdmin, RabbitMQPause, Broker):
         if prepared is None:
             return False
         ok: bool = state.link.run(state.intake.settle_op, delivery.token, *prepared)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         return ok
 
     def settle_and_claim(
@@ -318,6 +330,8 @@ class RabbitMQBroker(RabbitMQAdmin, RabbitMQPause, Broker):
             applied, pending = state.link.run(
                 intake.settle_claim_op, delivery.token, publishes, action, list(queues)
             )
+        if applied:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         if pending is None:
             return applied, None
         following = self._delivery(state, pending, worker)

@@ -40,6 +40,7 @@ from potatoq.brokers.base import (
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError, WorkerLostError
 from potatoq.message import Message
 
+from .history import RedisHistory, _evalsha
 from .keys import Keys
 from .options import RedisOptions, check_server, redis_url
 from .packing import (
@@ -87,7 +88,7 @@ _QUEUED_STATES = {"delayed": "scheduled", "ready": "ready", "active": "running"}
 # ----------------------------------------------------------------------------- the broker
 
 
-class RedisBroker(RedisPause, Broker):
+class RedisBroker(RedisPause, RedisHistory, Broker):
     """Redis 6.2+ / Valkey 7.2+ broker on redis-py (hiredis parser when installed)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -175,6 +176,8 @@ class RedisBroker(RedisPause, Broker):
         worker: WorkerRef,
         token: str | bytes,
         settled: Delivery | None = None,
+        *,
+        failed_once: bool = False,
     ) -> Any:
         """One call of a claiming script (``claim``, ``settle_and_claim.*``), retried safely
         after a connection error.
@@ -189,7 +192,7 @@ class RedisBroker(RedisPause, Broker):
         """
         lost_args = [worker.node, str(worker.pid), token]
         lost_args += ["", ""] if settled is None else [settled.id, settled.token]
-        failures = 0
+        failures = 1 if failed_once else 0
         with self._errors():
             while True:
                 try:
@@ -207,6 +210,25 @@ class RedisBroker(RedisPause, Broker):
                         raise
                     time.sleep(CLAIM_RETRY_PAUSES[failures])
                     failures += 1
+
+    def _run_claim_after_history(
+        self,
+        name: str,
+        args: Sequence[str | bytes],
+        worker: WorkerRef,
+        token: str | bytes,
+        settled: Delivery | None,
+    ) -> Any:
+        """:meth:`_run_claim`, with this thread's buffered history records (issue 31) sent in
+        the same round trip as the first attempt, so a settle stays one round trip."""
+        pending = self._history_take()
+        if not pending:
+            return self._run_claim(name, args, worker, token, settled)
+        try:
+            return self._pipelined(pending, _evalsha(self, name, args))[0]
+        except OperationalError:
+            # The script may have run before the connection failed: ask before resending.
+            return self._run_claim(name, args, worker, token, settled, failed_once=True)
 
     def _eval_once(self, conn: Connection, name: str, args: Sequence[str | bytes]) -> Any:
         """EVALSHA of ``name`` once (no retry), loading the script on NOSCRIPT."""
@@ -294,7 +316,10 @@ class RedisBroker(RedisPause, Broker):
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         name, args = self._pack.settle(delivery, outcome)
-        return bool(self._run(name, args))
+        settled = bool(self._run_after_history(name, args))  # buffered history rides along
+        if settled:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
+        return settled
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -303,10 +328,13 @@ class RedisBroker(RedisPause, Broker):
             return self.settle(delivery, outcome), None
         name, args = self._pack.settle(delivery, outcome)
         claim_args = self._claim_args(queues, worker)
-        reply = self._run_claim(
-            _SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args], worker, claim_args[0], delivery
+        full_args = [_SETTLE_KIND[name], *args, *claim_args]
+        reply = self._run_claim_after_history(
+            _SETTLE_AND_CLAIM[name], full_args, worker, claim_args[0], delivery
         )
         settled = bool(reply[0])
+        if settled:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         return settled, (self._delivery(reply[1:], worker) if len(reply) > 1 else None)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
@@ -317,6 +345,7 @@ class RedisBroker(RedisPause, Broker):
         persists, so a wake-up sent between "nothing to claim" and this call is not lost.
         """
         names = [validate_queue_name(q) for q in queues]
+        self._history_flush()  # idle: buffered history records go out now (issue 31)
         if time.monotonic() < self._interrupted_until:
             return  # interrupt() came before this thread registered as a waiter
         waiter = f"{self._instance}:{threading.get_ident()}"
@@ -407,6 +436,7 @@ class RedisBroker(RedisPause, Broker):
             str(_ms(self.config.dead_after)),
         ]
         requeued, dead, *handed = self._run("reap", args)
+        self._history_reaped(int(dead))  # task history (issue 31): the script's own dead letters
         for row in handed:  # only when build is set
             delivery = self._delivery(row, REAPER)
             lost = WorkerLostError(
@@ -539,6 +569,8 @@ class RedisBroker(RedisPause, Broker):
     # -- revocation, dead letters, stats --------------------------------------------------
 
     def revoke(self, task_id: str) -> bool:
+        if self.config.history.enabled:  # task history (issue 31)
+            return self._revoke_recorded(task_id)
         return bool(self._run("revoke", [task_id]))
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
@@ -625,5 +657,7 @@ class RedisBroker(RedisPause, Broker):
             self._client().ping()
 
     def close(self) -> None:
+        with suppress(Exception):  # best effort: buffered history records (issue 31)
+            self._history_flush()
         self._script_conns.close_all()
         self._clients.close_all()

@@ -37,6 +37,7 @@ from ..base import (
 )
 from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .history import SQLiteHistory
 from .pause import SQLitePause
 from .results import SQLiteResults
 from .setup import (
@@ -59,7 +60,7 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, Broker):
+class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, Broker):
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
@@ -350,7 +351,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, Broker):
         now = self.clock()
         self._forward_result(outcome)
         with self._write() as conn:
-            return self._settle_in(conn, delivery, outcome, now)
+            settled = self._settle_in(conn, delivery, outcome, now)
+            if settled:  # task history (issue 31): same transaction
+                self._history_in(conn, delivery, outcome, now)
+        return settled
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -361,6 +365,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, Broker):
         self._forward_result(outcome)
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
+            if settled:  # task history (issue 31): same transaction
+                self._history_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
         claim_committed("settle_and_claim", next_delivery)
@@ -484,6 +490,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, Broker):
                         now=now,
                     )
                     self._result_in(conn, self._lost_result(task_id, task, reason, now), now)
+                    self._history_lost_in(conn, task_id, task, queue, deliveries, reason, now)  # issue 31
             if dead_nodes:  # after the requeue above: their tasks are recovered by now
                 conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:

@@ -781,8 +781,10 @@ def test_migrations_in_order_equal_a_fresh_install(tmp_path: Path) -> None:
     fresh.execute(sqlite_setup.SQL["schema_create_migrations"])
     sqlite_setup.install_schema(fresh, 0.0)
     migrated.execute(sqlite_setup.SQL["schema_create_migrations"])
-    sqlite_setup.apply_migrations(migrated, 0, 0.0)  # applies 1 .. latest, in order
-    assert migrated.execute(sqlite_setup.SQL["schema_version"]).fetchone()[0] == sqlite_setup.LATEST_VERSION
+    # apply_migrations(start) runs start + 1 … latest, as an upgrade from ``start`` does
+    sqlite_setup.apply_migrations(migrated, 0, 0.0)
+    migrated_version = migrated.execute(sqlite_setup.SQL["schema_version"]).fetchone()[0]
+    assert migrated_version == sqlite_setup.LATEST_VERSION
     assert _schema(fresh) == _schema(migrated)
     assert (
         fresh.execute("SELECT version, name FROM potatoq_migrations").fetchall()
