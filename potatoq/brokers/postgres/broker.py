@@ -85,6 +85,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         self._setup_lock = threading.Lock()
         self._listener = wakeups.PerProcess(self._make_listener)
         self._debouncer = wakeups.PerProcess(self._make_debouncer)
+        self._announcer = wakeups.PerProcess(self._make_announcer)
         self._promotion = wakeups.PerProcess(lambda: PromotionClock(self.options.poll_interval))
         self._sweep = wakeups.PerProcess(SweepClock)
         self._poller = wakeups.PerProcess(Poller)
@@ -174,7 +175,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             return cur.fetchall() if cur.description is not None else []
 
     def _make_listener(self) -> wakeups.Listener:
-        return wakeups.Listener(self._connect, lambda channel: self._statements().listen(channel))
+        return wakeups.Listener(
+            self._connect,
+            lambda channel: self._statements().listen(channel),
+            on_due=lambda: self._promotion.get().expect_now(),
+        )
 
     def _make_debouncer(self) -> wakeups.NotifyDebouncer:
         return wakeups.NotifyDebouncer(
@@ -182,7 +187,16 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         )
 
     def _send_notifies(self, channels: list[str]) -> None:
-        self._run("notify_channels", {"channels": channels})
+        self._run("notify_channels", {"channels": channels, "payload": ""})
+
+    def _make_announcer(self) -> wakeups.NotifyDebouncer:
+        # its own token bucket: announcing due times never delays a ready task's NOTIFY
+        return wakeups.NotifyDebouncer(
+            self.options.notify_debounce, self._send_due_notifies, burst=self.options.notify_burst
+        )
+
+    def _send_due_notifies(self, channels: list[str]) -> None:
+        self._run("notify_channels", {"channels": channels, "payload": wakeups.DUE_PAYLOAD})
 
     # -- parameters ---------------------------------------------------------------------------
 
@@ -259,6 +273,20 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         if held:
             self._debouncer.get().defer(held)
 
+    def _announce_due(self, messages: Iterable[Message]) -> None:
+        """After the statement that scheduled ``messages`` committed: tell idle workers of
+        the queues whose task falls due before their next timed promotion, so that they learn
+        its due time and wake for it (see PromotionClock). Later ones are found by that
+        promotion; each announcement is one 'due' NOTIFY sent by the announcer's thread,
+        debounced per channel like a ready task's."""
+        if not self.options.notify:
+            return
+        now = time.time()
+        horizon = now + self.options.poll_interval
+        queues = {m.queue for m in messages if m.eta is not None and now < m.eta <= horizon}
+        if queues:
+            self._announcer.get().defer([self._channel(q) for q in sorted(queues)])
+
     # -- messages ---------------------------------------------------------------------------
 
     def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
@@ -271,6 +299,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         inline, held = self._admit(ready)
         self._run("job_enqueue", self._enqueue_params(messages, params, inline))
         self._defer(held)
+        self._announce_due(messages)
 
     def _enqueue_through(
         self, connection: Any, messages: Sequence[Message], params: dict[str, Any], ready: set[str]
@@ -351,7 +380,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 with conn.pipeline():  # one round trip: promote, then claim
                     promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
                     claimed = conn.execute(stmts["job_claim"].query, params)
-                clock.promoted(statements.first_int(promoted.fetchone()))
+                clock.promoted(*statements.promotion(promoted.fetchone()))
             else:
                 claimed = conn.execute(stmts["job_claim"].query, params)
             delivery = self._delivery(claimed.fetchone(), worker)
@@ -389,7 +418,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             )
         ok = self._settled(settled.fetchone(), held, outcome)
         if promoted is not None:
-            clock.promoted(statements.first_int(promoted.fetchone()))
+            clock.promoted(*statements.promotion(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
         self._claimed(next_delivery)
         return ok, next_delivery
@@ -399,6 +428,10 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         ok = bool(row and row[0])
         if ok:
             self._defer(held)  # a held chord callback channel whose chord didn't fire: spurious, harmless
+            if isinstance(outcome, RetryLater):
+                self._announce_due([outcome.message])  # a retry's backoff
+            elif isinstance(outcome, Complete | DeadLetter):
+                self._announce_due(outcome.followups)
             record = getattr(outcome, "result", None)
             if self._result_backend is not None and record is not None:
                 self._result_backend.store_result(record)
@@ -482,8 +515,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         clock = self._promotion.get()
         if clock.timed_due():
             rows = self._run("job_promote", self._promote_params())
-            count = statements.first_int(rows[0] if rows else None)
-            clock.promoted(count)
+            count, next_due = statements.promotion(rows[0] if rows else None)
+            clock.promoted(count, next_due)
             if count:
                 return  # tasks just became ready (in some queue): claim now
         limit = max(0.0, min(timeout, self.options.poll_interval, max(clock.until_due(), 0.001)))
@@ -613,9 +646,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             conn.execute("SELECT 1")
 
     def close(self) -> None:
-        debouncer = self._debouncer.pop()
-        if debouncer is not None:
-            debouncer.close()  # sends pending trailing NOTIFYs first
+        for debouncer in (self._debouncer.pop(), self._announcer.pop()):
+            if debouncer is not None:
+                debouncer.close()  # sends pending trailing NOTIFYs first
         listener = self._listener.pop()
         if listener is not None:
             listener.close()
