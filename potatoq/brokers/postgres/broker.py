@@ -256,8 +256,15 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 **single,
                 "channels": None,
                 "channel": channels[0] if channels else None,
+                "due_channels": None,
             }
-        return {**params, **dict.fromkeys(scalars), "channels": channels, "channel": None}
+        return {
+            **params,
+            **dict.fromkeys(scalars),
+            "channels": channels,
+            "channel": None,
+            "due_channels": None,
+        }
 
     def _admit(self, queues: Iterable[str]) -> tuple[list[str], list[str]]:
         """NOTIFY channels to send inline now, and those held for the debouncer's trailing edge."""
@@ -273,19 +280,24 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         if held:
             self._debouncer.get().defer(held)
 
-    def _announce_due(self, messages: Iterable[Message]) -> None:
-        """After the statement that scheduled ``messages`` committed: tell idle workers of
-        the queues whose task falls due before their next timed promotion, so that they learn
-        its due time and wake for it (see PromotionClock). Later ones are found by that
-        promotion; each announcement is one 'due' NOTIFY sent by the announcer's thread,
-        debounced per channel like a ready task's."""
+    def _due_soon(self, messages: Iterable[Message]) -> list[str]:
+        """The channels of the queues whose task in ``messages`` falls due before the next
+        timed promotion: idle workers must learn its due time to wake for it (see
+        PromotionClock). Later ones are found by that promotion."""
         if not self.options.notify:
-            return
+            return []
         now = time.time()
         horizon = now + self.options.poll_interval
         queues = {m.queue for m in messages if m.eta is not None and now < m.eta <= horizon}
-        if queues:
-            self._announcer.get().defer([self._channel(q) for q in sorted(queues)])
+        return [self._channel(q) for q in sorted(queues)]
+
+    def _announce_due(self, messages: Iterable[Message]) -> None:
+        """After the statement that scheduled ``messages`` committed: one 'due' NOTIFY per
+        queue with a task due soon, sent by the announcer's thread and debounced per channel
+        like a ready task's."""
+        channels = self._due_soon(messages)
+        if channels:
+            self._announcer.get().defer(channels)
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -308,10 +320,12 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
 
         The NOTIFYs aren't debounced here: PostgreSQL sends them at the caller's COMMIT (and
         drops them on ROLLBACK), which the debouncer can't see; duplicates within one
-        transaction are folded by the server anyway.
+        transaction are folded by the server anyway. That goes for the 'due' announcements of
+        tasks due soon too (see _announce_due), which can't be sent after a commit we don't see.
         """
         channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
         params = self._enqueue_params(messages, params, channels)
+        params["due_channels"] = self._due_soon(messages) or None  # sent at the caller's commit
         stmt = self._statements()["job_enqueue"]
         # Django's wrapper holds the DB-API connection (None until it connects: then its own
         # cursor(), which takes the same pyformat parameters, does)

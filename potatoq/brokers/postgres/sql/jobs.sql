@@ -32,8 +32,14 @@ WITH inserted AS (
     SELECT pg_notify(channel, '')
     FROM unnest(coalesce(%(channels)s::text[], ARRAY[%(channel)s::text])) AS channel
     WHERE channel IS NOT NULL AND EXISTS (SELECT FROM inserted)
+), announced AS MATERIALIZED (
+    -- due_channels (inside a caller's transaction only, else NULL): queues of tasks that
+    -- fall due soon, announced at that transaction's commit (see wakeups.DUE_PAYLOAD)
+    SELECT pg_notify(channel, 'due') FROM unnest(%(due_channels)s::text[]) AS channel
+    WHERE EXISTS (SELECT FROM inserted)
 )
-SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM notified) AS notified;
+SELECT (SELECT count(*) FROM inserted) AS inserted,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM announced) AS notified;
 
 -- name: job_promote
 -- Make due scheduled tasks ready, then NOTIFY each affected queue once; also say when the
