@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -39,6 +40,7 @@ from potatoq.brokers.base import (
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
 from potatoq.message import Message
 
+from .alarm import DueAlarm
 from .keys import Keys
 from .options import RedisOptions, check_server, redis_url
 from .packing import (
@@ -98,6 +100,8 @@ class RedisBroker(Broker):
         self._check_lock = threading.Lock()
         self._waiting_lock = threading.Lock()
         self._waiting: set[str] = set()  # wake keys of threads blocked in wait()
+        self._alarm: DueAlarm | None = None  # this process's (see _due_alarm)
+        self._alarm_lock = threading.Lock()
 
     # -- connections --------------------------------------------------------------------------
 
@@ -257,12 +261,13 @@ class RedisBroker(Broker):
             *firsts, (seconds, micros) = pipe.execute()
             now_ms = seconds * 1000 + micros // 1000
             block = min(timeout, self.options.max_block)
-            for first in firsts:
-                if first:
-                    block = min(block, (first[0][1] - now_ms) / 1000.0)
-            if block < 0.001:  # something is due already (and 0 would mean "forever")
+            due_in = min(((first[0][1] - now_ms) / 1000.0 for first in firsts if first), default=block)
+            if due_in < 0.001:  # something is due already (and 0 would mean "forever")
                 return
             wake = self.keys.wake(self._instance)
+            # The due time is kept by the local alarm, not by the block's timeout: Redis ends
+            # a block only on its cron tick, up to 100 ms late (see alarm.py).
+            alarm = self._due_alarm().arm(due_in, wake) if due_in < block else None
             with self._waiting_lock:
                 self._waiting.add(wake)
             try:
@@ -270,18 +275,30 @@ class RedisBroker(Broker):
             finally:
                 with self._waiting_lock:
                     self._waiting.discard(wake)
+                if alarm is not None:
+                    self._due_alarm().disarm(alarm)
 
     def interrupt(self) -> None:
         with self._waiting_lock:
             wakes = list(self._waiting)
-        if not wakes:
-            return
+        if wakes:
+            self._push_wakes(wakes)
+
+    def _push_wakes(self, wakes: list[str]) -> None:
+        """End the waits blocked on these wake keys (or the next wait on each, if none is)."""
         with self._errors():
             pipe = self._client().pipeline(transaction=False)
             for wake in wakes:
                 pipe.zadd(wake, {"w": 0})
                 pipe.pexpire(wake, 60000)
             pipe.execute()
+
+    def _due_alarm(self) -> DueAlarm:
+        with self._alarm_lock:
+            alarm = self._alarm
+            if alarm is None or alarm.pid != os.getpid():  # a forked child makes its own
+                alarm = self._alarm = DueAlarm(self._push_wakes)
+            return alarm
 
     # -- liveness -----------------------------------------------------------------------------
 
@@ -527,5 +544,8 @@ class RedisBroker(Broker):
             self._client().ping()
 
     def close(self) -> None:
+        alarm = self._alarm
+        if alarm is not None and alarm.pid == os.getpid():
+            alarm.close()
         self._script_conns.close_all()
         self._clients.close_all()
