@@ -38,6 +38,7 @@ from ..base import (
 )
 from . import migrate, statements, wakeups
 from .admin import PostgresAdmin
+from .announce import DueAnnouncer
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
 from .options import PostgresOptions, libpq_url
 from .results import PostgresResults
@@ -85,7 +86,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         self._setup_lock = threading.Lock()
         self._listener = wakeups.PerProcess(self._make_listener)
         self._debouncer = wakeups.PerProcess(self._make_debouncer)
-        self._announcer = wakeups.PerProcess(self._make_announcer)
+        self._due = DueAnnouncer(self.options, self._channel, self._run)
         self._promotion = wakeups.PerProcess(lambda: PromotionClock(self.options.poll_interval))
         self._sweep = wakeups.PerProcess(SweepClock)
         self._poller = wakeups.PerProcess(Poller)
@@ -189,15 +190,6 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
     def _send_notifies(self, channels: list[str]) -> None:
         self._run("notify_channels", {"channels": channels, "payload": ""})
 
-    def _make_announcer(self) -> wakeups.NotifyDebouncer:
-        # its own token bucket: announcing due times never delays a ready task's NOTIFY
-        return wakeups.NotifyDebouncer(
-            self.options.notify_debounce, self._send_due_notifies, burst=self.options.notify_burst
-        )
-
-    def _send_due_notifies(self, channels: list[str]) -> None:
-        self._run("notify_channels", {"channels": channels, "payload": wakeups.DUE_PAYLOAD})
-
     # -- parameters ---------------------------------------------------------------------------
 
     def _channel(self, queue: str) -> str:
@@ -258,13 +250,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
                 "channel": channels[0] if channels else None,
                 "due_channels": None,
             }
-        return {
-            **params,
-            **dict.fromkeys(scalars),
-            "channels": channels,
-            "channel": None,
-            "due_channels": None,
-        }
+        return {**params, **dict.fromkeys((*scalars, "due_channels")), "channels": channels, "channel": None}
 
     def _admit(self, queues: Iterable[str]) -> tuple[list[str], list[str]]:
         """NOTIFY channels to send inline now, and those held for the debouncer's trailing edge."""
@@ -280,25 +266,6 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         if held:
             self._debouncer.get().defer(held)
 
-    def _due_soon(self, messages: Iterable[Message]) -> list[str]:
-        """The channels of the queues whose task in ``messages`` falls due before the next
-        timed promotion: idle workers must learn its due time to wake for it (see
-        PromotionClock). Later ones are found by that promotion."""
-        if not self.options.notify:
-            return []
-        now = time.time()
-        horizon = now + self.options.poll_interval
-        queues = {m.queue for m in messages if m.eta is not None and now < m.eta <= horizon}
-        return [self._channel(q) for q in sorted(queues)]
-
-    def _announce_due(self, messages: Iterable[Message]) -> None:
-        """After the statement that scheduled ``messages`` committed: one 'due' NOTIFY per
-        queue with a task due soon, sent by the announcer's thread and debounced per channel
-        like a ready task's."""
-        channels = self._due_soon(messages)
-        if channels:
-            self._announcer.get().defer(channels)
-
     # -- messages ---------------------------------------------------------------------------
 
     def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
@@ -311,7 +278,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         inline, held = self._admit(ready)
         self._run("job_enqueue", self._enqueue_params(messages, params, inline))
         self._defer(held)
-        self._announce_due(messages)
+        self._due.announce(messages)
 
     def _enqueue_through(
         self, connection: Any, messages: Sequence[Message], params: dict[str, Any], ready: set[str]
@@ -320,12 +287,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
 
         The NOTIFYs aren't debounced here: PostgreSQL sends them at the caller's COMMIT (and
         drops them on ROLLBACK), which the debouncer can't see; duplicates within one
-        transaction are folded by the server anyway. That goes for the 'due' announcements of
-        tasks due soon too (see _announce_due), which can't be sent after a commit we don't see.
+        transaction are folded by the server anyway. So are the 'due' ones (see announce.py).
         """
         channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
         params = self._enqueue_params(messages, params, channels)
-        params["due_channels"] = self._due_soon(messages) or None  # sent at the caller's commit
+        params["due_channels"] = self._due.channels(messages) or None  # sent at the caller's commit
         stmt = self._statements()["job_enqueue"]
         # Django's wrapper holds the DB-API connection (None until it connects: then its own
         # cursor(), which takes the same pyformat parameters, does)
@@ -442,10 +408,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         ok = bool(row and row[0])
         if ok:
             self._defer(held)  # a held chord callback channel whose chord didn't fire: spurious, harmless
-            if isinstance(outcome, RetryLater):
-                self._announce_due([outcome.message])  # a retry's backoff
-            elif isinstance(outcome, Complete | DeadLetter):
-                self._announce_due(outcome.followups)
+            # tell idle workers of a retry's backoff or of follow-ups with a countdown
+            scheduled = (
+                [outcome.message] if isinstance(outcome, RetryLater) else getattr(outcome, "followups", ())
+            )
+            self._due.announce(scheduled)
             record = getattr(outcome, "result", None)
             if self._result_backend is not None and record is not None:
                 self._result_backend.store_result(record)
@@ -660,9 +627,10 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             conn.execute("SELECT 1")
 
     def close(self) -> None:
-        for debouncer in (self._debouncer.pop(), self._announcer.pop()):
-            if debouncer is not None:
-                debouncer.close()  # sends pending trailing NOTIFYs first
+        debouncer = self._debouncer.pop()
+        if debouncer is not None:
+            debouncer.close()  # sends pending trailing NOTIFYs first
+        self._due.close()
         listener = self._listener.pop()
         if listener is not None:
             listener.close()
