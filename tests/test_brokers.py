@@ -340,6 +340,71 @@ def test_wait_returns_when_another_broker_instance_enqueues(make_broker: BrokerM
         thread.join(DEADLINE)
 
 
+DUE_WAKE_BOUND = 10.0  # seconds past the due time: far under every broker's slowest fallback
+
+
+@pytest.mark.parametrize("scheduled", ["before the wait", "during the wait", "as a retry"])
+def test_an_idle_waiting_claimer_wakes_when_a_scheduled_task_falls_due(
+    make_broker: BrokerMaker, scheduled: str
+) -> None:
+    """A task due in 1 s reaches a claimer blocked in one long wait() within
+    DUE_WAKE_BOUND of its due time. The factory's SLOW_FALLBACK_OPTIONS push every
+    periodic fallback (PostgreSQL's timed promotion) to a minute and the wait asks for two,
+    so the bound is met only if the wait itself ends at the due time: an event, not a speed.
+    """
+    options = {
+        **make_broker.config().transport_options,
+        **getattr(make_broker.module, "SLOW_FALLBACK_OPTIONS", {}),
+    }
+    consumer = make_broker(transport_options=options)
+    producer = make_broker(transport_options=options)
+    queue = "due-wake"
+    producer.enqueue([msg(queue)])
+    first = claim_soon(consumer, [queue])  # warm up: schema, first timed promotion, LISTEN
+    assert consumer.settle(first, Complete())
+    task = msg(queue)
+    if scheduled == "before the wait":
+        eta = time.time() + 1.0
+        producer.enqueue([task.replace(eta=eta)])
+    claimed: list[Delivery] = []
+    done = threading.Event()
+    waiting = threading.Event()
+    stop = threading.Event()
+
+    def claimer() -> None:
+        while not stop.is_set():
+            delivery = consumer.claim([queue], WORKER_A)
+            if delivery is not None:
+                claimed.append(delivery)
+                done.set()
+                return
+            waiting.set()
+            consumer.wait([queue], 120.0)  # ends early only on a wake-up
+
+    if scheduled == "as a retry":
+        producer.enqueue([task])
+        held = claim_soon(consumer, [queue])
+        eta = time.time() + 1.0
+        assert consumer.settle(held, RetryLater(message=task.replace(retries=1, eta=eta)))
+    thread = threading.Thread(target=claimer, daemon=True)
+    thread.start()
+    if scheduled == "during the wait":
+        assert waiting.wait(DEADLINE), "the claimer never got to its wait"
+        eta = time.time() + 1.0
+        producer.enqueue([task.replace(eta=eta)])
+    try:
+        assert done.wait(max(0.0, eta + DUE_WAKE_BOUND - time.time())), (
+            f"a task due in 1 s ({scheduled}) wasn't claimed within {DUE_WAKE_BOUND} s of its due time: "
+            "the idle claimer's wait didn't wake for it"
+        )
+        assert claimed[0].id == task.id
+        assert time.time() >= eta  # never early
+    finally:
+        stop.set()
+        consumer.interrupt()
+        thread.join(timeout=DEADLINE)
+
+
 # ----------------------------------------------------------------------------- fencing and settle
 
 

@@ -48,6 +48,11 @@ def send(task: str, *args: Any) -> None:
     TASKS[task].delay(*args)
 
 
+def send_later(task: str, countdown: float, *args: Any) -> None:
+    """One task due in ``countdown`` seconds, as ``apply_async(countdown=...)`` sends it."""
+    TASKS[task].apply_async(args, countdown=countdown)
+
+
 def send_many(task: str, args_list: Sequence[Sequence[Any]], **options: Any) -> None:
     """One group: one broker enqueue call for all of its messages."""
     group(TASKS[task].s(*args) for args in args_list).apply_async(**options)

@@ -39,6 +39,7 @@ from ..base import (
 )
 from . import migrate, statements, wakeups
 from .admin import PostgresAdmin
+from .announce import DueAnnouncer
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
 from .history import PostgresHistory
 from .options import PostgresOptions, libpq_url
@@ -88,6 +89,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
         self._setup_lock = threading.Lock()
         self._listener = wakeups.PerProcess(self._make_listener)
         self._debouncer = wakeups.PerProcess(self._make_debouncer)
+        self._due = DueAnnouncer(self.options, self._channel, self._run)
         self._promotion = wakeups.PerProcess(lambda: PromotionClock(self.options.poll_interval))
         self._sweep = wakeups.PerProcess(SweepClock)
         self._poller = wakeups.PerProcess(Poller)
@@ -180,7 +182,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
             return cur.fetchall() if cur.description is not None else []
 
     def _make_listener(self) -> wakeups.Listener:
-        return wakeups.Listener(self._connect, lambda channel: self._statements().listen(channel))
+        return wakeups.Listener(
+            self._connect,
+            lambda channel: self._statements().listen(channel),
+            on_due=lambda: self._promotion.get().expect_now(),
+        )
 
     def _make_debouncer(self) -> wakeups.NotifyDebouncer:
         return wakeups.NotifyDebouncer(
@@ -188,7 +194,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
         )
 
     def _send_notifies(self, channels: list[str]) -> None:
-        self._run("notify_channels", {"channels": channels})
+        self._run("notify_channels", {"channels": channels, "payload": ""})
 
     # -- parameters ---------------------------------------------------------------------------
 
@@ -248,8 +254,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
                 **single,
                 "channels": None,
                 "channel": channels[0] if channels else None,
+                "due_channels": None,
             }
-        return {**params, **dict.fromkeys(scalars), "channels": channels, "channel": None}
+        return {**params, **dict.fromkeys((*scalars, "due_channels")), "channels": channels, "channel": None}
 
     def _admit(self, queues: Iterable[str]) -> tuple[list[str], list[str]]:
         """NOTIFY channels to send inline now, and those held for the debouncer's trailing edge."""
@@ -277,6 +284,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
         inline, held = self._admit(ready)
         self._run("job_enqueue", self._enqueue_params(messages, params, inline))
         self._defer(held)
+        self._due.announce(messages)
 
     def _enqueue_through(
         self, connection: Any, messages: Sequence[Message], params: dict[str, Any], ready: set[str]
@@ -285,10 +293,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
 
         The NOTIFYs aren't debounced here: PostgreSQL sends them at the caller's COMMIT (and
         drops them on ROLLBACK), which the debouncer can't see; duplicates within one
-        transaction are folded by the server anyway.
+        transaction are folded by the server anyway. So are the 'due' ones (see announce.py).
         """
         channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
         params = self._enqueue_params(messages, params, channels)
+        params["due_channels"] = self._due.channels(messages) or None  # sent at the caller's commit
         stmt = self._statements()["job_enqueue"]
         # Django's wrapper holds the DB-API connection (None until it connects: then its own
         # cursor(), which takes the same pyformat parameters, does)
@@ -358,7 +367,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
                 with conn.pipeline():  # one round trip: promote, then claim
                     promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
                     claimed = conn.execute(stmts["job_claim"].query, params)
-                clock.promoted(statements.first_int(promoted.fetchone()))
+                clock.promoted(*statements.promotion(promoted.fetchone()))
             else:
                 claimed = conn.execute(stmts["job_claim"].query, params)
             delivery = self._delivery(claimed.fetchone(), worker)
@@ -376,7 +385,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
         name, params, held = self._settle_params(delivery, outcome)
         self._store_elsewhere(outcome)
         rows = self._run_after_history(name, params)  # buffered history rows ride along
-        ok = self._settled(rows[0] if rows else None, held)
+        ok = self._settled(rows[0] if rows else None, held, outcome)
         if ok:  # task history (issue 31)
             self._history_settled(delivery, outcome, time.time())
         return ok
@@ -402,11 +411,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
             claimed = (
                 conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
             )
-        ok = self._settled(settled.fetchone(), held)
+        ok = self._settled(settled.fetchone(), held, outcome)
         if ok:  # task history (issue 31)
             self._history_settled(delivery, outcome, time.time())
         if promoted is not None:
-            clock.promoted(statements.first_int(promoted.fetchone()))
+            clock.promoted(*statements.promotion(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
         claim_committed("settle_and_claim", next_delivery)
         self._claimed(next_delivery)
@@ -421,11 +430,17 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
         if self._result_backend is not None and record is not None:
             self._result_backend.store_result(record)
 
-    def _settled(self, row: tuple[Any, ...] | None, held: list[str]) -> bool:
-        """After a settle statement committed: the trailing NOTIFYs it held back."""
+    def _settled(self, row: tuple[Any, ...] | None, held: list[str], outcome: Outcome) -> bool:
+        """After a settle statement committed: the trailing NOTIFYs it held back, and the
+        due-time announcement of what it scheduled."""
         ok = bool(row and row[0])
         if ok:
             self._defer(held)  # a held chord callback channel whose chord didn't fire: spurious, harmless
+            # tell idle workers of a retry's backoff or of follow-ups with a countdown
+            scheduled = (
+                [outcome.message] if isinstance(outcome, RetryLater) else getattr(outcome, "followups", ())
+            )
+            self._due.announce(scheduled)
         return ok
 
     def _settle_params(self, delivery: Delivery, outcome: Outcome) -> tuple[str, dict[str, Any], list[str]]:
@@ -507,8 +522,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
         clock = self._promotion.get()
         if clock.timed_due():
             rows = self._run("job_promote", self._promote_params())
-            count = statements.first_int(rows[0] if rows else None)
-            clock.promoted(count)
+            count, next_due = statements.promotion(rows[0] if rows else None)
+            clock.promoted(count, next_due)
             if count:
                 return  # tasks just became ready (in some queue): claim now
         limit = max(0.0, min(timeout, self.options.poll_interval, max(clock.until_due(), 0.001)))
@@ -644,6 +659,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
         debouncer = self._debouncer.pop()
         if debouncer is not None:
             debouncer.close()  # sends pending trailing NOTIFYs first
+        self._due.close()
         listener = self._listener.pop()
         if listener is not None:
             listener.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -40,6 +41,7 @@ from potatoq.brokers.base import (
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError, WorkerLostError
 from potatoq.message import Message
 
+from .alarm import DueAlarm
 from .history import RedisHistory, _evalsha
 from .keys import Keys
 from .options import RedisOptions, check_server, redis_url
@@ -74,6 +76,8 @@ REAP_BATCH = 1000  # expired leases recovered per call
 CLAIM_RETRY_PAUSES = (0.0, 0.1, 0.5)
 # How much longer than its block a waiting BZPOPMIN's reply may take to come back.
 WAIT_READ_MARGIN = 10.0
+# The marker member wait_release.lua adds when a timer hands its queue on.
+HANDOFF = b"h"
 # After interrupt(), wait() returns at once for this long (seconds): a thread that was
 # between a claim and its wait when interrupt() ran doesn't block for the whole cap.
 INTERRUPT_GRACE = 5.0
@@ -115,6 +119,8 @@ class RedisBroker(RedisPause, RedisHistory, Broker):
         self._waiting_lock = threading.Lock()
         self._waiting: set[str] = set()  # wake keys of threads blocked in wait()
         self._interrupted_until = 0.0  # monotonic time until which wait() returns at once
+        self._alarm: DueAlarm | None = None  # this process's (see _due_alarm)
+        self._alarm_lock = threading.Lock()
 
     # -- connections --------------------------------------------------------------------------
 
@@ -355,19 +361,38 @@ class RedisBroker(RedisPause, RedisHistory, Broker):
         if block_ms < 1:  # something is due already (and 0 would mean "forever")
             return
         wake = self.keys.wake(self._instance)
+        block = block_ms / 1000
+        # The queue's timer keeps its due time with the local alarm, not with the block's
+        # timeout: Redis ends a block only on its cron tick, up to 100 ms late (alarm.py).
+        due_at = time.monotonic() + block
+        alarm = self._due_alarm().arm(block, wake) if timed else None
         with self._waiting_lock:
             self._waiting.add(wake)
         try:
             with self._errors():
-                block = block_ms / 1000
                 keys = [*(self.keys.marker(n) for n in names), wake]
                 conn = self._script_conns.get()
-                popped = _blocking_command(conn, block + WAIT_READ_MARGIN, "BZPOPMIN", *keys, f"{block:.3f}")
+                # the timer's own block outlasts its due time: the alarm ends it (a second later
+                # the server's timeout would, should the alarm's push fail)
+                server_block = block + 1.0 if timed else block
+                popped = _blocking_command(
+                    conn, server_block + WAIT_READ_MARGIN, "BZPOPMIN", *keys, f"{server_block:.3f}"
+                )
+                while timed and popped and popped[1] == HANDOFF and due_at - time.monotonic() > 0.001:
+                    # the timer's hand-off (wait_release.lua), popped by the waiter that holds
+                    # the timer now: keep timing rather than wake for nothing
+                    left = due_at - time.monotonic() + 1.0
+                    popped = _blocking_command(
+                        conn, left + WAIT_READ_MARGIN, "BZPOPMIN", *keys, f"{left:.3f}"
+                    )
         finally:
             with self._waiting_lock:
                 self._waiting.discard(wake)
+            if alarm is not None:
+                self._due_alarm().disarm(alarm)
         if timed:
-            self._run("wait_release", [waiter, timed.decode(), "0" if popped else "1"])
+            at_due_time = not popped or time.monotonic() >= due_at  # the alarm's push counts as due
+            self._run("wait_release", [waiter, timed.decode(), "1" if at_due_time else "0"])
 
     def interrupt(self) -> None:
         # A thread between its last claim and registering in _waiting would miss the wake
@@ -375,14 +400,24 @@ class RedisBroker(RedisPause, RedisHistory, Broker):
         self._interrupted_until = time.monotonic() + INTERRUPT_GRACE
         with self._waiting_lock:
             wakes = list(self._waiting)
-        if not wakes:
-            return
+        if wakes:
+            self._push_wakes(wakes)
+
+    def _push_wakes(self, wakes: list[str]) -> None:
+        """End the waits blocked on these wake keys (or the next wait on each, if none is)."""
         with self._errors():
             pipe = self._client().pipeline(transaction=False)
             for wake in wakes:
                 pipe.zadd(wake, {"w": 0})
                 pipe.pexpire(wake, 60000)
             pipe.execute()
+
+    def _due_alarm(self) -> DueAlarm:
+        with self._alarm_lock:
+            alarm = self._alarm
+            if alarm is None or alarm.pid != os.getpid():  # a forked child makes its own
+                alarm = self._alarm = DueAlarm(self._push_wakes)
+            return alarm
 
     # -- liveness -----------------------------------------------------------------------------
 
@@ -659,5 +694,8 @@ class RedisBroker(RedisPause, RedisHistory, Broker):
     def close(self) -> None:
         with suppress(Exception):  # best effort: buffered history records (issue 31)
             self._history_flush()
+        alarm = self._alarm
+        if alarm is not None and alarm.pid == os.getpid():
+            alarm.close()
         self._script_conns.close_all()
         self._clients.close_all()

@@ -855,9 +855,10 @@ def test_promotion_notifies_each_queue_once(make: Make) -> None:
     broker.enqueue([msg("promo-later", eta=time.time() + 3600)])
     time.sleep(0.25)
     assert due < time.time()
-    [(promoted, notified)] = broker._run("job_promote", broker._promote_params())
+    [(promoted, notified, next_due)] = broker._run("job_promote", broker._promote_params())
     assert (promoted, notified) == (40, 2)
-    [(promoted, notified)] = broker._run("job_promote", broker._promote_params())
+    assert 3500 < next_due <= 3600  # the hour-away task: an idle worker may sleep until then
+    [(promoted, notified, _)] = broker._run("job_promote", broker._promote_params())
     assert (promoted, notified) == (0, 0)
 
 
@@ -1037,3 +1038,25 @@ def test_a_single_enqueue_notifies_only_a_new_ready_task(make: Make, pg_url: str
     assert broker.claim(["solo"], WORKER).id == first.id  # type: ignore[union-attr]
     assert broker.claim(["solo"], WORKER).id == marker.id  # type: ignore[union-attr]
     assert broker.claim(["solo"], WORKER) is None
+
+
+def test_a_task_due_soon_is_announced_with_a_due_notify_after_its_commit(make: Make, pg_url: str) -> None:
+    """An enqueue due within poll_interval sends a 'due' NOTIFY on its queue (on which idle
+    workers learn its due time); inside a caller's transaction only at that commit; a task
+    due after the next timed promotion sends none."""
+    broker = make(poll_interval=QUIET)
+    broker.migrate()
+    channel = wakeups.channel_name(broker._channel_prefix, "soon")
+    with psycopg.connect(pg_url, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        broker.enqueue([msg("soon", eta=time.time() + QUIET * 10)])  # found by a timed promotion
+        broker.enqueue([msg("soon", eta=time.time() + 1)])
+        [note] = listener.notifies(timeout=WAIT, stop_after=1)
+        assert (note.channel, note.payload) == (channel, wakeups.DUE_PAYLOAD)
+        with psycopg.connect(pg_url) as conn:
+            broker.enqueue([msg("soon", eta=time.time() + 1)], connection=conn)
+            assert list(listener.notifies(timeout=0.2)) == []  # not before the commit
+            conn.commit()
+        [note] = listener.notifies(timeout=WAIT, stop_after=1)
+        assert (note.channel, note.payload) == (channel, wakeups.DUE_PAYLOAD)
+        assert list(listener.notifies(timeout=0.2)) == []  # the task due in 300 s sent none

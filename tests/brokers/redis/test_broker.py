@@ -655,3 +655,19 @@ def test_forked_child_opens_its_own_connection(broker: RedisBroker) -> None:
     assert fresh and claimed == task.id
     parent_client.ping()  # the parent's connection is untouched
     assert broker.claim(["default"], WORKER) is None
+
+
+def test_a_wait_ends_at_the_due_time_by_the_local_alarm(broker: RedisBroker) -> None:
+    """The earliest due time no longer bounds the block's timeout (Redis ends a block only
+    on its cron tick, up to 100 ms late): the local alarm pushes the wake key at that time.
+    With the timeout left at max_block (20 s), a task due in 0.5 s claimed within 10 s was
+    woken for by the alarm."""
+    queue = "alarm"
+    broker.enqueue([msg(queue, eta=time.time() + 0.5)])
+    deadline = time.monotonic() + 10.0
+    delivery = None
+    while delivery is None and time.monotonic() < deadline:
+        broker.wait([queue], 60.0)  # the first returns at once: the enqueue armed the marker
+        delivery = broker.claim([queue], WORKER)
+    assert delivery is not None, "the wait wasn't ended at the due time"
+    assert broker._due_alarm().rung >= 1

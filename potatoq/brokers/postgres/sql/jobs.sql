@@ -32,11 +32,18 @@ WITH inserted AS (
     SELECT pg_notify(channel, '')
     FROM unnest(coalesce(%(channels)s::text[], ARRAY[%(channel)s::text])) AS channel
     WHERE channel IS NOT NULL AND EXISTS (SELECT FROM inserted)
+), announced AS MATERIALIZED (
+    -- due_channels (inside a caller's transaction only, else NULL): queues of tasks that
+    -- fall due soon, announced at that transaction's commit (see wakeups.DUE_PAYLOAD)
+    SELECT pg_notify(channel, 'due') FROM unnest(%(due_channels)s::text[]) AS channel
+    WHERE EXISTS (SELECT FROM inserted)
 )
-SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM notified) AS notified;
+SELECT (SELECT count(*) FROM inserted) AS inserted,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM announced) AS notified;
 
 -- name: job_promote
--- Make due scheduled tasks ready, then NOTIFY each affected queue once. SKIP LOCKED lets
+-- Make due scheduled tasks ready, then NOTIFY each affected queue once; also say when the
+-- next one falls due. SKIP LOCKED lets
 -- every worker run this concurrently; the scan only touches due rows of the state = 0
 -- index, never far-future ones, and never the ready index. A promoted task gets a new seq
 -- so it queues behind tasks that were ready before it.
@@ -58,7 +65,12 @@ WITH due AS MATERIALIZED (
                           ELSE 'potatoq:' || md5(%(channel_prefix)s || queue) END, '')
     FROM queues WHERE %(notify)s
 )
-SELECT coalesce(sum(n), 0)::bigint AS promoted, (SELECT count(*) FROM notified) AS notified
+SELECT coalesce(sum(n), 0)::bigint AS promoted, (SELECT count(*) FROM notified) AS notified,
+       -- seconds until the earliest task still scheduled falls due (NULL: none), so that an
+       -- idle worker sleeps until then instead of until its next timed promotion. Relative to
+       -- the server's clock, which set run_at; one more short scan of the state = 0 index.
+       (SELECT extract(epoch FROM min(run_at) - clock_timestamp())::float8
+        FROM {schema}.potatoq_jobs WHERE state = 0 AND run_at > now()) AS next_due
 FROM queues;
 
 -- name: job_claim

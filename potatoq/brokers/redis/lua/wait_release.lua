@@ -16,5 +16,8 @@ if ARGV[4] == '1' then
 elseif not mine then
   return 0
 end
-arm(q)
+-- The hand-off is its own marker member ('h'): a waiter that pops it while it holds the
+-- timer itself (it handed the timer on, then came back and took it again, with nobody
+-- else waiting) keeps timing instead of waking, so a lone waiter doesn't spin.
+redis.call('ZADD', k_marker(q), 0, 'h')
 return 1
