@@ -129,6 +129,15 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
             if conn.closed or conn.broken:
                 self._conns.discard()
             raise OperationalError(f"PostgreSQL broker at {mask_url(self.config.url)}: {exc}") from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            # A standby (or a primary demoted under us): retry like an outage, on a new
+            # connection, which target_session_attrs=read-write sends to the primary.
+            self._conns.discard()
+            raise OperationalError(
+                f"PostgreSQL broker at {mask_url(self.config.url)} reached a read-only server "
+                f"(a standby?): {exc}; list every host in the URL and add "
+                "?target_session_attrs=read-write so that connections go to the primary"
+            ) from exc
 
     def _statements(self) -> statements.Statements:
         """The rendered SQL, installing or upgrading the schema on first use."""
