@@ -47,8 +47,8 @@ WORK_MS = 10.0  # each task works this long, so that tasks are in flight at the 
 CONNECTION_TIMEOUT = 5.0  # a .delay() retries this long: longer than the failover takes
 
 
-@pytest.fixture
-def pair() -> Iterator[PostgresPair]:
+def require_pair() -> None:
+    """Skip when a primary/standby pair can't run here (fail under ``CI=true``)."""
     reason = servers.available("postgres")
     if reason is None and not (PG_BIN / "pg_basebackup").exists():
         reason = f"{PG_BIN}/pg_basebackup not found"
@@ -56,6 +56,11 @@ def pair() -> Iterator[PostgresPair]:
         if services.IN_CI:
             pytest.fail(f"PostgreSQL primary/standby pair: {reason}", pytrace=False)
         pytest.skip(reason)
+
+
+@pytest.fixture
+def pair() -> Iterator[PostgresPair]:
+    require_pair()
     instance = PostgresPair(synchronous=True)
     try:
         instance.start()
@@ -210,9 +215,7 @@ def test_returned_enqueue_survives_failover_only_with_synchronous_replication(
     * asynchronous: the ``.delay()`` returns at once, and the promoted standby never saw the
       task: an acknowledged enqueue is lost. This is the trade-off the docs state.
     """
-    reason = servers.available("postgres")
-    if reason is not None:
-        pytest.skip(reason)
+    require_pair()
     pair = PostgresPair(synchronous=synchronous)
     request.addfinalizer(pair.close)
     pair.start()
