@@ -31,12 +31,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig
 from potatoq.exceptions import OperationalError
 from potatoq.states import SUCCESS
 from tests import services
 
-from . import servers
+from . import proj, servers
 from .harness import FaultEnv, client, report, wait_for
 from .pg_pair import PG_BIN, PostgresPair
 
@@ -92,14 +93,11 @@ class Producer(threading.Thread):
 def test_standby_url_is_refused_as_read_only_with_a_hint(pair: PostgresPair, tmp_path) -> None:
     """A connection that lands on a standby (no target_session_attrs) is a connection error
     with the fix in it, retried like an outage, not a failed task."""
-    from potatoq.brokers import create_broker
-
     primary = create_broker(BrokerConfig(url=pair.url(pair.primary_port)))
-    primary.migrate()  # the tables exist on both servers once replayed
+    primary.migrate()
     primary.close()
+    wait_for(pair.caught_up, 60, "the standby to replay the schema")  # so the enqueue is what fails
     standby = create_broker(BrokerConfig(url=pair.url(pair.standby_port)))
-    from tests.faults import proj
-
     message = proj.app.make_message("faults.add", (1, 2))
     try:
         with pytest.raises(OperationalError, match="read-only server.*target_session_attrs=read-write"):
