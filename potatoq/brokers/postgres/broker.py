@@ -42,7 +42,7 @@ from .admin import PostgresAdmin
 from .announce import DueAnnouncer
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
 from .history import PostgresHistory
-from .options import PostgresOptions, libpq_url
+from .options import RECONNECT_ERRORS, PostgresOptions, connection_failure, libpq_url
 from .pause import PostgresPause
 from .results import PostgresResults
 
@@ -58,10 +58,6 @@ INT32 = 2**31
 
 
 # ----------------------------------------------------------------------------- the broker
-
-
-def _close_connection(conn: psycopg.Connection[Any]) -> None:
-    conn.close()
 
 
 def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
@@ -84,7 +80,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
         self.options = PostgresOptions.from_transport_options(config.transport_options)
         self._conninfo = libpq_url(config.url)
         self._channel_prefix = wakeups.channel_prefix(self.options.schema)
-        self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(self._connect, _close_connection)
+        self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(
+            self._connect, psycopg.Connection.close
+        )
         self._stmts: statements.Statements | None = None
         self._setup_lock = threading.Lock()
         self._listener = wakeups.PerProcess(self._make_listener)
@@ -129,10 +127,10 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
             conn = self._conns.get()
         try:
             yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            if conn.closed or conn.broken:
-                self._conns.discard()
-            raise OperationalError(f"PostgreSQL broker at {mask_url(self.config.url)}: {exc}") from exc
+        except RECONNECT_ERRORS as exc:
+            if conn.closed or conn.broken or isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+                self._conns.discard()  # read-only: a standby; a new connection may reach the primary
+            raise OperationalError(connection_failure(self.config.url, exc)) from exc
 
     def _statements(self) -> statements.Statements:
         """The rendered SQL, installing or upgrading the schema on first use."""
