@@ -10,8 +10,9 @@ import socket
 import ssl
 import threading
 import time
+import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import pika
@@ -43,7 +44,14 @@ from potatoq.brokers.rabbitmq.lease import SchedulerLease
 from potatoq.brokers.rabbitmq.ops import Await, Op, Publish
 from potatoq.brokers.rabbitmq.options import RabbitMQOptions
 from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
-from potatoq.brokers.rabbitmq.topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
+from potatoq.brokers.rabbitmq.topology import (
+    H_DELIVERIES,
+    H_DIED_AT,
+    H_ONCE,
+    H_QUEUE,
+    H_REASON,
+    Topology,
+)
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES, REVOKED
@@ -64,6 +72,8 @@ BATCH = 2000
 #: Time allowed per message of a batch for its confirm, on top of broker_connection_timeout.
 PER_MESSAGE = 0.002
 _FIRED_KEEP = 1000
+#: Namespace of the ids of periodic fires (uuid5 of the entry name and the fire time).
+_FIRE_NAMESPACE = uuid.UUID("5b0f6f1e-7c1a-4c55-9b7e-3c4a2f1d9e10")
 
 
 class _ProcessState:
@@ -134,6 +144,11 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         self._lock = threading.Lock()
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
+        # Chord parts (group id, index) whose join in this process hasn't finished
+        # publishing the callback it may owe (a settle that failed and will be retried).
+        self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
+        #: Tests only: called with the name of each fault-injection point reached.
+        self.fault_hook: Callable[[str], None] | None = None
 
     @property
     def writes_results_at_settle(self) -> bool:
@@ -234,7 +249,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             if pending is None:
                 return None
             delivery = self._delivery(state, pending, worker)
-            if not self._skipped(state, delivery):
+            if not self._skipped(state, delivery, _once(pending)):
                 return delivery
 
     def _delivery(self, state: _ProcessState, pending: Pending, worker: WorkerRef) -> Delivery:
@@ -254,11 +269,12 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             handle=pending.tag,
         )
 
-    def _skipped(self, state: _ProcessState, delivery: Delivery) -> bool:
+    def _skipped(self, state: _ProcessState, delivery: Delivery, once: bool) -> bool:
         """Deliveries that must not run: one past the delivery limit (possible only after a
         graceful requeue re-published it, see ``Intake.settle_op``), a copy of one whose
-        process the supervisor killed, or a revoked task. Each is settled here and the
-        claim goes on."""
+        process the supervisor killed, a revoked task, or a duplicate of a message sent
+        ``once`` (a chord callback, a periodic fire) whose id already has a finished
+        result. Each is settled here and the claim goes on."""
         limit = self.topology.max_deliveries
         if delivery.deliveries > limit:
             reason = f"WorkerLostError: delivered {delivery.deliveries - 1} times without finishing"
@@ -273,9 +289,11 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             if action == "drop":  # killed at its hard time limit, dead-lettered already
                 state.link.run(state.intake.settle_op, delivery.token, [], "ack")
                 return True
-        if self.backend is not None and self.is_revoked(delivery.id):
-            self.settle(delivery, Complete())
-            return True
+        if self.backend is not None:
+            record = self.backend.get_result(delivery.id)
+            if record is not None and (record.state == REVOKED or (once and record.state in READY_STATES)):
+                self.settle(delivery, Complete())
+                return True
         return False
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
@@ -319,7 +337,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         if pending is None:
             return applied, None
         following = self._delivery(state, pending, worker)
-        if self._skipped(state, following):
+        if self._skipped(state, following, _once(pending)):
             return applied, self.claim(queues, worker)
         return applied, following
 
@@ -348,7 +366,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         elif isinstance(outcome, Complete | DeadLetter):
             self._write_result(outcome.result)
             if outcome.chord is not None:
-                self._join_chord(outcome.chord)
+                self._join_chord(outcome.chord, redelivered=delivery.deliveries > 1)
             publishes.extend(session.outgoing(self._checked(m), now) for m in outcome.followups)
             if isinstance(outcome, DeadLetter):
                 publishes.append(self._dead_letter_publish(delivery, outcome.reason, now))
@@ -375,11 +393,38 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         if record is not None and self.backend is not None:
             self.backend.store_result(record)
 
-    def _join_chord(self, join: ChordJoin) -> None:
-        # The completing join publishes the callback at once, stale delivery or not: the
-        # join is recorded, and a redelivered copy joining again won't complete it twice.
-        if self.chord_join(join, enqueue_callback=False):
-            self.enqueue([join.callback])
+    def _join_chord(self, join: ChordJoin, *, redelivered: bool) -> None:
+        # The completing join publishes the callback at once, stale delivery or not.
+        # The backend records the join (and the chord as fired) before that publish, so
+        # a crash or a failed publish in between would lose the callback: a part joining
+        # again (redelivered, or a settle retried in this process after a failed attempt)
+        # that finds the chord complete publishes it again. Callbacks go out ``once``
+        # under their own id, so a second copy is dropped at claim once the first has
+        # finished.
+        backend = self._backend("a chord")
+        validate_queue_name(join.callback.queue, allow_dots=False)
+        part = (join.group_id, join.index)
+        with self._lock:
+            again = redelivered or part in self._unfinished_joins
+            self._unfinished_joins[part] = None
+            while len(self._unfinished_joins) > _FIRED_KEEP:
+                self._unfinished_joins.popitem(last=False)
+        done = backend.chord_join(join, enqueue_callback=False)
+        if done or (again and len(backend.chord_parts(join.group_id)) >= join.size):
+            self._publish_once(join.callback)
+        with self._lock:
+            self._unfinished_joins.pop(part, None)
+
+    def _publish_once(self, message: Message) -> None:
+        state = self._process()
+        item = state.session.outgoing(self._checked(message), time.time(), once=True)
+        state.link.run(state.session.publish_all, [item], timeout=self.config.connection_timeout + 1.0)
+
+    def _fault(self, point: str) -> None:
+        """Fault injection for tests: ``fault_hook`` (None in production) runs at ``point``
+        and may raise to stop this step there."""
+        if self.fault_hook is not None:
+            self.fault_hook(point)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
         for queue in queues:
@@ -491,7 +536,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             validate_queue_name(join.callback.queue, allow_dots=False)
         done = backend.chord_join(join, enqueue_callback=False)
         if done and enqueue_callback:
-            self.enqueue([join.callback])
+            self._publish_once(join.callback)
         return done
 
     def chord_parts(self, group_id: str) -> list[bytes]:
@@ -501,18 +546,32 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         if message is not None:
             self._checked(message)
         if self.backend is not None:
-            first = self.backend.claim_fire_time(name, fire_time, None)
-        else:
-            # No shared store: the scheduler leader remembers what it sent (a failover
-            # may then skip or repeat a run; a result backend avoids both).
-            with self._lock:
-                first = (name, fire_time) not in self._fired
-                self._fired[(name, fire_time)] = None
-                while len(self._fired) > _FIRED_KEEP:
-                    self._fired.popitem(last=False)
+            return self._fire_once(self.backend, name, fire_time, message)
+        # No shared store: the scheduler leader remembers what it sent (a failover
+        # may then skip or repeat a run; a result backend avoids both).
+        with self._lock:
+            first = (name, fire_time) not in self._fired
+            self._fired[(name, fire_time)] = None
+            while len(self._fired) > _FIRED_KEEP:
+                self._fired.popitem(last=False)
         if first and message is not None:
             self.enqueue([message])
         return first
+
+    def _fire_once(self, backend: Broker, name: str, fire_time: float, message: Message | None) -> bool:
+        """Publish the run first, then record the fire time: a crash or failed publish in
+        between leaves the fire time unrecorded, so the next tick (or the next leader)
+        sends it again. Every copy of one fire carries the same id, derived from the entry
+        and the fire time, and goes out ``once``: a second copy is dropped at claim once
+        the first has finished."""
+        if message is None:
+            return backend.claim_fire_time(name, fire_time, None)
+        if backend.last_fire_times([name]).get(name, float("-inf")) >= fire_time:
+            return False  # recorded already: sent by another caller
+        fire_id = str(uuid.uuid5(_FIRE_NAMESPACE, f"{name}\0{fire_time!r}"))
+        self._publish_once(message.replace(id=fire_id))
+        self._fault("fire-published")
+        return backend.claim_fire_time(name, fire_time, None)
 
     def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
         if self.backend is not None:
@@ -602,6 +661,11 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         state.link.close()
         if self._own_backend and self.backend is not None:
             self.backend.close()
+
+
+def _once(pending: Pending) -> bool:
+    headers = getattr(pending.properties, "headers", None) or {}
+    return bool(headers.get(H_ONCE))
 
 
 def _worker_lost(delivery: Delivery, reason: str) -> ResultRecord:

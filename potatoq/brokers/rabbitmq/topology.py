@@ -48,6 +48,9 @@ H_QUEUE = "x-potatoq-queue"
 H_DELIVERIES = "x-potatoq-deliveries"
 #: Deliveries a message had before a graceful requeue re-published it (see Intake.settle_op).
 H_PRIOR = "x-potatoq-prior-deliveries"
+#: Marks a message that may be published more than once under one id (a chord callback, a
+#: periodic fire): a copy whose id already has a finished result is dropped at claim.
+H_ONCE = "x-potatoq-once"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
