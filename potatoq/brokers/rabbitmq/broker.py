@@ -10,9 +10,8 @@ import socket
 import ssl
 import threading
 import time
-import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pika
@@ -72,8 +71,9 @@ BATCH = 2000
 #: Time allowed per message of a batch for its confirm, on top of broker_connection_timeout.
 PER_MESSAGE = 0.002
 _FIRED_KEEP = 1000
-#: Namespace of the ids of periodic fires (uuid5 of the entry name and the fire time).
-_FIRE_NAMESPACE = uuid.UUID("5b0f6f1e-7c1a-4c55-9b7e-3c4a2f1d9e10")
+#: Prefix of the periodic entry names under which a fire time is recorded as won (being
+#: sent); the entry's own name records it as sent.
+_SENDING = "potatoq.sending:"
 
 
 class _ProcessState:
@@ -147,8 +147,6 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         # Chord parts (group id, index) whose join in this process hasn't finished
         # publishing the callback it may owe (a settle that failed and will be retried).
         self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
-        #: Tests only: called with the name of each fault-injection point reached.
-        self.fault_hook: Callable[[str], None] | None = None
 
     @property
     def writes_results_at_settle(self) -> bool:
@@ -278,8 +276,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         limit = self.topology.max_deliveries
         if delivery.deliveries > limit:
             reason = f"WorkerLostError: delivered {delivery.deliveries - 1} times without finishing"
-            self._write_result(_worker_lost(delivery, reason))
-            self.settle(delivery, DeadLetter(reason))
+            self.settle(delivery, DeadLetter(reason, result=_worker_lost(delivery, reason)))
             return True
         if delivery.deliveries > 1:
             action: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
@@ -349,11 +346,18 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         comes first, so a late settle of a delivery handed to another worker meanwhile
         writes no result over the new delivery's."""
         token = delivery.token
+        fence = _fence(state, delivery)
+        if fence is None:
+            return None
         current = state.intake.is_current_now(token)
         if current is None:  # a round trip decides (after a stall or a long hold)
             current = state.link.run(state.intake.is_current_op, token)
         if not current:
             return None
+        # The delivery may still be lost between that check and the result write (the
+        # process is paused, its connection times out, another worker runs the task): the
+        # write is conditional on this claim's fence, so it never replaces the result of
+        # the claim that came after (see brokers.fencing).
         session = state.session
         now = time.time()
         publishes: list[Outgoing] = []
@@ -361,10 +365,12 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         if isinstance(outcome, Requeue):
             action = "requeue" if outcome.crashed else "republish"
         elif isinstance(outcome, RetryLater):
-            self._write_result(outcome.result)
+            if not self._write_result(outcome.result, fence):
+                return None
             publishes.append(session.outgoing(self._checked(outcome.message), now))
         elif isinstance(outcome, Complete | DeadLetter):
-            self._write_result(outcome.result)
+            if not self._write_result(outcome.result, fence):
+                return None
             if outcome.chord is not None:
                 self._join_chord(outcome.chord, redelivered=delivery.deliveries > 1)
             publishes.extend(session.outgoing(self._checked(m), now) for m in outcome.followups)
@@ -389,9 +395,11 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         )
         return Outgoing(publish, delivery.queue, delayed=False)
 
-    def _write_result(self, record: ResultRecord | None) -> None:
-        if record is not None and self.backend is not None:
-            self.backend.store_result(record)
+    def _write_result(self, record: ResultRecord | None, fence: int) -> bool:
+        """Write ``record`` unless a later claim's result is stored: False if refused."""
+        if record is None or self.backend is None:
+            return True
+        return self.backend.store_result_fenced(record, fence)
 
     def _join_chord(self, join: ChordJoin, *, redelivered: bool) -> None:
         # The completing join publishes the callback at once, stale delivery or not.
@@ -419,12 +427,6 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         state = self._process()
         item = state.session.outgoing(self._checked(message), time.time(), once=True)
         state.link.run(state.session.publish_all, [item], timeout=self.config.connection_timeout + 1.0)
-
-    def _fault(self, point: str) -> None:
-        """Fault injection for tests: ``fault_hook`` (None in production) runs at ``point``
-        and may raise to stop this step there."""
-        if self.fault_hook is not None:
-            self.fault_hook(point)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
         for queue in queues:
@@ -559,19 +561,28 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         return first
 
     def _fire_once(self, backend: Broker, name: str, fire_time: float, message: Message | None) -> bool:
-        """Publish the run first, then record the fire time: a crash or failed publish in
-        between leaves the fire time unrecorded, so the next tick (or the next leader)
-        sends it again. Every copy of one fire carries the same id, derived from the entry
-        and the fire time, and goes out ``once``: a second copy is dropped at claim once
-        the first has finished."""
+        """Exactly one caller wins a fire time; it publishes the run, then records it as
+        sent (the fire time under ``name``, what ``last_fire_times`` shows).
+
+        A publish that failed, or a process that died between winning and publishing,
+        leaves the fire time won but not recorded as sent. The scheduler leader (the
+        token holder) sends such a fire time again when it is asked for it: the same
+        leader on its next tick, or the next leader after a crash. If the run had been
+        published just before the crash it then runs twice (at-least-once, never lost).
+        """
         if message is None:
             return backend.claim_fire_time(name, fire_time, None)
-        if backend.last_fire_times([name]).get(name, float("-inf")) >= fire_time:
-            return False  # recorded already: sent by another caller
-        fire_id = str(uuid.uuid5(_FIRE_NAMESPACE, f"{name}\0{fire_time!r}"))
-        self._publish_once(message.replace(id=fire_id))
-        self._fault("fire-published")
-        return backend.claim_fire_time(name, fire_time, None)
+        if not backend.claim_fire_time(_SENDING + name, fire_time, None):
+            sent = backend.last_fire_times([name]).get(name, float("-inf")) >= fire_time
+            if sent or not self._leads_scheduler():
+                return False  # sent already, or another process (the leader) sends it
+        self.enqueue([message])
+        backend.claim_fire_time(name, fire_time, None)
+        return True
+
+    def _leads_scheduler(self) -> bool:
+        state = self._state
+        return state is not None and state.pid == os.getpid() and state.lease.holding
 
     def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
         if self.backend is not None:
@@ -612,6 +623,10 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
     def store_result(self, record: ResultRecord) -> None:
         self._backend("storing a result").store_result(record)
 
+    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
+        backend = self._backend("storing a result")
+        return backend.store_result_fenced(record, fence, keep_ready=keep_ready)
+
     def get_result(self, task_id: str) -> ResultRecord | None:
         return self._backend("reading a result").get_result(task_id)
 
@@ -629,11 +644,10 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         Returns False (recording nothing) when the task already finished.
         """
         backend = self._backend("revoking a task")
-        current = backend.get_result(task_id)
-        if current is not None and current.state in READY_STATES:
-            return False
-        backend.store_result(ResultRecord(task_id=task_id, state=REVOKED, date_done=time.time()))
-        return True
+        # One conditional write: a result that lands between a read and a write would
+        # otherwise be replaced by REVOKED.
+        record = ResultRecord(task_id=task_id, state=REVOKED, date_done=time.time())
+        return backend.store_result_fenced(record, 0, keep_ready=True)
 
     def is_revoked(self, task_id: str) -> bool:
         if self.backend is None:
@@ -661,6 +675,13 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         state.link.close()
         if self._own_backend and self.backend is not None:
             self.backend.close()
+
+
+def _fence(state: _ProcessState, delivery: Delivery) -> int | None:
+    """The fence of ``delivery``'s result: its claim time in ms (None: not this process's
+    current delivery any more)."""
+    pending = state.intake.owned(delivery.token)
+    return None if pending is None else int(pending.claimed_at * 1000)
 
 
 def _once(pending: Pending) -> bool:

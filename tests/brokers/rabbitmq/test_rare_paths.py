@@ -14,9 +14,9 @@ import pytest
 from potatoq.brokers.base import ChordJoin, Complete, ResultRecord
 from potatoq.brokers.rabbitmq import RabbitMQBroker
 from potatoq.exceptions import OperationalError
-from potatoq.states import SUCCESS
+from potatoq.states import REVOKED, SUCCESS
 
-from .test_broker import Rabbit, claim_soon, msg, nothing_claimable, rabbit
+from .test_broker import Rabbit, claim_soon, msg, nothing_claimable, poll, rabbit
 
 __all__ = ["rabbit"]  # the fixture, imported for the tests here
 
@@ -53,8 +53,8 @@ def chord_of_two(broker: RabbitMQBroker) -> tuple[Callable[[int], ChordJoin], An
     return join, callback
 
 
-def done(task_id: str) -> Complete:
-    return Complete(result=ResultRecord(task_id=task_id, state=SUCCESS, result=1, date_done=time.time()))
+def done(task_id: str, result: object = 1) -> Complete:
+    return Complete(result=ResultRecord(task_id=task_id, state=SUCCESS, result=result, date_done=time.time()))
 
 
 # ----------------------------------------------------------------------------- chord callbacks
@@ -110,32 +110,106 @@ def test_a_second_copy_of_a_finished_callback_is_dropped_at_claim(rabbit: Rabbit
 # ----------------------------------------------------------------------------- periodic fires
 
 
-def test_a_periodic_run_whose_publish_failed_is_sent_on_the_next_attempt(rabbit: Rabbit) -> None:
+def leader(rabbit: Rabbit) -> RabbitMQBroker:
     broker = rabbit()
+    poll(broker.scheduler_lease, "this process to hold the scheduler token")
+    return broker
+
+
+def test_a_periodic_run_whose_publish_failed_is_sent_on_the_next_tick(rabbit: Rabbit) -> None:
+    broker = leader(rabbit)
     fire_time = float(int(time.time()))
     with failing_publishes(broker), pytest.raises(OperationalError):
         broker.claim_fire_time("nightly", fire_time, msg("periodic"))
-    # The scheduler tries the same fire time again on its next tick.
+    # The scheduler asks for the same fire time again on its next tick.
     assert broker.claim_fire_time("nightly", fire_time, msg("periodic")) is True
     assert claim_soon(broker, ["periodic"]).message is not None
     assert broker.claim_fire_time("nightly", fire_time, msg("periodic")) is False
+    assert broker.last_fire_times(["nightly"]) == {"nightly": fire_time}
     assert nothing_claimable(broker, ["periodic"])
 
 
-def test_a_periodic_run_sent_twice_across_a_crash_runs_once(rabbit: Rabbit) -> None:
-    leader = rabbit()
+def test_a_periodic_run_lost_with_its_leader_is_sent_by_the_next_leader(rabbit: Rabbit) -> None:
+    first = leader(rabbit)
+    second = rabbit()
+    assert second.scheduler_lease() is False  # waits behind the first
     fire_time = float(int(time.time()))
+    with failing_publishes(first), pytest.raises(OperationalError):
+        first.claim_fire_time("nightly", fire_time, msg("periodic"))
+    first.close()  # the leader dies before it could send the run
+    poll(second.scheduler_lease, "the token to move to the second process")
+    assert second.claim_fire_time("nightly", fire_time, msg("periodic")) is True
+    assert claim_soon(second, ["periodic"]).message is not None
+    assert nothing_claimable(second, ["periodic"])
 
-    def crash(point: str) -> None:
-        if point == "fire-published":
-            raise SystemExit("injected: the leader dies after publishing")
 
-    leader.fault_hook = crash
-    with pytest.raises(SystemExit):
-        leader.claim_fire_time("nightly", fire_time, msg("periodic"))
-    leader.close()
-    follower = rabbit()  # the next leader sends the same, unrecorded fire time
-    assert follower.claim_fire_time("nightly", fire_time, msg("periodic")) is True
-    first = claim_soon(follower, ["periodic"])
-    assert follower.settle(first, done(first.id))
-    assert nothing_claimable(follower, ["periodic"])  # the second copy has the same id
+def test_a_process_not_leading_leaves_an_unsent_fire_time_to_the_leader(rabbit: Rabbit) -> None:
+    sender = rabbit()
+    fire_time = float(int(time.time()))
+    with failing_publishes(sender), pytest.raises(OperationalError):
+        sender.claim_fire_time("nightly", fire_time, msg("periodic"))
+    assert rabbit().claim_fire_time("nightly", fire_time, msg("periodic")) is False
+    assert nothing_claimable(sender, ["periodic"])
+
+
+# ----------------------------------------------------------------------------- late results
+
+
+def test_a_late_result_of_a_lost_claim_never_replaces_the_newer_claims(rabbit: Rabbit) -> None:
+    """A passes its "still mine?" check, then loses the delivery before its result write
+    (paused past the heartbeat timeout); B runs the task again and stores its result; A's
+    write then lands. It must be refused, and A's settle with it."""
+    a, b = rabbit(), rabbit()
+    sent = msg("late")
+    a.enqueue([sent])
+    stale = claim_soon(a, ["late"])
+    link = a._process().link
+    intake = a._process().intake
+    checked = intake.is_current_now
+
+    def check_then_lose_the_delivery(token: str) -> bool | None:
+        answer = checked(token)
+        generation = link.generation
+        link.call_soon(lambda: link.work.basic_ack(999_999) if link.work else None)  # channel error
+        poll(lambda: link.generation != generation, "A's work channel to be replaced")
+        newer = claim_soon(b, ["late"])
+        assert (newer.id, newer.deliveries) == (sent.id, 2)
+        assert b.settle(newer, done(sent.id, "B"))
+        return answer
+
+    intake.is_current_now = check_then_lose_the_delivery  # type: ignore[method-assign]
+    try:
+        assert a.settle(stale, done(sent.id, "A")) is False
+    finally:
+        intake.is_current_now = checked  # type: ignore[method-assign]
+    record = b.get_result(sent.id)
+    assert record is not None and record.result == "B"
+
+
+# ----------------------------------------------------------------------------- revoke
+
+
+def test_revoke_never_replaces_a_result_that_lands_while_it_runs(rabbit: Rabbit) -> None:
+    broker = rabbit()
+    backend: Any = broker.backend
+    store, store_fenced = backend.store_result, backend.store_result_fenced
+    landed: list[str] = []
+
+    def result_lands_first(write: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(record: ResultRecord, *args: Any, **kwargs: Any) -> Any:
+            if record.state == REVOKED and not landed:  # the worker's write wins the race
+                landed.append(record.task_id)
+                store(ResultRecord(task_id=record.task_id, state=SUCCESS, result=7, date_done=time.time()))
+            return write(record, *args, **kwargs)
+
+        return wrapped
+
+    backend.store_result = result_lands_first(store)
+    backend.store_result_fenced = result_lands_first(store_fenced)
+    try:
+        assert broker.revoke("racing") is False
+    finally:
+        backend.store_result, backend.store_result_fenced = store, store_fenced
+    assert landed == ["racing"]
+    record = broker.get_result("racing")
+    assert record is not None and (record.state, record.result) == (SUCCESS, 7)
