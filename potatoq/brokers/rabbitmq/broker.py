@@ -526,8 +526,18 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             self.backend.forget_worker(node)
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
-        # RabbitMQ returns a dead holder's deliveries itself, as soon as its connection
-        # closes, and dead-letters them at the delivery limit: nothing to do here.
+        """RabbitMQ returns a dead holder's deliveries itself, as soon as its connection
+        closes (at the latest two AMQP heartbeat timeouts after it went silent), and
+        dead-letters them at the delivery limit: nothing to requeue here. What is left is
+        the heartbeat record of a dead node (a new node id each run): once it has been
+        silent for ``dead_after`` and that long, its tasks are back in their queues, so the
+        record is deleted."""
+        if self.backend is not None:
+            heartbeat = self.options.heartbeat if self.options.heartbeat is not None else 60
+            cutoff = time.time() - max(dead_after, 2.0 * heartbeat)
+            for info in self.backend.workers():
+                if info.last_seen < cutoff:
+                    self.backend.forget_worker(info.node)
         return RecoverReport()
 
     # ------------------------------------------------------------------ chords, periodic

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from potatoq.brokers.base import ChordJoin, Complete, ResultRecord
+from potatoq.brokers.base import ChordJoin, Complete, ResultRecord, WorkerInfo
 from potatoq.brokers.rabbitmq import RabbitMQBroker
 from potatoq.exceptions import OperationalError
 from potatoq.states import REVOKED, SUCCESS
@@ -213,3 +213,23 @@ def test_revoke_never_replaces_a_result_that_lands_while_it_runs(rabbit: Rabbit)
     assert landed == ["racing"]
     record = broker.get_result("racing")
     assert record is not None and (record.state, record.result) == (SUCCESS, 7)
+
+
+# ----------------------------------------------------------------------------- dead nodes
+
+
+def test_a_dead_nodes_heartbeat_record_is_deleted_once_its_tasks_are_back(rabbit: Rabbit) -> None:
+    broker = rabbit(heartbeat=1)  # a silent connection is closed (its tasks returned) within 2 s
+
+    def info(node: str) -> WorkerInfo:
+        return WorkerInfo(node=node, hostname="h", pid=1, queues=("default",), concurrency=1, started_at=0.0)
+
+    broker.heartbeat(info("dead-node"))
+
+    def dead_node_forgotten() -> bool:
+        broker.heartbeat(info("live-node"))
+        broker.recover(dead_after=0.5, max_deliveries=5)
+        return "dead-node" not in {w.node for w in broker.workers()}
+
+    poll(dead_node_forgotten, "recover to delete the dead node's heartbeat record")
+    assert {w.node for w in broker.workers()} == {"live-node"}
