@@ -733,7 +733,7 @@ class Supervisor:
             return
         try:
             release()
-        except Exception as exc:  # the token then moves when this process's connection closes
+        except connection_errors(self.app.broker) as exc:  # it moves when the connection closes
             logger.warning("could not hand on the periodic-scheduler token: %r", exc)
 
     def begin_shutdown(self, *, fast: bool = False, reason: str = "") -> None:

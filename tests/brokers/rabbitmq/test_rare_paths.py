@@ -3,6 +3,7 @@ a task, a callback or a result, against the real RabbitMQ 4 and a SQLite result 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,7 +13,8 @@ from typing import Any
 import pytest
 
 from potatoq.brokers.base import ChordJoin, Complete, ResultRecord, WorkerInfo
-from potatoq.brokers.rabbitmq import RabbitMQBroker
+from potatoq.brokers.rabbitmq import RabbitMQBroker, lease
+from potatoq.brokers.rabbitmq.topology import Topology
 from potatoq.exceptions import OperationalError
 from potatoq.states import REVOKED, SUCCESS
 
@@ -233,3 +235,45 @@ def test_a_dead_nodes_heartbeat_record_is_deleted_once_its_tasks_are_back(rabbit
 
     poll(dead_node_forgotten, "recover to delete the dead node's heartbeat record")
     assert {w.node for w in broker.workers()} == {"live-node"}
+
+
+# ----------------------------------------------------------------------------- scheduler token
+
+
+def test_the_scheduler_token_is_renewed_without_leaving_its_holder(
+    rabbit: Rabbit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held token is acked and replaced every RENEW_EVERY seconds, so no delivery stays
+    unacked past RabbitMQ's consumer timeout; single-active-consumer keeps it here."""
+    monkeypatch.setattr(lease, "RENEW_EVERY", 0.3)
+    holder = leader(rabbit)
+    waiting = rabbit()
+    assert waiting.scheduler_lease() is False
+    token = holder._process().lease
+    poll(lambda: token.renewals >= 3, "three renewals of the token")
+    assert holder.scheduler_lease() is True
+    assert waiting.scheduler_lease() is False
+
+
+@pytest.mark.slow
+def test_a_consumer_timeout_never_takes_the_renewed_token_back(
+    rabbit: Rabbit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RabbitMQ 4 closes a channel whose delivery outlives the consumer timeout (checked about
+    once a minute); here a 1 s x-consumer-timeout on the token queue, two checks long."""
+    original = Topology.scheduler_queue
+
+    def with_timeout(self: Topology) -> Any:
+        decl = original(self)
+        return dataclasses.replace(decl, arguments={**decl.arguments, "x-consumer-timeout": 1000})
+
+    monkeypatch.setattr(Topology, "scheduler_queue", with_timeout)
+    monkeypatch.setattr(lease, "RENEW_EVERY", 0.5)
+    holder = leader(rabbit)
+    token = holder._process().lease
+    channel = token._channel
+    deadline = time.monotonic() + 150  # past two of RabbitMQ's consumer-timeout checks
+    while time.monotonic() < deadline:
+        assert token._channel is channel and holder.scheduler_lease(), "the token was taken back"
+        time.sleep(1)
+    assert token.renewals > 100
