@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from potatoq.brokers.base import ChordJoin, Complete, ResultRecord, WorkerInfo
-from potatoq.brokers.rabbitmq import RabbitMQBroker, lease
+from potatoq.brokers.rabbitmq import RabbitMQBroker, declare, lease
 from potatoq.brokers.rabbitmq.topology import Topology
 from potatoq.exceptions import OperationalError
 from potatoq.states import REVOKED, SUCCESS
 
-from .test_broker import Rabbit, claim_soon, msg, nothing_claimable, poll, rabbit
+from .test_broker import Rabbit, claim_soon, msg, nothing_claimable, poll, rabbit, ready_count
 
 __all__ = ["rabbit"]  # the fixture, imported for the tests here
 
@@ -277,3 +277,19 @@ def test_a_consumer_timeout_never_takes_the_renewed_token_back(
         assert token._channel is channel and holder.scheduler_lease(), "the token was taken back"
         time.sleep(1)
     assert token.renewals > 100
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_the_registry_keeps_one_entry_per_queue_across_a_thousand_recycles(rabbit: Rabbit) -> None:
+    """Each process start, child recycle or lost work channel declares its queues again;
+    that declaration (what a recycled child runs) is repeated here 1,000 times."""
+    broker = rabbit()
+    broker.enqueue([msg("reg")])
+    state = broker._process()
+    for _ in range(1000):
+        state.link.run(declare.ensure_queue, state.link, broker.topology, "reg", broker.config.url)
+    assert ready_count(broker, broker.topology.registry) == 1
+    assert broker.list_dead() == []  # reads the registry
+    assert ready_count(broker, broker.topology.registry) == 1
