@@ -10,6 +10,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -65,6 +66,20 @@ log = logging.getLogger("potatoq.brokers.rabbitmq")
 # State made in a parent process, parked here in a forked child so that it is never used,
 # closed or garbage collected there (the socket is shared with the parent).
 _INHERITED: list[object] = []
+# Every broker of this process: a forked child gives each a fresh lock (see _after_fork).
+_BROKERS: weakref.WeakSet[RabbitMQBroker] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child: another thread of the parent (a caller, or the pika I/O thread
+    running an operation) may have held a broker's lock at the fork, and the child's copy
+    would stay locked. Everything else the child uses is made anew there (``_process``);
+    the parent's connection state is parked, never touched."""
+    for broker in list(_BROKERS):
+        broker._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 #: Messages per confirmed publish batch (one wait for the confirms of each batch).
 BATCH = 2000
@@ -142,6 +157,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             self.backend = type(self.backend)(backend_config)
             self._own_backend = True
         self._lock = threading.Lock()
+        _BROKERS.add(self)
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
         # Chord parts (group id, index) whose join in this process hasn't finished

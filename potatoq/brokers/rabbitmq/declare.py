@@ -9,6 +9,7 @@ declare RabbitMQ refuses (a queue that already exists with other arguments answe
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -31,6 +32,16 @@ PRECONDITION_FAILED = 406
 _CASCADE_DECLARED: set[str] = set()
 _CASCADE_LOCK = threading.Lock()
 _WARNED: set[str] = set()
+
+
+def _new_lock_in_child() -> None:
+    # The worker supervisor forks children while its pika I/O thread runs, and that thread
+    # takes this lock: a fork at that instant would leave the child's copy locked forever.
+    global _CASCADE_LOCK
+    _CASCADE_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def cascade_declared(key: str) -> bool:

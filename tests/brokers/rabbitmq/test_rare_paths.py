@@ -4,6 +4,9 @@ a task, a callback or a result, against the real RabbitMQ 4 and a SQLite result 
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -293,3 +296,45 @@ def test_the_registry_keeps_one_entry_per_queue_across_a_thousand_recycles(rabbi
     assert ready_count(broker, broker.topology.registry) == 1
     assert broker.list_dead() == []  # reads the registry
     assert ready_count(broker, broker.topology.registry) == 1
+
+
+# ----------------------------------------------------------------------------- fork
+
+
+def test_a_child_forked_while_the_io_thread_holds_a_lock_connects_and_publishes(rabbit: Rabbit) -> None:
+    """The worker supervisor forks while its pika I/O thread runs. The child makes its own
+    connection; what it shares with the parent are module and broker locks, which the fork
+    may copy in a held state. Force that: the I/O thread holds the delay cascade's lock and
+    the broker's lock is held by another thread at the fork."""
+    broker = rabbit()
+    broker.enqueue([msg("fork")])
+    link = broker._process().link
+    held, release = threading.Event(), threading.Event()
+
+    def hold_on_the_io_thread() -> None:
+        with declare._CASCADE_LOCK:
+            held.set()
+            release.wait(30)
+
+    link.call_soon(hold_on_the_io_thread)
+    assert held.wait(10)
+    with broker._lock:
+        pid = os.fork()
+        if pid == 0:  # the child: never return into pytest
+            code = 1
+            try:
+                broker.migrate()  # declares the delay cascade: takes the cascade's lock
+                broker.enqueue([msg("fork")])
+                code = 0
+            finally:
+                os._exit(code)
+    release.set()
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on a lock copied in a held state")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert ready_count(broker, broker.topology.band_queue("fork", 0)) == 2
