@@ -356,7 +356,7 @@ class Broker(abc.ABC):
 
     def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
         """Write ``record`` over a stored, unexpired result only if that result's fence is
-        not higher (a late write of an older claim is refused, see :mod:`.fencing`) or,
+        not higher (a late write of an older claim is refused, see ``fenced_payload`` in :mod:`.records`) or,
         with ``keep_ready``, only if its state is not ready (revoke: never over a SUCCESS);
         True if written. Brokers that serve as another broker's result backend (SQLite,
         PostgreSQL, Redis) decide and write in one atomic step. This default, for

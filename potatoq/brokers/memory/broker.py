@@ -30,7 +30,7 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
-from potatoq.brokers.fencing import fenced_payload, stored_fence
+from potatoq.brokers.records import fenced_payload, stored_fence
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES

@@ -12,7 +12,7 @@ from ..base import (
     Broker,
     ResultRecord,
 )
-from ..fencing import fenced_payload
+from ..records import fenced_payload
 
 
 class PostgresResults(Broker):

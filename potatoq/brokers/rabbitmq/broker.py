@@ -28,11 +28,9 @@ from potatoq.brokers.base import (
     Delivery,
     Outcome,
     QueuedTask,
-    RecoverReport,
     Requeue,
     ResultRecord,
     RetryLater,
-    WorkerInfo,
     WorkerRef,
     decode_delivery,
     validate_queue_name,
@@ -58,6 +56,7 @@ from potatoq.states import FAILURE, READY_STATES, REVOKED
 from potatoq.utils import mask_url
 
 from .admin import RabbitMQAdmin
+from .backed import FIRED_KEEP, RabbitMQBacked
 
 __all__ = ["RabbitMQBroker"]
 
@@ -85,10 +84,6 @@ os.register_at_fork(after_in_child=_after_fork)
 BATCH = 2000
 #: Time allowed per message of a batch for its confirm, on top of broker_connection_timeout.
 PER_MESSAGE = 0.002
-_FIRED_KEEP = 1000
-#: Prefix of the periodic entry names under which a fire time is recorded as won (being
-#: sent); the entry's own name records it as sent.
-_SENDING = "potatoq.sending:"
 
 
 class _ProcessState:
@@ -115,7 +110,7 @@ class _ProcessState:
         self.intake.on_work_channel_lost()
 
 
-class RabbitMQBroker(RabbitMQAdmin, Broker):
+class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, Broker):
     """Quorum queues, a TTL delay cascade and a result backend for everything else."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -209,14 +204,6 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
 
     def _run(self, op: Any, *args: Any) -> Any:
         return self._process().link.run(op, *args)
-
-    def _backend(self, what: str) -> Broker:
-        if self.backend is None:
-            raise ImproperlyConfigured(
-                f"{what} on RabbitMQ needs a result backend: set result_backend to a Redis, "
-                "PostgreSQL or SQLite URL (RabbitMQ queues can't store results)"
-            )
-        return self.backend
 
     # ------------------------------------------------------------------ messages
 
@@ -373,7 +360,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         # The delivery may still be lost between that check and the result write (the
         # process is paused, its connection times out, another worker runs the task): the
         # write is conditional on this claim's fence, so it never replaces the result of
-        # the claim that came after (see brokers.fencing).
+        # the claim that came after (see brokers.records, fenced writes).
         session = state.session
         now = time.time()
         publishes: list[Outgoing] = []
@@ -431,7 +418,7 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         with self._lock:
             again = redelivered or part in self._unfinished_joins
             self._unfinished_joins[part] = None
-            while len(self._unfinished_joins) > _FIRED_KEEP:
+            while len(self._unfinished_joins) > FIRED_KEEP:
                 self._unfinished_joins.popitem(last=False)
         done = backend.chord_join(join, enqueue_callback=False)
         if done or (again and len(backend.chord_parts(join.group_id)) >= join.size):
@@ -528,100 +515,11 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         assert state is not None
         return state
 
-    # ------------------------------------------------------------------ liveness
-
-    def heartbeat(self, info: WorkerInfo) -> None:
-        if self.backend is not None:
-            self.backend.heartbeat(info)
-
-    def workers(self) -> list[WorkerInfo]:
-        return self.backend.workers() if self.backend is not None else []
-
-    def forget_worker(self, node: str) -> None:
-        if self.backend is not None:
-            self.backend.forget_worker(node)
-
-    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
-        """RabbitMQ returns a dead holder's deliveries itself, as soon as its connection
-        closes (at the latest two AMQP heartbeat timeouts after it went silent), and
-        dead-letters them at the delivery limit: nothing to requeue here. What is left is
-        the heartbeat record of a dead node (a new node id each run): once it has been
-        silent for ``dead_after`` and that long, its tasks are back in their queues, so the
-        record is deleted."""
-        if self.backend is not None:
-            heartbeat = self.options.heartbeat if self.options.heartbeat is not None else 60
-            cutoff = time.time() - max(dead_after, 2.0 * heartbeat)
-            for info in self.backend.workers():
-                if info.last_seen < cutoff:
-                    self.backend.forget_worker(info.node)
-        return RecoverReport()
-
-    # ------------------------------------------------------------------ chords, periodic
-
-    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
-        backend = self._backend("a chord")
-        if enqueue_callback:
-            validate_queue_name(join.callback.queue, allow_dots=False)
-        done = backend.chord_join(join, enqueue_callback=False)
-        if done and enqueue_callback:
-            self._publish_once(join.callback)
-        return done
-
-    def chord_parts(self, group_id: str) -> list[bytes]:
-        return self._backend("a chord").chord_parts(group_id)
-
-    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
-        if message is not None:
-            self._checked(message)
-        if self.backend is not None:
-            return self._fire_once(self.backend, name, fire_time, message)
-        # No shared store: the scheduler leader remembers what it sent (a failover
-        # may then skip or repeat a run; a result backend avoids both).
-        with self._lock:
-            first = (name, fire_time) not in self._fired
-            self._fired[(name, fire_time)] = None
-            while len(self._fired) > _FIRED_KEEP:
-                self._fired.popitem(last=False)
-        if first and message is not None:
-            self.enqueue([message])
-        return first
-
-    def _fire_once(self, backend: Broker, name: str, fire_time: float, message: Message | None) -> bool:
-        """Exactly one caller wins a fire time; it publishes the run, then records it as
-        sent (the fire time under ``name``, what ``last_fire_times`` shows).
-
-        A publish that failed, or a process that died between winning and publishing,
-        leaves the fire time won but not recorded as sent. The scheduler leader (the
-        token holder) sends such a fire time again when it is asked for it: the same
-        leader on its next tick, or the next leader after a crash. If the run had been
-        published just before the crash it then runs twice (at-least-once, never lost).
-        """
-        if message is None:
-            return backend.claim_fire_time(name, fire_time, None)
-        if not backend.claim_fire_time(_SENDING + name, fire_time, None):
-            sent = backend.last_fire_times([name]).get(name, float("-inf")) >= fire_time
-            if sent or not self._leads_scheduler():
-                return False  # sent already, or another process (the leader) sends it
-        self.enqueue([message])
-        backend.claim_fire_time(name, fire_time, None)
-        return True
+    # ------------------------------------------------------------------ scheduler
 
     def _leads_scheduler(self) -> bool:
         state = self._state
         return state is not None and state.pid == os.getpid() and state.lease.holding
-
-    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
-        if self.backend is not None:
-            return self.backend.last_fire_times(names)
-        # Without a shared store only this process's own sends are known (the scheduler
-        # leader's, when this process holds the token).
-        wanted = set(names)
-        with self._lock:
-            last: dict[str, float] = {}
-            for name, fire_time in self._fired:
-                if name in wanted and fire_time > last.get(name, float("-inf")):
-                    last[name] = fire_time
-        return last
 
     def queued_task(self, task_id: str) -> QueuedTask | None:
         # A quorum queue can't be searched or peeked at by message id (capabilities.finds_queued).
@@ -643,43 +541,6 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         state = self._state
         if state is not None and state.pid == os.getpid():
             state.lease.release()
-
-    # ------------------------------------------------------------------ results
-
-    def store_result(self, record: ResultRecord) -> None:
-        self._backend("storing a result").store_result(record)
-
-    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
-        backend = self._backend("storing a result")
-        return backend.store_result_fenced(record, fence, keep_ready=keep_ready)
-
-    def get_result(self, task_id: str) -> ResultRecord | None:
-        return self._backend("reading a result").get_result(task_id)
-
-    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
-        return self._backend("waiting for a result").wait_for_result(task_id, timeout)
-
-    def forget_result(self, task_id: str) -> None:
-        self._backend("forgetting a result").forget_result(task_id)
-
-    # ------------------------------------------------------------------ revocation
-
-    def revoke(self, task_id: str) -> bool:
-        """Record ``task_id`` as REVOKED in the result backend; claims skip it.
-
-        Returns False (recording nothing) when the task already finished.
-        """
-        backend = self._backend("revoking a task")
-        # One conditional write: a result that lands between a read and a write would
-        # otherwise be replaced by REVOKED.
-        record = ResultRecord(task_id=task_id, state=REVOKED, date_done=time.time())
-        return backend.store_result_fenced(record, 0, keep_ready=True)
-
-    def is_revoked(self, task_id: str) -> bool:
-        if self.backend is None:
-            return False
-        record = self.backend.get_result(task_id)
-        return record is not None and record.state == REVOKED
 
     # ------------------------------------------------------------------ lifecycle
 

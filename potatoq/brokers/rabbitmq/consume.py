@@ -67,7 +67,7 @@ class Pending:
     redelivered: bool
     seq: int = dataclasses.field(default_factory=lambda: next(_arrival))
     handed_at: float = 0.0  # monotonic, when a claim handed it out
-    # Wall clock (epoch s) of that hand-out: the fence of its result (see brokers.fencing).
+    # Wall clock (epoch s) of that hand-out: the fence of its result (see brokers.records, fenced writes).
     # A later claim of the same message follows the loss of this one's channel, so it is
     # later by at least that, on any host whose clock agrees to within it.
     claimed_at: float = 0.0

@@ -36,7 +36,7 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
-from potatoq.brokers.fencing import fenced_payload
+from potatoq.brokers.records import fenced_payload
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
 from potatoq.message import Message
 

@@ -16,7 +16,7 @@ from ..base import (
     Broker,
     ResultRecord,
 )
-from ..fencing import fenced_payload
+from ..records import fenced_payload
 from .connection import WAIT_MAX, WAIT_MIN, ThreadConnection
 from .setup import (
     SQL,

@@ -1,5 +1,5 @@
 -- result_store_fenced: over a stored result, write only if its fence is not higher (a late
--- write of an older claim is refused, see potatoq/brokers/fencing.py) or, with keep_ready,
+-- write of an older claim is refused, see the fenced writes in potatoq/brokers/records.py) or, with keep_ready,
 -- only if its state is not ready (revoke).
 -- KEYS: none (result:<id>, waiting:<id>, notify:<id>)
 -- ARGV: [1] prefix, [2] task id, [3] encoded ResultRecord with its fence, [4] ttl ms,

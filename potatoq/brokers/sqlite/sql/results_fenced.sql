@@ -1,4 +1,4 @@
--- Conditional result writes (see potatoq/brokers/fencing.py): over a stored, unexpired
+-- Conditional result writes (see the fenced writes in potatoq/brokers/records.py): over a stored, unexpired
 -- result the upsert applies only if that result's fence is not higher (a late write of an
 -- older claim is refused) or, with :keep_ready, only if its state is not ready (revoke).
 
