@@ -418,6 +418,21 @@ class Broker(abc.ABC):
     def get_result(self, task_id: str) -> ResultRecord | None:
         """The stored result, or None (unknown, expired or forgotten)."""
 
+    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
+        """Write ``record`` over a stored, unexpired result only if that result's fence is
+        not higher (a late write of an older claim is refused, see ``fenced_payload`` in :mod:`.records`) or,
+        with ``keep_ready``, only if its state is not ready (revoke: never over a SUCCESS);
+        True if written. Brokers that serve as another broker's result backend (SQLite,
+        PostgreSQL, Redis) decide and write in one atomic step. This default, for
+        in-process brokers, checks ``keep_ready`` only and is not atomic."""
+        from potatoq.states import READY_STATES
+
+        current = self.get_result(record.task_id)
+        if keep_ready and current is not None and current.state in READY_STATES:
+            return False
+        self.store_result(record)
+        return True
+
     def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
         """Block until the task's result is in a ready state (or ``timeout``); return the
         latest record seen. The default polls with a backoff; brokers with a native

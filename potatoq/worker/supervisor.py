@@ -747,11 +747,24 @@ class Supervisor:
             fast = signum == signal.SIGQUIT or self.interrupts >= 2
             self.begin_shutdown(fast=fast, reason=signal.Signals(signum).name)
 
+    def _hand_on_scheduler(self) -> None:
+        """The scheduler stopped: give up its election (RabbitMQ's token) now, so another
+        worker takes over within about a second, not after this one's shutdown grace."""
+        release = getattr(self.app.broker, "release_scheduler_lease", None)
+        if release is None:
+            return
+        try:
+            release()
+        except connection_errors(self.app.broker) as exc:  # it moves when the connection closes
+            logger.warning("could not hand on the periodic-scheduler token: %r", exc)
+
     def begin_shutdown(self, *, fast: bool = False, reason: str = "") -> None:
         now = time.monotonic()
         if not self.stopping:
             self.stopping = True
-            self.chores.scheduler = None  # send no new periodic runs while draining
+            if self.chores.scheduler is not None:
+                self.chores.scheduler = None  # send no new periodic runs while draining
+                self._hand_on_scheduler()
             grace = 0.0 if fast else self.options.shutdown_timeout
             self.stop_deadline = now + grace
             running = sum(_count_running(child) for child in self.children.values())

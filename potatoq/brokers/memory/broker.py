@@ -31,6 +31,7 @@ from potatoq.brokers.base import (
     validate_queue_name,
 )
 from potatoq.brokers.history import HistoryPage, HistoryQuery, HistoryRecord, for_lost, for_revoke, for_settle
+from potatoq.brokers.records import fenced_payload, stored_fence
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES
@@ -379,6 +380,21 @@ class MemoryBroker(MemoryPause, Broker):
         encoded = record.encode()
         with self._store.lock:
             self._store.store_result(record.task_id, encoded, self.config.result_expires, time.time())
+
+    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
+        now = time.time()
+        with self._store.lock:
+            current = self._get_locked(record.task_id, now)
+            if current is not None:
+                if keep_ready:
+                    if current.state in READY_STATES:
+                        return False
+                elif stored_fence(self._store.results[record.task_id][0]) > fence:
+                    return False
+            self._store.store_result(
+                record.task_id, fenced_payload(record, fence), self.config.result_expires, now
+            )
+        return True
 
     def _get_locked(self, task_id: str, now: float) -> ResultRecord | None:
         entry = self._store.results.get(task_id)

@@ -32,7 +32,8 @@ is the wake-up: ``wait`` returns when a delivery arrives. A settle publishes the
 and the result hand-off (confirmed), then acks. The first claim of a process not consuming
 yet asks the ready counts and takes one with ``basic.get``.
 
-Modules: ``broker`` (the class), ``admin`` (dead letters, stats, purges), ``options``,
+Modules: ``broker`` (the class), ``backed`` (what lives in the result backend), ``admin``
+(dead letters, stats, purges), ``options``,
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
 declarations and reads), ``io`` (the per-process connection and its I/O thread),
 ``session`` (confirmed publishes), ``consume`` (claims) and ``lease`` (the scheduler lease).

@@ -161,6 +161,7 @@ class RabbitMQAdmin(Broker):
         for queue in self._registered():
             names.extend(amqp for _band, amqp in self.topology.bands_high_first(queue))
             names.append(self.topology.dead_queue(queue))
+            names.append(self.topology.registered_marker(queue).name)
         names += [self.topology.registry, self.topology.scheduler]
         deleted: int = state.link.run(declare.delete_queues, state.link, names)
         state.session.declared.clear()

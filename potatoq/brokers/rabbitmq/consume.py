@@ -67,6 +67,10 @@ class Pending:
     redelivered: bool
     seq: int = dataclasses.field(default_factory=lambda: next(_arrival))
     handed_at: float = 0.0  # monotonic, when a claim handed it out
+    # Wall clock (epoch s) of that hand-out: the fence of its result (see brokers.records, fenced writes).
+    # A later claim of the same message follows the loss of this one's channel, so it is
+    # later by at least that, on any host whose clock agrees to within it.
+    claimed_at: float = 0.0
 
     @property
     def delivery_count(self) -> int:
@@ -173,6 +177,7 @@ class Intake:
 
     def _hand_out(self, pending: Pending) -> Pending:
         pending.handed_at = time.monotonic()
+        pending.claimed_at = time.time()
         self._handed[pending.tag] = pending
         return pending
 

@@ -38,6 +38,7 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
+from potatoq.brokers.records import fenced_payload
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError, WorkerLostError
 from potatoq.message import Message
 
@@ -553,6 +554,17 @@ class RedisBroker(RedisPause, RedisHistory, Broker):
 
     def store_result(self, record: ResultRecord) -> None:
         self._run("result_store", [record.task_id, record.encode(), self._pack.result_ttl])
+
+    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
+        payload = fenced_payload(record, fence)
+        args: list[str | bytes | int] = [
+            record.task_id,
+            payload,
+            self._pack.result_ttl,
+            int(fence),
+            int(keep_ready),
+        ]
+        return bool(self._run("result_store_fenced", args))
 
     def get_result(self, task_id: str) -> ResultRecord | None:
         with self._errors():
