@@ -14,7 +14,6 @@ import psycopg
 
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
 from potatoq.message import Message
-from potatoq.states import FAILURE
 from potatoq.utils import mask_url
 
 from ..base import (
@@ -27,11 +26,9 @@ from ..base import (
     Delivery,
     Outcome,
     ProcessLocal,
-    RecoverReport,
     Requeue,
     ResultRecord,
     RetryLater,
-    WorkerInfo,
     WorkerRef,
     claim_committed,
     decode_delivery,
@@ -42,6 +39,7 @@ from .admin import PostgresAdmin
 from .announce import DueAnnouncer
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
 from .history import PostgresHistory
+from .liveness import PostgresCoordination, PostgresLiveness
 from .options import RECONNECT_ERRORS, PostgresOptions, connection_failure, libpq_url
 from .pause import PostgresPause
 from .results import PostgresResults
@@ -60,11 +58,15 @@ INT32 = 2**31
 # ----------------------------------------------------------------------------- the broker
 
 
-def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
-    return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
-
-
-class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHistory, Broker):
+class PostgresBroker(
+    PostgresResults,
+    PostgresAdmin,
+    PostgresLiveness,
+    PostgresCoordination,
+    PostgresPause,
+    PostgresHistory,
+    Broker,
+):
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True)
@@ -543,65 +545,6 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
             listener.interrupt()
         self._poller.get().interrupt()
 
-    # -- liveness ---------------------------------------------------------------------------
-
-    def heartbeat(self, info: WorkerInfo) -> None:
-        self._run("worker_heartbeat", {"node": info.node, "info": info.encode()})
-
-    def workers(self) -> list[WorkerInfo]:
-        return [WorkerInfo.decode(bytes(info), last_seen=seen) for info, seen in self._run("workers_list")]
-
-    def forget_worker(self, node: str) -> None:
-        self._run("worker_forget", {"node": node})
-
-    def held_by(self, worker: WorkerRef) -> list[Delivery]:
-        rows = self._run("job_held_by", {"worker": worker.node, "pid": worker.pid})
-        return [d for d in (self._delivery(row, worker) for row in rows) if d is not None]
-
-    def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
-        rows = self._run("job_orphaned", {"worker": node, "live": [int(pid) for pid in live_pids]})
-        found = (self._delivery(row[:6], WorkerRef(node, row[6])) for row in rows)
-        return [d for d in found if d is not None]
-
-    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
-        params = {
-            "dead_after": float(dead_after),
-            "max_deliveries": int(max_deliveries),
-            "channel_prefix": self._channel_prefix,
-            "notify": self.options.notify,
-        }
-        rows = self._run("job_recover", params)
-        requeued = statements.first_int(rows[0] if rows else None)
-        dead = 0
-        for task_id, queue, token, deliveries, payload, node, pid in self._run("job_lost", params):
-            delivery = decode_delivery(
-                id=task_id,
-                queue=queue,
-                raw=payload,
-                token=token,
-                deliveries=deliveries,
-                worker=WorkerRef(node or "", pid or 0),
-                max_size=self.config.max_message_size,
-            )
-            reason = (
-                f"WorkerLostError: the worker running the task died {deliveries} times "
-                f"(last: node {node} pid {pid}); task_max_deliveries is {max_deliveries}"
-            )
-            message = delivery.message
-            record = ResultRecord(
-                task_id=task_id,
-                state=FAILURE,
-                result=_failure_payload("WorkerLostError", reason.split(": ", 1)[1]),
-                name=message.task if message else None,
-                retries=message.retries if message else 0,
-                date_done=time.time(),
-            )
-            if self.settle(delivery, DeadLetter(reason=reason, result=record)):
-                dead += 1
-        if self._sweep.get().take():
-            self._housekeeping()
-        return RecoverReport(requeued=requeued, dead=dead)
-
     def _housekeeping(self) -> None:
         """Delete expired results, chords and old periodic fire times; trim dead letters."""
         self._run("maintenance_sweep", {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION})
@@ -609,36 +552,6 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresPause, PostgresHist
             "dead_trim",
             {"max": self._dead_max, "ttl": self._dead_ttl},
         )
-
-    # -- chords and periodic tasks ------------------------------------------------------------
-
-    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
-        params, held = self._chord_params(join, enqueue_callback=enqueue_callback)
-        rows = self._run("chord_join", params)
-        complete = bool(rows and rows[0][0])
-        if complete:
-            self._defer(held)
-        return complete
-
-    def chord_parts(self, group_id: str) -> list[bytes]:
-        return [bytes(value) for (value,) in self._run("chord_parts", {"chord_id": group_id})]
-
-    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
-        params, ready = self._message_params((message,) if message is not None else ())
-        inline, held = self._admit(ready)
-        rows = self._run(
-            "periodic_claim", {**params, "name": name, "fire_time": float(fire_time), "channels": inline}
-        )
-        claimed = bool(rows and rows[0][0])
-        if claimed:
-            self._defer(held)
-        return claimed
-
-    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
-        if not names:
-            return {}
-        rows = self._run("periodic_last", {"names": list(names)})
-        return {str(name): float(fire_time) for name, fire_time in rows}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
