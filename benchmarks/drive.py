@@ -4,13 +4,18 @@ imported here)::
 
     python -m benchmarks.drive enqueue MODULE N [--batch B] [--countdown S]
     python -m benchmarks.drive latency MODULE SAMPLES SECONDS [--gap-ms MIN,MAX]
+    python -m benchmarks.drive eta MODULE SAMPLES SECONDS [--countdown MIN,MAX] [--gap-ms MIN,MAX]
     python -m benchmarks.drive version DISTRIBUTION
 
 ``enqueue`` sends N ``noop`` tasks (one ``send`` call each, or ``send_many`` calls of B)
 and prints the seconds it took. ``latency`` sends ``stamp`` tasks one at a time, each only
 after the previous one has started and a short random pause has let the workers go idle
 again (uniform in MIN..MAX ms, default 5..40); it stops after SAMPLES tasks or SECONDS,
-whichever comes first. Both first call the system's ``prepare()`` where its module has one
+whichever comes first. ``eta`` does the same with ``stamp`` tasks sent with a countdown
+(uniform in MIN..MAX s, default 1 s) through the module's ``send_later``, each stamped with
+its due time, so that it records how late it started after it was due; the pause between
+samples (default 0..1000 ms) puts the due times at every phase of any periodic timer. All
+three first call the system's ``prepare()`` where its module has one
 (importing what its first send would import lazily, without connecting), so that import
 time is neither in a rate nor in a latency sample.
 """
@@ -76,6 +81,40 @@ def latency(module_name: str, samples: int, seconds: float, gap_ms: tuple[float,
         time.sleep(rng.uniform(*gap_ms) / 1000)  # idle again, at no fixed phase of any poll loop
 
 
+def eta(
+    module_name: str,
+    samples: int,
+    seconds: float,
+    countdown: tuple[float, float],
+    gap_ms: tuple[float, float],
+) -> None:
+    module = importlib.import_module(module_name)
+    _prepare(module)
+    path = os.environ[record.STARTED_ENV]
+    rng = random.Random(11)
+    _warm_up(module)
+    stop = time.monotonic() + seconds
+    fifo = record.open_started_fifo(os.environ[record.STARTED_FIFO_ENV])
+    for i in range(samples):
+        delay = rng.uniform(*countdown)
+        module.send_later("stamp", delay, time.time() + delay)
+        deadline = time.monotonic() + delay + STALL_SECONDS
+        while record.count_started(path) <= i:
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"a task due in {delay:.3f} s didn't start within {STALL_SECONDS} s of its due time"
+                )
+            record.wait_started(fifo, 0.05)
+        if time.monotonic() > stop:
+            break
+        time.sleep(rng.uniform(*gap_ms) / 1000)
+
+
+def _pair(text: str) -> tuple[float, float]:
+    low, high = (float(x) for x in text.split(","))
+    return low, high
+
+
 def _warm_up(module: ModuleType) -> None:
     """Send one ``noop`` and wait for it to run, so that the first sample doesn't include
     the connection this process opens on its first send (a TCP connect and authentication:
@@ -104,14 +143,21 @@ def main() -> None:
     p.add_argument("samples", type=int)
     p.add_argument("seconds", type=float)
     p.add_argument("--gap-ms", default="5,40", help="pause between samples: uniform in MIN,MAX ms")
+    p = sub.add_parser("eta")
+    p.add_argument("module")
+    p.add_argument("samples", type=int)
+    p.add_argument("seconds", type=float)
+    p.add_argument("--countdown", default="1,1", help="countdown of each task: uniform in MIN,MAX s")
+    p.add_argument("--gap-ms", default="0,1000", help="pause between samples: uniform in MIN,MAX ms")
     p = sub.add_parser("version")
     p.add_argument("distribution")
     args = parser.parse_args()
     if args.command == "enqueue":
         enqueue(args.module, args.n, args.batch, args.countdown)
     elif args.command == "latency":
-        low, high = (float(x) for x in args.gap_ms.split(","))
-        latency(args.module, args.samples, args.seconds, (low, high))
+        latency(args.module, args.samples, args.seconds, _pair(args.gap_ms))
+    elif args.command == "eta":
+        eta(args.module, args.samples, args.seconds, _pair(args.countdown), _pair(args.gap_ms))
     else:
         print(importlib.metadata.version(args.distribution))
 

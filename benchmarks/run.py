@@ -19,6 +19,14 @@ For each broker and each system (potatoq first, then the peers on the same serve
    it waits for each sample on a FIFO rather than polling, so it takes no CPU from the
    worker while a sample is in flight.
 
+Then, the **ETA lateness** stage (potatoq only): its worker, idle on fresh storage, gets
+``--eta-samples`` tasks one at a time, each sent with a countdown (``--eta-countdown``, 1 s
+by default: what ``retry_backoff=1`` gives) after a random pause of up to a second, and
+each records how long after its due time it started (p50 / p99 / max).
+
+Stages: ``--stages peers,eta`` (the default) runs both; ``make bench BENCH_ARGS="--stages
+eta"`` runs only the ETA lateness, e.g. with ``--brokers postgres``.
+
 On PostgreSQL potatoq runs a second time with 10,000 far-future ETAs waiting in the table
 (sent before the N ready tasks), to show that they don't slow the claims of ready tasks.
 After the PostgreSQL systems, ``benchmarks.pg_floor`` measures the idle latency of a bare
@@ -82,6 +90,7 @@ RABBITMQ_NOTE = (
     "early (before the task runs, prefetching 4 messages per process)."
 )
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+STAGES = ("peers", "eta")
 
 
 @dataclasses.dataclass
@@ -120,6 +129,20 @@ class Result:
     #: one round's samples in the order they were taken (in the JSON): a tail that gathers at
     #: the start of the phase points at what the phase before it left behind
     latency_in_order_ms: list[float] = dataclasses.field(default_factory=list, repr=False)
+
+
+@dataclasses.dataclass
+class EtaResult:
+    """The ETA-lateness stage on one broker: how late each task started after it was due."""
+
+    broker: str
+    load: float = 0.0
+    lateness_ms: list[float] = dataclasses.field(default_factory=list)
+    error: str = ""
+    rounds: int = 1
+
+    def percentile(self, q: float) -> float | None:
+        return _percentile(sorted(self.lateness_ms), q) if self.lateness_ms else None
 
 
 # ----------------------------------------------------------------------------- workers
@@ -347,6 +370,54 @@ def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) ->
     return result
 
 
+def run_eta(case: Case, server: Server, args: argparse.Namespace, tmp: Path) -> EtaResult:
+    """The ETA-lateness stage of ``case`` (potatoq): tasks with a countdown sent one at a
+    time into its idle worker, each recording how late after its due time it started."""
+    result = EtaResult(case.broker, load=os.getloadavg()[0])
+    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+    base.pop("BENCH_URL", None)
+    slug = f"{case.broker}-eta"
+    done_path, started_path = tmp / f"{slug}.done", tmp / f"{slug}.started"
+    for path in (done_path, started_path):  # an earlier round's records
+        path.unlink(missing_ok=True)
+    storage = {**base, **server.fresh(case.system, "eta")}
+    workers: Workers | None = None
+    try:
+        env = {**storage, **_record_env(done_path, started_path)}
+        workers = Workers(case, env, tmp / f"{slug}.log", shlex.split(args.potatoq_args))
+        _drive(
+            case,
+            env,
+            "eta",
+            case.module,
+            str(args.eta_samples),
+            str(args.eta_seconds),
+            f"--countdown={args.eta_countdown}",
+            timeout=args.eta_seconds + args.start_seconds + 60,
+        )
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        if workers is not None:
+            result.error += f"\nworker log:\n{workers.tail()}"
+    finally:
+        if workers is not None:
+            workers.stop()
+        with contextlib.suppress(Exception):
+            server.drop(case.system, storage)
+    with contextlib.suppress(FileNotFoundError):  # the samples taken, even after a failure
+        result.lateness_ms = [float(x) * 1000 for x in started_path.read_bytes().split()]
+    return result
+
+
+def combine_eta(runs: Sequence[EtaResult]) -> EtaResult:
+    """One row from the rounds of a broker's ETA stage: all samples pooled."""
+    ok = [r for r in runs if not r.error]
+    row = EtaResult(runs[0].broker, load=statistics.mean(r.load for r in runs), rounds=len(ok))
+    row.lateness_ms = [x for r in runs for x in r.lateness_ms]
+    row.error = "" if ok else runs[0].error
+    return row
+
+
 def _record_env(done_path: Path, started_path: Path) -> dict[str, str]:
     """Where the tasks of one case record themselves (see ``benchmarks.record``)."""
     return {
@@ -529,12 +600,13 @@ def report(
             f"Python {info['python']}; load average at the start {info['start_load']}, "
             f"at the end {info['load']}."
         ),
-        (
+    ]
+    if results:  # the peers stage ran
+        out.append(
             f"{args.n:,} no-op tasks per system, batches of {args.batch}, {PROCESSES} worker processes, "
             f"up to {args.latency_samples} idle-latency samples ({args.latency_seconds:g} s at most) "
             f"sent {args.latency_gap_ms.replace(',', ' to ')} ms apart."
-        ),
-    ]
+        )
     if args.rounds > 1:
         out.append(
             f"Every system ran {args.rounds} times, in turn (round 1 of each, then round 2 of each, ...): "
@@ -633,6 +705,32 @@ def report(
     return "\n".join(out)
 
 
+def eta_report(rows: Sequence[EtaResult], servers: dict[str, str], args: argparse.Namespace) -> str:
+    low, high = args.eta_countdown.split(",")
+    countdown = f"{low} s" if float(low) == float(high) else f"{low} to {high} s"
+    out = [
+        "### ETA lateness (potatoq)",
+        "",
+        (
+            f"Up to {args.eta_samples} tasks per round sent one at a time into an idle worker "
+            f"({PROCESSES} processes) with a countdown of {countdown}, after a random pause of up to "
+            "1 s; lateness is how long after its due time each one started."
+        ),
+        "",
+        "| broker | lateness p50 / p99 / max | samples | load (1 min) |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        name = f"{r.broker} ({servers.get(r.broker, '?')})"
+        if r.error and not r.lateness_ms:
+            out.append(f"| {name} | failed: {r.error.splitlines()[0][:150]} | | {r.load:.2f} |")
+            continue
+        figures = " / ".join(_ms(r.percentile(q)) for q in (50, 99, 100))
+        out.append(f"| {name} | {figures} ms | {len(r.lateness_ms)} | {r.load:.2f} |")
+    failed = [f"- {r.broker}: {r.error}" for r in rows if r.error]
+    return "\n".join(out + (["", *failed] if failed else []))
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -667,12 +765,15 @@ def _run_broker(
     tmp: Path,
     runs: dict[tuple[str, str], list[Result]],
     floors: list[dict[str, list[float]]],
+    eta_runs: dict[str, list[EtaResult]],
 ) -> None:
     """Every case of one broker, ``--rounds`` times over in turn (round 1 of each system,
     then round 2 of each, ...), so that a slow spell of the machine falls on every system
-    rather than on whichever one ran during it; PostgreSQL's floor is measured each round."""
+    rather than on whichever one ran during it; PostgreSQL's floor is measured each round,
+    and the ETA stage runs after the cases of each round."""
+    stages = args.stages.split(",")
     for round_no in range(1, args.rounds + 1):
-        for case in cases:
+        for case in cases if "peers" in stages else ():
             tag = f" (round {round_no} of {args.rounds})" if args.rounds > 1 else ""
             print(f"{broker}: {case.label}{tag} ...", file=sys.stderr, flush=True)
             started = time.monotonic()
@@ -689,6 +790,12 @@ def _run_broker(
             floor = postgres_floor(args.postgres_url, args)
             if floor:
                 floors.append(floor)
+        if "eta" in stages:
+            tag = f" (round {round_no} of {args.rounds})" if args.rounds > 1 else ""
+            print(f"{broker}: potatoq ETA lateness{tag} ...", file=sys.stderr, flush=True)
+            eta = run_eta(Case(broker, "potatoq", "potatoq", sys.executable), server, args, tmp)
+            print("  " + (eta.error.splitlines()[0] if eta.error else "ok"), file=sys.stderr, flush=True)
+            eta_runs.setdefault(broker, []).append(eta)
 
 
 def _plain(result: Result) -> dict[str, Any]:
@@ -718,6 +825,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-seconds", type=float, default=60.0, help="bound on worker start-up")
     parser.add_argument("--potatoq-args", default="", help='extra potatoq worker options, e.g. "-l warning"')
     parser.add_argument("--no-far-future", action="store_true", help="skip the PostgreSQL ETA run")
+    parser.add_argument(
+        "--stages", default=",".join(STAGES), help="peers (potatoq beside its peers), eta (ETA lateness)"
+    )
+    parser.add_argument("--eta-samples", type=int, default=20, help="ETA-lateness tasks per round")
+    parser.add_argument("--eta-seconds", type=float, default=60.0, help="bound on ETA sampling per round")
+    parser.add_argument(
+        "--eta-countdown", default="1,1", help="countdown of each ETA task: uniform in MIN,MAX s"
+    )
     for broker in ("redis", "postgres", "rabbitmq"):
         parser.add_argument(f"--{broker}-url", default=DEFAULT_URLS[broker])
     default_arq = ROOT / ".venv-bench-arq" / "bin" / "python"
@@ -725,6 +840,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", help="also write the report here")
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args(argv)
+    unknown = set(args.stages.split(",")) - set(STAGES)
+    if unknown:
+        parser.error(f"unknown stage(s) {', '.join(sorted(unknown))} in --stages: use {','.join(STAGES)}")
 
     cases, skipped = plan(args)
     info = machine()
@@ -733,9 +851,10 @@ def main(argv: list[str] | None = None) -> int:
     versions: dict[str, str] = {}
     ceiling: dict[str, float] = {}
     floors: list[dict[str, list[float]]] = []
+    eta_runs: dict[str, list[EtaResult]] = {}
     with tempfile.TemporaryDirectory(prefix="potatoq-bench-") as tmpdir:
         tmp = Path(tmpdir)
-        for broker in dict.fromkeys(case.broker for case in cases):
+        for broker in dict.fromkeys(args.brokers.split(",")):
             try:
                 server = SERVERS[broker](getattr(args, f"{broker}_url", ""), tmp)
                 versions[broker] = server.version()
@@ -743,7 +862,16 @@ def main(argv: list[str] | None = None) -> int:
                 skipped.append(f"{broker}: server unreachable ({exc!r})")
                 continue
             try:
-                _run_broker(broker, [c for c in cases if c.broker == broker], server, args, tmp, runs, floors)
+                _run_broker(
+                    broker,
+                    [c for c in cases if c.broker == broker],
+                    server,
+                    args,
+                    tmp,
+                    runs,
+                    floors,
+                    eta_runs,
+                )
             finally:
                 with contextlib.suppress(Exception):
                     server.close()
@@ -753,6 +881,9 @@ def main(argv: list[str] | None = None) -> int:
     floor = floor_summary(floors) if floors else {}
     info.update(machine() | {"date": info["date"], "start_load": info["start_load"]})
     text = report(results, versions, info, args, ceiling, floor, runs)
+    eta_rows = [combine_eta(eta_runs[b]) for b in BROKERS if b in eta_runs]
+    if eta_rows:
+        text += "\n\n" + eta_report(eta_rows, versions, args)
     if skipped:
         text += "\n\nSkipped: " + "; ".join(skipped)
     print(text)
@@ -769,11 +900,14 @@ def main(argv: list[str] | None = None) -> int:
                     "rabbitmq_ceiling": ceiling,
                     "postgres_floor": floor,
                     "postgres_floor_rounds": [floor_summary([run]) for run in floors],
+                    "eta_lateness_rounds": [
+                        dataclasses.asdict(r) for rounds in eta_runs.values() for r in rounds
+                    ],
                 },
                 indent=2,
             )
         )
-    return 1 if any(r.error for r in results) else 0
+    return 1 if any(r.error for r in results) or any(r.error for r in eta_rows) else 0
 
 
 if __name__ == "__main__":

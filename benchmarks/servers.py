@@ -98,7 +98,8 @@ class RedisServer(Server):
 
 
 class PostgresServer(Server):
-    """``url`` is an admin connection (any database); each system gets ``bench_<system>``."""
+    """``url`` is an admin connection (any database); each system gets ``bench_<system>``
+    (``$POTATOQ_BENCH_POSTGRES_PREFIX<system>`` when set)."""
 
     name = "postgres"
 
@@ -112,7 +113,8 @@ class PostgresServer(Server):
         return urlunsplit(parts._replace(path=f"/{database}"))
 
     def fresh(self, system: str, phase: str) -> dict[str, str]:
-        database = f"bench_{system}"
+        # another prefix keeps concurrent runs on one server apart (each drops its databases)
+        database = os.environ.get("POTATOQ_BENCH_POSTGRES_PREFIX", "bench_") + system
         with self._admin() as conn:  # type: ignore[attr-defined]
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{database}"')

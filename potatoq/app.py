@@ -14,7 +14,7 @@ from typing import Any, Concatenate, Literal, overload
 
 from . import limits, routing, sendchecks, signals
 from .brokers import create_broker, scheme_of
-from .brokers.base import Broker, BrokerConfig
+from .brokers.base import Broker, BrokerConfig, HistorySettings
 from .canvas import Signature, resolve_eta, resolve_expires
 from .config import Settings, load_object
 from .control import Control
@@ -494,7 +494,7 @@ class Potatoq:
             eta=sendchecks.check_moment(_epoch(resolve_eta, countdown, eta), "countdown/eta"),
             expires=sendchecks.check_moment(_epoch(resolve_expires, expires), "expires"),
             retries=retries,
-            headers=headers,
+            headers={"sent_at": time.time(), **headers},  # task history: enqueue-to-start
         )
 
     def apply_eagerly(self, sig: Signature) -> Any:
@@ -585,7 +585,9 @@ class Potatoq:
             dead_after=float(conf.worker_dead_after),
             connection_timeout=float(conf.broker_connection_timeout),
             task_time_limit=float(conf.task_time_limit or 1800),
+            max_message_size=int(conf.task_max_message_size) if conf.task_max_message_size else None,
             result_backend=result_backend,
+            history=HistorySettings.from_settings(conf),
         )
 
     @property

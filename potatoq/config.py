@@ -77,6 +77,11 @@ DEFAULTS: dict[str, Any] = {
     "worker_disable_rate_limits": False,
     "dead_letter_max": 10000,
     "dead_letter_ttl": 30 * 86400.0,
+    "task_history": True,  # task history (docs/history.md)
+    "task_history_max_age": 7 * 86400.0,
+    "task_history_max_count": 1_000_000,
+    "task_history_previews": True,
+    "task_history_redact": ("password", "secret", "token", "api_key"),
     "beat_schedule": {},
     "beat_max_loop_interval": 1.0,
     "timezone": None,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .brokers.base import Broker, ResultRecord, RunningTask, WorkerInfo
 from .exceptions import TaskRevokedError
+from .routing import queue_name
 from .states import REVOKED
 from .terminate import parse_signal, request_termination
 
@@ -210,6 +211,22 @@ class Control:
     def purge(self) -> int:
         stats = self.app.broker.queue_stats()
         return self.app.broker.purge([s.queue for s in stats])
+
+    def pause_queue(self, queue: str) -> bool:
+        """Pause ``queue`` for every worker (within about a second); True if it wasn't paused.
+
+        Running tasks finish; producers can still send to it. Stored in the broker, so it
+        survives worker and broker restarts, until :meth:`resume_queue`.
+        """
+        return self.app.broker.pause_queue(queue_name(queue))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Let workers claim from ``queue`` again; True if it was paused."""
+        return self.app.broker.resume_queue(queue_name(queue))
+
+    def paused_queues(self) -> dict[str, float]:
+        """The paused queues, each with the time (epoch seconds) it was paused at."""
+        return self.app.broker.paused_queues()
 
     # Celery's broadcast commands: there is no broadcast channel, so each names what to use.
     def shutdown(self, *_: Any, **__: Any) -> None:

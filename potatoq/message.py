@@ -81,32 +81,44 @@ class Message:
         object.__setattr__(self, "_encoded", None)
 
     @classmethod
-    def decode(cls, data: bytes | str) -> Message:
-        """Parse bytes written by :meth:`encode`; raise :class:`MessageDecodeError` with the reason."""
+    def decode(cls, data: bytes | str, *, max_size: int | None = None) -> Message:
+        """Parse bytes written by :meth:`encode`; raise :class:`MessageDecodeError` with the reason.
+
+        Whatever ``data`` holds, nothing else escapes: a worker dead-letters the message with
+        the reason and goes on. ``max_size`` refuses a larger payload before parsing it.
+        """
+        if max_size is not None and len(data) > max_size:
+            raise MessageDecodeError(
+                f"payload is {len(data)} bytes, over the {max_size}-byte limit"
+                " (task_max_message_size); not decoded"
+            )
         try:
-            body = serialization.loads(data)
-        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            body = serialization.loads(data, finite=True)
+        except ValueError as exc:  # UnicodeDecodeError and json's errors included
             raise MessageDecodeError(f"payload is not valid potatoq JSON: {exc}") from None
+        except RecursionError:
+            raise MessageDecodeError("payload is nested too deeply to decode") from None
+        except Exception as exc:  # noqa: BLE001 - whatever the bytes are, the worker must get a reason
+            raise MessageDecodeError(f"payload can't be decoded: {type(exc).__name__}: {exc}") from None
         if not isinstance(body, dict):
             raise MessageDecodeError(f"payload is a JSON {type(body).__name__}, not an object")
         version = body.get("v")
         if version != VERSION:
-            raise MessageDecodeError(f"unknown message version {version!r} (this worker reads {VERSION})")
-        try:
-            fields = (
-                _str(body, "id"),
-                _str(body, "task"),
-                tuple(_typed(body, "a", list, [])),
-                _typed(body, "k", dict, {}),
-                _str(body, "q"),
-                int(body.get("p") or 0),
-                _opt_float(body.get("eta")),
-                _opt_float(body.get("exp")),
-                int(body.get("r") or 0),
-                _typed(body, "h", dict, {}),
+            raise MessageDecodeError(
+                f"unknown message version {serialization.preview(version)} (this worker reads {VERSION})"
             )
-        except (TypeError, ValueError) as exc:
-            raise MessageDecodeError(f"malformed message: {exc}") from None
+        fields = (
+            _str(body, "id"),
+            _str(body, "task"),
+            tuple(_typed(body, "a", list, [])),
+            _typed(body, "k", dict, {}),
+            _str(body, "q"),
+            _int(body, "p"),
+            _opt_float(body, "eta"),
+            _opt_float(body, "exp"),
+            _int(body, "r"),
+            _typed(body, "h", dict, {}),
+        )
         if cls is not Message:  # a subclass gets its own __init__
             return cls(*fields)
         # Every field checked above: built without the dataclass __init__ (a worker decodes
@@ -128,7 +140,9 @@ _build_message = positional_builder(Message)
 def _str(body: dict[str, Any], key: str) -> str:
     value = body.get(key)
     if not isinstance(value, str) or not value:
-        raise MessageDecodeError(f"field {key!r} must be a non-empty string, got {value!r:.80}")
+        raise MessageDecodeError(
+            f"field {key!r} must be a non-empty string, got {serialization.preview(value)}"
+        )
     return value
 
 
@@ -141,5 +155,34 @@ def _typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     return value
 
 
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
+# What a send accepts (sendchecks.PRIORITY_RANGE: PostgreSQL's integer column, the
+# narrowest): a priority or retry count outside it is a forged message, which would fail
+# in the broker's storage on retry.
+_INT_RANGE = range(-(2**31), 2**31)
+
+
+def _int(body: dict[str, Any], key: str) -> int:
+    value = body.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():  # an older encoder's 7.0
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value not in _INT_RANGE:
+        raise MessageDecodeError(
+            f"field {key!r} must be a 32-bit integer, got {serialization.preview(value)}"
+        )
+    return value
+
+
+def _opt_float(body: dict[str, Any], key: str) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise MessageDecodeError(
+            f"field {key!r} must be a number of epoch seconds or null, got {serialization.preview(value)}"
+        )
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float
+        raise MessageDecodeError(f"field {key!r} is out of range: {serialization.preview(value)}") from None

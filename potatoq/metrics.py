@@ -1,42 +1,47 @@
-"""Prometheus metrics in the text exposition format, with no dependency.
+"""Prometheus metrics through ``prometheus_client`` (the ``[metrics]`` extra) and its
+multiprocess mode.
 
 Two sources:
 
 * :func:`broker_metrics` reads the broker contract (``queue_stats``, ``workers``,
   ``list_dead``): queue depth, delayed and running tasks, age of the oldest waiting task
-  per queue, live workers, running tasks, each node's processed count, dead letters. The
+  per queue, live workers, running tasks, each node's processed count, dead letters, concurrency limits. The
   dashboard serves it at ``/metrics``; any process that can reach the broker can.
 * :class:`TaskMetrics` counts what workers do, from potatoq signals (never from inside the
   worker loop): ``task_prerun``/``task_postrun`` time each run into a histogram per task
-  name, ``task_failure`` and ``task_retry`` count failures and retries. A prefork worker
-  runs tasks in child processes, so each process writes its totals to a small JSON file in
-  a directory shared by the worker (atomically, by rename), and the endpoint sums the files.
+  name and the wait between due and start into a histogram per queue, ``task_failure``
+  and ``task_retry`` count failures and retries. A prefork worker runs tasks in child
+  processes: ``prometheus_client``'s multiprocess mode gives each process its own
+  memory-mapped files in one directory (``PROMETHEUS_MULTIPROC_DIR``), and the endpoint
+  sums them with its ``MultiProcessCollector`` (files of exited children stay, so
+  counters never go down while the worker runs).
 
 :func:`install_worker_endpoints` is the hook behind ``potatoq worker --metrics-port`` and
 ``--health-port``: a ``worker_init`` receiver that connects the signal receivers and starts
 one HTTP thread in the worker's main process. That thread touches only its own objects and
-the JSON files, never the broker, the logging module or stdout, because the supervisor
+the metric files, never the broker, the logging module or stdout, because the supervisor
 forks children while it runs and a child must not inherit a lock the thread holds.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+from .exceptions import ImproperlyConfigured
+
 __all__ = [
     "BUCKETS",
     "CONTENT_TYPE",
+    "LATENCY_BUCKETS",
     "HealthState",
     "TaskMetrics",
     "broker_metrics",
@@ -44,6 +49,7 @@ __all__ = [
     "parse_exposition",
 ]
 
+#: The text format ``prometheus_client.generate_latest`` writes.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS: tuple[float, ...] = (
     0.005,
@@ -61,53 +67,28 @@ BUCKETS: tuple[float, ...] = (
     60.0,
     300.0,
 )
+#: Enqueue-to-start latency: a backlog can keep a task waiting much longer than it runs.
+LATENCY_BUCKETS: tuple[float, ...] = (*BUCKETS, 900.0, 3600.0, 4 * 3600.0)
 
 
-# ----------------------------------------------------------------------------- exposition
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer():
-        return str(int(value))
-    return repr(float(value))
-
-
-class Exposition:
-    """Builds the text format: ``# HELP``/``# TYPE`` once per family, then its samples."""
-
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-        self._seen: set[str] = set()
-
-    def family(self, name: str, kind: str, help_text: str) -> None:
-        if name not in self._seen:
-            self._seen.add(name)
-            self._lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-
-    def sample(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
-        self._lines.append(f"{name}{_labels(labels or {})} {_number(value)}")
-
-    def text(self) -> str:
-        return "\n".join(self._lines) + "\n"
+def _prometheus() -> Any:
+    """The ``prometheus_client`` module, or a clear error naming the extra to install."""
+    try:
+        import prometheus_client
+        import prometheus_client.multiprocess
+        import prometheus_client.values
+    except ImportError:
+        raise ImproperlyConfigured(
+            "Prometheus metrics need the prometheus_client package: pip install 'potatoq[metrics]'"
+        ) from None
+    return prometheus_client
 
 
 def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Parse the simple text format this module writes: ``{(name, labels): value}``.
+    """Parse the text format: ``{(name, labels in their order, le last): value}``.
 
-    For tests and quick scripts; it handles what :class:`Exposition` emits (no timestamps,
-    no escaped quotes inside label values).
+    For tests and quick scripts; it handles what ``prometheus_client`` writes for potatoq's
+    metrics (no timestamps, no escaped quotes inside label values).
     """
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for line in text.splitlines():
@@ -119,7 +100,9 @@ def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]],
         if "{" in head:
             name, _, rest = head.partition("{")
             pairs = [p for p in rest.rstrip("}").split('",') if p]
-            labels = tuple((k, v.strip('"')) for k, _, v in (p.partition("=") for p in pairs))
+            found = [(k, v.strip('"')) for k, _, v in (p.partition("=") for p in pairs)]
+            # a histogram's ``le`` last, wherever the writer put it (prometheus_client: first)
+            labels = tuple(sorted(found, key=lambda kv: kv[0] == "le"))
         out[(name, labels)] = float(value.replace("+Inf", "inf"))
     return out
 
@@ -127,49 +110,81 @@ def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]],
 # ----------------------------------------------------------------------------- from the broker
 
 
-def broker_metrics(broker: Any, *, dead_letter_scan: int = 10000) -> str:
-    """Queue and worker gauges read through the broker contract."""
-    stats = broker.queue_stats()
-    workers = broker.workers()
-    out = Exposition()
-    gauges = (
-        ("potatoq_queue_waiting", "Tasks ready to run, per queue.", "waiting"),
-        ("potatoq_queue_delayed", "Tasks due later (countdown, eta, retry backoff), per queue.", "delayed"),
-        ("potatoq_queue_running", "Tasks claimed by a worker, per queue.", "running"),
-    )
-    for name, help_text, attr in gauges:
-        out.family(name, "gauge", help_text)
-        for s in stats:
-            out.sample(name, getattr(s, attr), {"queue": s.queue})
-    out.family(
-        "potatoq_queue_oldest_waiting_age_seconds",
-        "gauge",
-        "Seconds since the oldest ready task of the queue became due (0 when none waits).",
-    )
-    for s in stats:
-        out.sample(
-            "potatoq_queue_oldest_waiting_age_seconds", s.oldest_waiting_age or 0.0, {"queue": s.queue}
+class _BrokerCollector:
+    """A ``prometheus_client`` collector reading the broker once per scrape."""
+
+    def __init__(self, broker: Any, dead_letter_scan: int) -> None:
+        self.broker = broker
+        self.dead_letter_scan = dead_letter_scan
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = self.broker.queue_stats()
+        workers = self.broker.workers()
+        gauges = (
+            ("potatoq_queue_waiting", "Tasks ready to run, per queue.", "waiting"),
+            (
+                "potatoq_queue_delayed",
+                "Tasks due later (countdown, eta, retry backoff), per queue.",
+                "delayed",
+            ),
+            ("potatoq_queue_running", "Tasks claimed by a worker, per queue.", "running"),
         )
-    out.family("potatoq_workers_live", "gauge", "Worker nodes with a recent heartbeat.")
-    out.sample("potatoq_workers_live", len(workers))
-    out.family("potatoq_tasks_running", "gauge", "Tasks the live workers report running.")
-    out.sample("potatoq_tasks_running", sum(len(w.running) for w in workers))
-    out.family(
-        "potatoq_worker_processed_total",
-        "counter",
-        "Tasks finished by each worker node since it started (from its heartbeat).",
-    )
-    for w in workers:
-        out.sample("potatoq_worker_processed_total", w.processed, {"node": w.node})
-    out.family("potatoq_dead_letters", "gauge", "Dead letters kept by the broker.")
-    out.sample("potatoq_dead_letters", len(broker.list_dead(limit=dead_letter_scan)))
-    if broker.capabilities.concurrency_limits:
-        _limit_metrics(out, broker.limits())
-    return out.text()
+        for name, help_text, attr in gauges:
+            family = GaugeMetricFamily(name, help_text, labels=["queue"])
+            for s in stats:
+                family.add_metric([s.queue], getattr(s, attr))
+            yield family
+        age = GaugeMetricFamily(
+            "potatoq_queue_oldest_waiting_age_seconds",
+            "Seconds since the oldest ready task of the queue became due (0 when none waits).",
+            labels=["queue"],
+        )
+        for s in stats:
+            age.add_metric([s.queue], s.oldest_waiting_age or 0.0)
+        yield age
+        paused = self.broker.paused_queues()
+        paused_family = GaugeMetricFamily(
+            "potatoq_queue_paused",
+            "1 while the queue is paused (potatoq queues pause), per queue.",
+            labels=["queue"],
+        )
+        for queue in sorted({s.queue for s in stats} | set(paused)):
+            paused_family.add_metric([queue], 1 if queue in paused else 0)
+        yield paused_family
+        yield GaugeMetricFamily("potatoq_workers_live", "Worker nodes with a recent heartbeat.", len(workers))
+        yield GaugeMetricFamily(
+            "potatoq_tasks_running",
+            "Tasks the live workers report running.",
+            sum(len(w.running) for w in workers),
+        )
+        processed = CounterMetricFamily(
+            "potatoq_worker_processed",
+            "Tasks finished by each worker node since it started (from its heartbeat).",
+            labels=["node"],
+        )
+        for w in workers:
+            processed.add_metric([w.node], w.processed)
+        yield processed
+        dead = len(self.broker.list_dead(limit=self.dead_letter_scan))
+        yield GaugeMetricFamily("potatoq_dead_letters", "Dead letters kept by the broker.", dead)
+        if self.broker.capabilities.concurrency_limits:
+            yield from _limit_metrics(self.broker.limits())
 
 
-def _limit_metrics(out: Exposition, usage: Iterable[Any]) -> None:
+def broker_metrics(broker: Any, *, dead_letter_scan: int = 10000) -> str:
+    """Queue and worker gauges read through the broker contract, in the text format."""
+    prometheus = _prometheus()
+    registry = prometheus.CollectorRegistry(auto_describe=False)
+    registry.register(_BrokerCollector(broker, dead_letter_scan))
+    return str(prometheus.generate_latest(registry).decode())
+
+
+def _limit_metrics(usage: Iterable[Any]) -> Iterator[Any]:
     """Cluster-wide concurrency limits (docs/limits.md): slots in use, the limit, waiters."""
+    from prometheus_client.core import GaugeMetricFamily
+
     usage = list(usage)
     gauges = (
         ("potatoq_limit_running", "Running tasks holding a slot of the concurrency limit.", "running"),
@@ -177,41 +192,95 @@ def _limit_metrics(out: Exposition, usage: Iterable[Any]) -> None:
         ("potatoq_limit_concurrency", "The concurrency limit in force (override or task option).", "limit"),
     )
     for name, help_text, attr in gauges:
-        out.family(name, "gauge", help_text)
+        family = GaugeMetricFamily(name, help_text, labels=["key"])
         for u in usage:
             value = getattr(u, attr)
             if value is not None:
-                out.sample(name, value, {"key": u.key})
+                family.add_metric([u.key], value)
+        yield family
 
 
 # ----------------------------------------------------------------------------- from signals
 
 
-def _empty_task() -> dict[str, Any]:
-    return {
-        "processed": 0,
-        "failed": 0,
-        "retried": 0,
-        "dead_lettered": 0,
-        "sum": 0.0,
-        "count": 0,
-        "buckets": [0] * len(BUCKETS),
-    }
-
-
 class TaskMetrics:
-    """Per task name counters and runtime histograms, fed by signals, shared through files.
+    """Per task name counters and runtime histograms, per queue latency histograms, fed by
+    signals and kept in ``prometheus_client``'s multiprocess files under ``directory``.
 
-    ``directory`` holds one ``<pid>.json`` per process that ran tasks; :meth:`render` sums
-    them (files of exited children stay, so counters never go down while the worker runs).
+    Making one points ``PROMETHEUS_MULTIPROC_DIR`` at ``directory`` for this process (and
+    the worker children it forks) until :meth:`disconnect`. Its metrics are its own
+    objects, registered nowhere but read back by :meth:`render`, so a test can make several
+    in one process.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
+        prometheus = _prometheus()
         self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._saved_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(self.directory)
+        # A value class of our own: its files live in *this* directory, whatever another
+        # TaskMetrics of the process (a test) or prometheus_client's import-time choice did.
+        self._value_class = prometheus.values.MultiProcessValue()
         self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._tasks: dict[str, dict[str, Any]] = {}
         self._started: dict[str, float] = {}
+        self._children: dict[tuple[str, str], Any] = {}
+        counter, histogram = prometheus.Counter, prometheus.Histogram
+        self._metrics: dict[str, Any] = {
+            "processed": counter(
+                "potatoq_tasks_processed", "Task runs finished (success or failure).", ["task"], registry=None
+            ),
+            "failed": counter("potatoq_tasks_failed", "Task runs that raised.", ["task"], registry=None),
+            "retried": counter(
+                "potatoq_tasks_retried", "Task runs that asked to be retried.", ["task"], registry=None
+            ),
+            "dead_lettered": counter(
+                "potatoq_tasks_dead_lettered",
+                "Task runs that failed into the dead letters.",
+                ["task"],
+                registry=None,
+            ),
+            "runtime": histogram(
+                "potatoq_task_runtime_seconds",
+                "Run time of finished tasks, per task name.",
+                ["task"],
+                buckets=BUCKETS,
+                registry=None,
+            ),
+            "latency": histogram(
+                "potatoq_task_latency_seconds",
+                "Seconds from when a task was due (sent, or its eta) to its start, per queue.",
+                ["queue"],
+                buckets=LATENCY_BUCKETS,
+                registry=None,
+            ),
+        }
+
+    def _child(self, metric: str, label: str) -> Any:
+        """The labelled child, made with this instance's value class (the global one is
+        swapped only while a child is made, under the lock)."""
+        key = (metric, label)
+        child = self._children.get(key)
+        if child is None:
+            from prometheus_client import values
+
+            with self._lock:
+                child = self._children.get(key)
+                if child is None:
+                    saved, values.ValueClass = values.ValueClass, self._value_class
+                    try:
+                        child = self._children[key] = self._metrics[metric].labels(label)
+                    finally:
+                        values.ValueClass = saved
+        return child
+
+    def _task(self, name: str, metric: str) -> Any:
+        """``metric``'s child for task ``name``; the first time a name is seen, every
+        per-task series of it is made, so a task that never failed shows 0 failures."""
+        if ("processed", name) not in self._children:
+            for each in ("processed", "failed", "retried", "dead_lettered", "runtime"):
+                self._child(each, name)
+        return self._child(metric, name)
 
     # -- receivers (run in whichever process runs the task) ------------------------------------
 
@@ -230,113 +299,63 @@ class TaskMetrics:
         signals.task_postrun.disconnect(self.on_postrun)
         signals.task_failure.disconnect(self.on_failure)
         signals.task_retry.disconnect(self.on_retry)
-
-    def _own(self) -> None:
-        if self._pid != os.getpid():  # a forked child starts from zero, in its own file
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._tasks = {}
-            self._started = {}
-
-    def _entry(self, name: str) -> dict[str, Any]:
-        return self._tasks.setdefault(name, _empty_task())
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR") == str(self.directory):  # as it was before
+            if self._saved_env is None:
+                del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+            else:
+                os.environ["PROMETHEUS_MULTIPROC_DIR"] = self._saved_env
 
     def on_prerun(self, sender: Any = None, task_id: str = "", **_: Any) -> None:
-        self._own()
-        with self._lock:
-            self._started[task_id] = time.monotonic()
+        self._started[task_id] = time.monotonic()
+        request = getattr(sender, "request", None)
+        latency = _latency(request, time.time())
+        if latency is not None:
+            queue = str((getattr(request, "delivery_info", None) or {}).get("queue") or "")
+            self._child("latency", queue).observe(latency)
 
     def on_postrun(self, sender: Any = None, task_id: str = "", **_: Any) -> None:
-        self._own()
         name = str(getattr(sender, "name", sender))
-        with self._lock:
-            started = self._started.pop(task_id, None)
-            entry = self._entry(name)
-            entry["processed"] += 1
-            if started is not None:
-                runtime = time.monotonic() - started
-                entry["sum"] += runtime
-                entry["count"] += 1
-                for i, bound in enumerate(BUCKETS):
-                    if runtime <= bound:
-                        entry["buckets"][i] += 1
-        self._save()
+        started = self._started.pop(task_id, None)
+        self._task(name, "processed").inc()
+        if started is not None:
+            self._task(name, "runtime").observe(time.monotonic() - started)
 
     def on_failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
-        self._own()
         name = str(getattr(sender, "name", sender))
         throws = tuple(getattr(sender, "throws", None) or ())
         # The executor's rule: a failure the task declared in ``throws`` completes; any other
         # failure is dead-lettered.
         expected = bool(throws) and isinstance(exception, throws)
-        with self._lock:
-            entry = self._entry(name)
-            entry["failed"] += 1
-            if not expected:
-                entry["dead_lettered"] += 1
+        self._task(name, "failed").inc()
+        if not expected:
+            self._task(name, "dead_lettered").inc()
 
     def on_retry(self, sender: Any = None, request: Any = None, **_: Any) -> None:
-        self._own()
         name = str(getattr(sender, "name", sender))
-        with self._lock:
-            self._entry(name)["retried"] += 1
-            task_id = getattr(request, "id", None)
-            if task_id is not None:
-                self._started.pop(task_id, None)  # a retry has no postrun
-        self._save()
-
-    def _save(self) -> None:
-        with self._lock:
-            body = json.dumps(self._tasks)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{os.getpid()}.json"
-        tmp = path.with_suffix(f".tmp{threading.get_ident()}")
-        tmp.write_text(body)
-        os.replace(tmp, path)
+        self._task(name, "retried").inc()
+        task_id = getattr(request, "id", None)
+        if task_id is not None:
+            self._started.pop(task_id, None)  # a retry has no postrun
 
     # -- reading (the endpoint's process) ------------------------------------------------------
 
-    def totals(self) -> dict[str, dict[str, Any]]:
-        merged: dict[str, dict[str, Any]] = {}
-        for path in sorted(self.directory.glob("*.json")):
-            try:
-                body = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # replaced while reading: the next scrape sees it
-            for name, entry in body.items():
-                into = merged.setdefault(name, _empty_task())
-                for key in ("processed", "failed", "retried", "dead_lettered", "sum", "count"):
-                    into[key] += entry.get(key, 0)
-                for i, n in enumerate(entry.get("buckets", [])[: len(BUCKETS)]):
-                    into["buckets"][i] += n
-        return merged
-
     def render(self) -> str:
-        totals = self.totals()
-        out = Exposition()
-        counters = (
-            ("potatoq_tasks_processed_total", "processed", "Task runs finished (success or failure)."),
-            ("potatoq_tasks_failed_total", "failed", "Task runs that raised."),
-            ("potatoq_tasks_retried_total", "retried", "Task runs that asked to be retried."),
-            (
-                "potatoq_tasks_dead_lettered_total",
-                "dead_lettered",
-                "Task runs that failed into the dead letters.",
-            ),
-        )
-        for metric, key, help_text in counters:
-            out.family(metric, "counter", help_text)
-            for name, entry in sorted(totals.items()):
-                out.sample(metric, entry[key], {"task": name})
-        hist = "potatoq_task_runtime_seconds"
-        out.family(hist, "histogram", "Run time of finished tasks, per task name.")
-        for name, entry in sorted(totals.items()):
-            for bound, n in zip(BUCKETS, entry["buckets"], strict=True):
-                out.sample(f"{hist}_bucket", n, {"task": name, "le": _number(bound)})
-            out.sample(f"{hist}_bucket", entry["count"], {"task": name, "le": "+Inf"})
-            out.sample(f"{hist}_sum", entry["sum"], {"task": name})
-            out.sample(f"{hist}_count", entry["count"], {"task": name})
-        return out.text()
+        """Every process's files under ``directory``, summed, in the text format."""
+        prometheus = _prometheus()
+        registry = prometheus.CollectorRegistry(auto_describe=False)
+        prometheus.multiprocess.MultiProcessCollector(registry, path=str(self.directory))
+        return str(prometheus.generate_latest(registry).decode())
+
+
+def _latency(request: Any, now: float) -> float | None:
+    """Seconds since the task was due: sent (the ``sent_at`` header) or its eta, if later."""
+    headers = getattr(request, "headers", None) or {}
+    sent = headers.get("sent_at")
+    if not isinstance(sent, int | float) or isinstance(sent, bool):
+        return None
+    eta = getattr(request, "eta", None)
+    due = max(float(sent), float(eta)) if isinstance(eta, int | float) else float(sent)
+    return max(0.0, now - due)
 
 
 # ----------------------------------------------------------------------------- worker endpoints
@@ -421,6 +440,8 @@ def install_worker_endpoints(
     """
     from . import signals
 
+    if metrics_port is not None:
+        _prometheus()  # a missing extra is refused now, and imported before any fork
     endpoints = Endpoints()
     health = HealthState()
 

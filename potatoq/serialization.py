@@ -9,28 +9,72 @@ is reported by ``.delay()`` in the caller, never by a worker later.
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
 import json
+import math
 import uuid
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .exceptions import SerializationError
 
 TAG = "__pq__"
 
+
+def _timedelta(value: Any) -> dt.timedelta:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"seconds must be a number, not {type(value).__name__}")
+    return dt.timedelta(seconds=value)
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    if not isinstance(value, str):
+        raise TypeError(f"must be a string, not {type(value).__name__}")
+    return uuid.UUID(value)
+
+
+def _decimal(value: Any) -> Decimal:
+    # Decimal() also takes ints, floats and tuples; the encoder only ever writes str().
+    if not isinstance(value, str):
+        raise TypeError(f"must be a string, not {type(value).__name__}")
+    try:
+        return Decimal(value)
+    except InvalidOperation:  # its message is only the signal's class
+        raise ValueError("not a decimal number") from None
+
+
+def _base64(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"must be a string, not {type(value).__name__}")
+    return base64.b64decode(value, validate=True)
+
+
+def _sequence(kind: Callable[[list[Any]], Any]) -> Callable[[Any], Any]:
+    def decode(value: Any) -> Any:
+        if not isinstance(value, list):
+            raise TypeError(f"must be a JSON list, not {type(value).__name__}")
+        return kind(value)
+
+    return decode
+
+
 _DECODERS: dict[str, Callable[[Any], Any]] = {
     "dt": dt.datetime.fromisoformat,
     "d": dt.date.fromisoformat,
     "t": dt.time.fromisoformat,
-    "td": lambda v: dt.timedelta(seconds=v),
-    "u": uuid.UUID,
-    "dec": Decimal,
-    "b": base64.b64decode,
-    "tup": tuple,
-    "set": set,
+    "td": _timedelta,
+    "u": _uuid,
+    "dec": _decimal,
+    "b": _base64,
+    "tup": _sequence(tuple),
+    "set": _sequence(set),
 }
+
+# What a tag's decoder raises for a value it can't take (Decimal's InvalidOperation is an
+# ArithmeticError, a timedelta out of range an OverflowError).
+_BAD_VALUE = (ValueError, TypeError, ArithmeticError, binascii.Error)
 
 
 def _tag(obj: Any) -> Any:
@@ -79,10 +123,21 @@ def _untag(obj: dict[str, Any]) -> Any:
     tag = obj.get(TAG)
     if tag is None or len(obj) != 2 or "v" not in obj:
         return obj
-    decoder = _DECODERS.get(tag)
+    decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
     if decoder is None:
-        raise ValueError(f"unknown type tag {tag!r}")
-    return decoder(obj["v"])
+        raise ValueError(f"unknown type tag {tag!r:.40}")
+    try:
+        return decoder(obj["v"])
+    except _BAD_VALUE as exc:
+        raise ValueError(f"bad {tag!r} tagged value {preview(obj['v'])}: {exc}") from None
+
+
+def preview(value: Any) -> str:
+    """A short description of a decoded value, for an error message: a container's repr()
+    could be megabytes long, or nested too deeply for repr() to follow."""
+    if isinstance(value, list | dict):
+        return f"(a JSON {'list' if isinstance(value, list) else 'object'} of {len(value)})"
+    return f"{value!r:.60}"
 
 
 # allow_nan=False: NaN and Infinity aren't JSON; other consumers of the wire format (and
@@ -105,8 +160,14 @@ def dumps(obj: Any, *, where: str = "value") -> str:
         raise SerializationError(f"{where} can't be serialized to JSON: it is nested too deeply") from None
 
 
-def loads(data: str | bytes) -> Any:
-    """Decode JSON text produced by :func:`dumps`."""
+def loads(data: str | bytes, *, finite: bool = False) -> Any:
+    """Decode JSON text produced by :func:`dumps`. With ``finite``, a number that isn't
+    finite (``NaN``, ``Infinity``, or one too large for a float, like ``1e999``) is a
+    ``ValueError``: standard JSON has no such numbers.
+
+    Every malformed input raises ``ValueError`` (``UnicodeDecodeError`` included), except
+    nesting deeper than the interpreter can follow, which raises ``RecursionError``.
+    """
     if not isinstance(data, str):  # as json.loads does for bytes
         # A JSON object in UTF-8 (what dumps() writes) starts with "{" and no NUL byte;
         # json.detect_encoding would say utf-8 for it too, only slower.
@@ -114,12 +175,24 @@ def loads(data: str | bytes) -> Any:
             data = data.decode("utf-8", "surrogatepass")
         else:
             data = data.decode(json.detect_encoding(data), "surrogatepass")
-    return _decoder.decode(data)
+    return (_finite_decoder if finite else _decoder).decode(data)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text:.40} is out of range (not a finite float)")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 # One decoder for every call: json.loads(object_hook=...) builds a new one each time, a
 # few microseconds on every message a worker claims.
 _decoder = json.JSONDecoder(object_hook=_untag)
+_finite_decoder = json.JSONDecoder(object_hook=_untag, parse_float=_finite_float, parse_constant=_no_constant)
 
 
 def check_serializable(args: Any, kwargs: dict[str, Any], *, owner: str = "") -> None:

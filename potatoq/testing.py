@@ -80,7 +80,8 @@ def drain(
 
 class ThreadWorker:
     """An in-process worker on a thread, for tests and examples: claims, runs and settles
-    tasks of ``queues`` (all queues when None) until stopped. Works with any broker,
+    tasks of ``queues`` (all queues when None; paused queues left out, as by a worker)
+    until stopped. Works with any broker,
     including ``memory://``::
 
         with ThreadWorker(app):
@@ -120,12 +121,17 @@ class ThreadWorker:
 
     def _loop(self) -> None:
         from .worker.executor import Executor
+        from .worker.pausing import PauseGate
 
         broker = self.app.broker
         executor = Executor(self.app)
         worker = WorkerRef(node=f"thread-{os.getpid()}-{id(self)}", pid=os.getpid())
+        gate = PauseGate(lambda: broker, self.queues)
         while not self._stop.is_set():
-            names = self._names()
+            names = gate.claimable(self._names())
+            if not names:  # every queue paused (potatoq queues pause)
+                self._stop.wait(gate.refresh)
+                continue
             delivery = broker.claim(names, worker)
             if delivery is None:
                 broker.wait(names, self.poll)

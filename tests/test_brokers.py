@@ -169,6 +169,29 @@ def test_fifo_within_a_priority(broker: Broker) -> None:
     assert got == [m.id for m in sent]
 
 
+def test_a_task_due_later_queues_behind_tasks_ready_before_it(broker: Broker) -> None:
+    """FIFO order is the order tasks become ready: a task that waited for its eta goes behind
+    the tasks that were ready when it fell due, though it was sent before them."""
+    eta = time.time() + 0.5
+    scheduled, ready = msg(eta=eta), msg()
+    broker.enqueue([scheduled])
+    broker.enqueue([ready])
+    time.sleep(max(0.0, eta - time.time()))  # the eta itself: nothing to wait on but the clock
+    got = [d.id for d in claim_n(broker, ["default"], 2)]
+    assert got == [ready.id, scheduled.id]
+
+
+def test_a_retried_task_queues_behind_tasks_ready_before_it(broker: Broker) -> None:
+    """A retry is a new attempt: it goes to the back of its priority, not back to its old place."""
+    retried, waiting = msg(), msg()
+    broker.enqueue([retried])
+    first = claim_soon(broker, ["default"])
+    broker.enqueue([waiting])
+    assert broker.settle(first, RetryLater(message=retried.replace(retries=1)))
+    got = [d.id for d in claim_n(broker, ["default"], 2)]
+    assert got == [waiting.id, retried.id]
+
+
 def test_higher_priority_first(broker: Broker) -> None:
     low = [msg(priority=0) for _ in range(2)]
     high = [msg(priority=9) for _ in range(2)]
@@ -315,6 +338,71 @@ def test_wait_returns_when_another_broker_instance_enqueues(make_broker: BrokerM
         assert claim_soon(waiter, ["wakeup"]).id == sent.id
     finally:
         thread.join(DEADLINE)
+
+
+DUE_WAKE_BOUND = 10.0  # seconds past the due time: far under every broker's slowest fallback
+
+
+@pytest.mark.parametrize("scheduled", ["before the wait", "during the wait", "as a retry"])
+def test_an_idle_waiting_claimer_wakes_when_a_scheduled_task_falls_due(
+    make_broker: BrokerMaker, scheduled: str
+) -> None:
+    """A task due in 1 s reaches a claimer blocked in one long wait() within
+    DUE_WAKE_BOUND of its due time. The factory's SLOW_FALLBACK_OPTIONS push every
+    periodic fallback (PostgreSQL's timed promotion) to a minute and the wait asks for two,
+    so the bound is met only if the wait itself ends at the due time: an event, not a speed.
+    """
+    options = {
+        **make_broker.config().transport_options,
+        **getattr(make_broker.module, "SLOW_FALLBACK_OPTIONS", {}),
+    }
+    consumer = make_broker(transport_options=options)
+    producer = make_broker(transport_options=options)
+    queue = "due-wake"
+    producer.enqueue([msg(queue)])
+    first = claim_soon(consumer, [queue])  # warm up: schema, first timed promotion, LISTEN
+    assert consumer.settle(first, Complete())
+    task = msg(queue)
+    if scheduled == "before the wait":
+        eta = time.time() + 1.0
+        producer.enqueue([task.replace(eta=eta)])
+    claimed: list[Delivery] = []
+    done = threading.Event()
+    waiting = threading.Event()
+    stop = threading.Event()
+
+    def claimer() -> None:
+        while not stop.is_set():
+            delivery = consumer.claim([queue], WORKER_A)
+            if delivery is not None:
+                claimed.append(delivery)
+                done.set()
+                return
+            waiting.set()
+            consumer.wait([queue], 120.0)  # ends early only on a wake-up
+
+    if scheduled == "as a retry":
+        producer.enqueue([task])
+        held = claim_soon(consumer, [queue])
+        eta = time.time() + 1.0
+        assert consumer.settle(held, RetryLater(message=task.replace(retries=1, eta=eta)))
+    thread = threading.Thread(target=claimer, daemon=True)
+    thread.start()
+    if scheduled == "during the wait":
+        assert waiting.wait(DEADLINE), "the claimer never got to its wait"
+        eta = time.time() + 1.0
+        producer.enqueue([task.replace(eta=eta)])
+    try:
+        assert done.wait(max(0.0, eta + DUE_WAKE_BOUND - time.time())), (
+            f"a task due in 1 s ({scheduled}) wasn't claimed within {DUE_WAKE_BOUND} s of its due time: "
+            "the idle claimer's wait didn't wake for it"
+        )
+        assert claimed[0].id == task.id
+        assert time.time() >= eta  # never early
+    finally:
+        stop.set()
+        consumer.interrupt()
+        thread.join(timeout=DEADLINE)
 
 
 # ----------------------------------------------------------------------------- fencing and settle
@@ -965,10 +1053,33 @@ def test_dead_letter_paging_is_newest_first(broker: Broker) -> None:
 # ----------------------------------------------------------------------------- garbage in storage
 
 
+_POISONED = b'{"v": 1, "id": "x", "task": "t", "q": "default", "a": [%s]}'
+
+
 @pytest.mark.parametrize(
     "garbage",
-    [b"\xff\xfe not json", b"[1, 2, 3]", b'{"v": 99, "id": "x"}', b'{"v": 1, "id": ""}', b""],
-    ids=["binary", "array", "future-version", "empty-id", "empty"],
+    [
+        b"\xff\xfe not json",
+        b"[1, 2, 3]",
+        b'{"v": 99, "id": "x"}',
+        b'{"v": 1, "id": ""}',
+        b"",
+        _POISONED % b'{"__pq__": "dec", "v": "abc"}',
+        _POISONED % b'{"__pq__": "td", "v": 1e300}',
+        b'{"v": 1, "id": "x", "task": "t", "q": "default", "p": 1e999}',
+        _POISONED % (b"[" * 100_000 + b"]" * 100_000),
+    ],
+    ids=[
+        "binary",
+        "array",
+        "future-version",
+        "empty-id",
+        "empty",
+        "bad-decimal",
+        "bad-timedelta",
+        "1e999",
+        "deep",
+    ],
 )
 def test_undecodable_payload_is_delivered_and_can_be_dead_lettered(
     make_broker: BrokerMaker, garbage: bytes
@@ -991,4 +1102,25 @@ def test_undecodable_payload_is_delivered_and_can_be_dead_lettered(
     [record] = broker.list_dead()
     assert (record.id, record.reason, record.raw, record.task) == (bad.id, reason, garbage, None)
 
+    assert claim_soon(broker, ["default"]).id == good.id
+
+
+def test_payload_over_max_message_size_is_delivered_undecodable_without_parsing(
+    make_broker: BrokerMaker,
+) -> None:
+    """A message larger than ``max_message_size`` (the app's ``task_max_message_size``)
+    found in storage is delivered with the size as its error, unparsed, and can be
+    dead-lettered on that first delivery; the next task is claimed normally."""
+    broker = make_broker(max_message_size=2048)
+    big = msg(args=("x" * 4096,))
+    broker.enqueue([big])
+    good = msg()
+    broker.enqueue([good])
+
+    bad = claim_soon(broker, ["default"])
+    assert (bad.id, bad.message, bad.deliveries) == (big.id, None, 1)
+    assert bad.error is not None and "over the 2048-byte limit" in bad.error
+    assert broker.settle(bad, DeadLetter(reason=f"undecodable message: {bad.error}"))
+    [record] = broker.list_dead()
+    assert record.id == big.id and "over the 2048-byte limit" in record.reason
     assert claim_soon(broker, ["default"]).id == good.id

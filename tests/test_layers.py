@@ -5,8 +5,9 @@ import is still a dependency), and resolved to the potatoq module it names:
 
 * a broker (``potatoq.brokers.<name>`` and everything in its package) imports only its own
   package, the contract (``brokers.base`` and the value types it re-exports from
-  ``brokers.records``; ``brokers.limits``, the concurrency-limit header and usage record),
-  the shared SQL loader ``brokers.sqlfiles``, and the bottom layer:
+  ``brokers.records``, ``brokers.history``; ``brokers.limits``, the concurrency-limit header
+  and usage record), the shared SQL helpers ``brokers.sqlfiles`` and ``brokers.history_sql``,
+  and the bottom layer:
   ``message``, ``serialization``, ``exceptions`` and the leaf helpers ``states`` and
   ``utils``. Never the worker, the app, tasks, canvas or another broker;
 * that bottom layer imports nothing above it, so a broker can't reach the app through it;
@@ -34,6 +35,9 @@ CONTRACT = (
     "potatoq.brokers.records",
     "potatoq.brokers.limits",
     "potatoq.brokers.sqlfiles",
+    "potatoq.brokers.history",
+    "potatoq.brokers.sqlfiles",
+    "potatoq.brokers.history_sql",
 )
 BOTTOM = ("potatoq.message", "potatoq.serialization", "potatoq.exceptions", "potatoq.states", "potatoq.utils")
 CORE = (

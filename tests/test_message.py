@@ -85,8 +85,8 @@ def test_non_serializable_argument_fails_at_encode_naming_the_task() -> None:
         (b'{"v": 1, "id": "x", "task": "t"}', "field 'q'"),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "a": {"no": 1}}', "field 'a' must be a JSON list"),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "k": [1]}', "field 'k' must be a JSON dict"),
-        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": "high"}', "malformed message"),
-        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "eta": "soon"}', "malformed message"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": "high"}', "field 'p' must be a 32-bit integer"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "eta": "soon"}', "field 'eta' must be a number"),
         (b'{"v": 1, "id": "x", "task": "t", "q": "d", "a": [{"__pq__": "zz", "v": 1}]}', "not valid"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
@@ -96,6 +96,68 @@ def test_bad_payload_raises_decode_error_with_a_reason(payload: bytes, reason: s
         Message.decode(payload)
     assert reason in info.value.reason
     assert str(info.value) == info.value.reason
+
+
+def _with_args(args: str) -> bytes:
+    return b'{"v": 1, "id": "x", "task": "t", "q": "d", "a": [' + args.encode() + b"]}"
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (_with_args('{"__pq__": "dec", "v": "abc"}'), "bad 'dec' tagged value 'abc': not a decimal number"),
+        (_with_args('{"__pq__": "td", "v": "abc"}'), "bad 'td' tagged value 'abc'"),
+        (_with_args('{"__pq__": "td", "v": 1e300}'), "bad 'td' tagged value 1e+300"),
+        (_with_args('{"__pq__": "u", "v": "abc"}'), "bad 'u' tagged value 'abc'"),
+        (_with_args('{"__pq__": "u", "v": 5}'), "bad 'u' tagged value 5: must be a string"),
+        (_with_args('{"__pq__": "dt", "v": "yesterday"}'), "bad 'dt' tagged value 'yesterday'"),
+        (_with_args('{"__pq__": "dt", "v": 5}'), "bad 'dt' tagged value 5"),
+        (_with_args('{"__pq__": "b", "v": "a!"}'), "bad 'b' tagged value 'a!'"),
+        (_with_args('{"__pq__": "set", "v": [[1]]}'), "bad 'set' tagged value (a JSON list of 1)"),
+        (_with_args('{"__pq__": "tup", "v": 5}'), "bad 'tup' tagged value 5"),
+        (_with_args('{"__pq__": ["dec"], "v": 5}'), "unknown type tag ['dec']"),
+        (_with_args("1e999"), "number 1e999 is out of range"),
+        (_with_args("NaN"), "NaN is not a JSON number"),
+        (_with_args("-Infinity"), "-Infinity is not a JSON number"),
+        (_with_args("1" * 5000), "not valid potatoq JSON"),  # past int()'s digit limit
+        (_with_args("[" * 100_000 + "]" * 100_000), "nested too deeply"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 1e999}', "number 1e999 is out of range"),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 1e99}', "field 'p' must be a 32-bit integer"),
+        (
+            b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 99999999999999999999}',
+            "field 'p' must be a 32-bit",
+        ),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "p": 2147483648}', "field 'p' must be a 32-bit"),
+        (
+            b'{"v": 1, "id": "x", "task": "t", "q": "d", "r": [1]}',
+            "field 'r' must be a 32-bit integer, got (a JSON",
+        ),
+        (b'{"v": 1, "id": "x", "task": "t", "q": "d", "exp": true}', "field 'exp' must be a number"),
+        (
+            b'{"v": 1, "id": "x", "task": "t", "q": "d", "eta": 1' + b"0" * 400 + b"}",
+            "field 'eta' is out of range",
+        ),
+    ],
+    ids=lambda v: v[:60] if isinstance(v, str) else None,
+)
+def test_poisoned_payload_raises_only_decode_error_with_a_reason(payload: bytes, reason: str) -> None:
+    """Values that parse as JSON but not as what their tag or field says (each raised
+    InvalidOperation, OverflowError, AttributeError or RecursionError before)."""
+    with pytest.raises(MessageDecodeError) as info:
+        Message.decode(payload)
+    assert reason in info.value.reason
+
+
+def test_payload_over_max_size_is_refused_before_parsing() -> None:
+    payload = Message(id="x", task="t", args=("x" * 1000,)).encode()
+    assert Message.decode(payload, max_size=len(payload)).args == ("x" * 1000,)
+    with pytest.raises(
+        MessageDecodeError, match=rf"payload is {len(payload)} bytes, over the 100-byte limit"
+    ):
+        Message.decode(payload, max_size=100)
+    # not parsed at all: garbage of the same size gets the same reason
+    with pytest.raises(MessageDecodeError, match="over the 100-byte limit"):
+        Message.decode(b"\xff" * len(payload), max_size=100)
 
 
 def test_decode_error_is_a_value_error() -> None:

@@ -7,6 +7,8 @@ completion, ``stamp(sent)`` reports how late it started; both through
 * ``send(task, *args)``: one enqueue call, the way an application sends one task;
 * ``send_many(task, args_list)``: the system's batch or group API, or ``None`` where it has
   none;
+* optionally ``send_later(task, countdown, *args)``: one enqueue of a task due in
+  ``countdown`` seconds (potatoq only: the ETA-lateness stage);
 * optionally ``prepare()``: import what the first send would import lazily (potatoq's
   broker client library, kombu's transport), without connecting; the producer calls it
   before it starts the clock.

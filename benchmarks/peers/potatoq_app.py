@@ -3,6 +3,7 @@
 
 ``BENCH_TRANSPORT_OPTIONS`` (JSON) passes ``broker_transport_options``, e.g. a RabbitMQ
 queue prefix so the harness can remove everything it declared afterwards.
+``BENCH_TASK_HISTORY=0`` turns task history off (to measure what it costs).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ app = Potatoq(
     "bench",
     broker=url(),
     broker_transport_options=json.loads(os.environ.get("BENCH_TRANSPORT_OPTIONS") or "{}"),
+    task_history=os.environ.get("BENCH_TASK_HISTORY", "1") != "0",
 )
 
 
@@ -44,6 +46,11 @@ def prepare() -> None:
 
 def send(task: str, *args: Any) -> None:
     TASKS[task].delay(*args)
+
+
+def send_later(task: str, countdown: float, *args: Any) -> None:
+    """One task due in ``countdown`` seconds, as ``apply_async(countdown=...)`` sends it."""
+    TASKS[task].apply_async(args, countdown=countdown)
 
 
 def send_many(task: str, args_list: Sequence[Sequence[Any]], **options: Any) -> None:

@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ..exceptions import InvalidName, OperationalError
 from ..message import Message
+from .history import HistoryPage, HistoryQuery, HistoryRecord, HistorySettings
 from .limits import LimitUsage
 from .records import (
     Capabilities,
@@ -76,6 +77,10 @@ __all__ = [
     "DeadLetter",
     "DeadLetterRecord",
     "Delivery",
+    "HistoryPage",
+    "HistoryQuery",
+    "HistoryRecord",
+    "HistorySettings",
     "LimitUsage",
     "Outcome",
     "ProcessLocal",
@@ -88,6 +93,8 @@ __all__ = [
     "RunningTask",
     "WorkerInfo",
     "WorkerRef",
+    "after_commit_fault",
+    "claim_committed",
     "decode_delivery",
     "decode_queued",
     "validate_queue_name",
@@ -113,6 +120,20 @@ def validate_queue_name(name: str, *, allow_dots: bool = True) -> str:
     return name
 
 
+#: Fault injection for the fault suite, off (``None``) in production. A broker calls
+#: :func:`claim_committed` right after a statement that claimed a task committed, before
+#: the claim reaches its caller; a hook that raises there makes the broker behave as if the
+#: reply to that commit were lost (``tests/faults/proj.py`` sets it in its workers).
+after_commit_fault: Callable[[str, Delivery], None] | None = None
+
+
+def claim_committed(operation: str, delivery: Delivery | None) -> None:
+    """Run :data:`after_commit_fault`, if set, for a claim that just committed."""
+    hook = after_commit_fault
+    if hook is not None and delivery is not None:
+        hook(operation, delivery)
+
+
 @dataclasses.dataclass(frozen=True)
 class BrokerConfig:
     """Settings a broker needs, taken from the app's config by the broker factory."""
@@ -127,6 +148,10 @@ class BrokerConfig:
     connection_timeout: float = 4.0
     task_time_limit: float = 1800.0
     result_backend: Broker | None = None  # for brokers that keep results elsewhere (RabbitMQ)
+    # task_max_message_size: a larger payload found in storage is delivered undecoded (its
+    # size is the error) and dead-lettered, without being parsed. None: no limit.
+    max_message_size: int | None = None
+    history: HistorySettings = dataclasses.field(default_factory=HistorySettings)
 
 
 # ----------------------------------------------------------------------------- fork safety
@@ -211,6 +236,12 @@ class Broker(abc.ABC):
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        #: Set by a worker: the outcome of a delivery that :meth:`recover` finds at its
+        #: delivery limit, given the ``WorkerLostError`` (the executor's failure outcome: dead
+        #: letter, FAILURE result, errbacks, chord join). A broker that settles such tasks
+        #: itself uses it instead of a bare dead letter; without it, or on brokers that
+        #: don't, recovery writes the dead letter and FAILURE result only.
+        self.lost_outcome: Callable[[Delivery, BaseException], Outcome] | None = None
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -229,7 +260,14 @@ class Broker(abc.ABC):
         """Atomically take the best ready task from ``queues`` (tried in the order given).
 
         Within a queue: highest priority first, FIFO within a priority. Due scheduled
-        tasks become ready without any worker holding them in memory. Records ``worker``
+        tasks become ready without any worker holding them in memory.
+
+        FIFO is the order in which tasks *became ready*, not the order they were sent: a
+        task with an eta, and a retry (a new attempt, due now or later), join the back of
+        their priority when they become ready, behind tasks that were ready before them.
+        That is the only order RabbitMQ can keep (a delayed message is published when it
+        falls due), and it is fair: a task scheduled an hour ago can't jump ahead of work
+        that has waited, nor a failing task retried at once hold the head of its queue. Records ``worker``
         as the holder, increments the delivery count and sets a fresh fencing token.
         """
 
@@ -308,11 +346,13 @@ class Broker(abc.ABC):
         :meth:`held_by`, asked once when a child died, can miss a claim that commits after
         that: a database server finishes (and commits) the statement of a client killed
         while waiting for its reply, so the row names a dead pid from then on, under a node
-        that keeps heartbeating. The supervisor asks this every recovery round with the pids
-        of its live processes and settles what it returns like a dead child's delivery
-        (fenced on the token). Read-only. Lease brokers may keep this default, which returns
-        nothing: there the supervisor asks :meth:`held_by` once more a round after each
-        reap, and the claim's lease is the backstop.
+        that keeps heartbeating. The supervisor asks this every recovery round with its own
+        pid only, so one query lists its children's claims too: those of dead pids it
+        settles like a dead child's delivery (fenced on the token), those of live children
+        it compares with what their threads run (a claim whose reply was lost). Read-only.
+        Lease brokers may keep this default, which returns nothing: there the supervisor
+        asks :meth:`held_by` once more a round after each reap, and the claim's lease is the
+        backstop.
         """
         return []
 
@@ -357,6 +397,30 @@ class Broker(abc.ABC):
         out. Read-only: the dashboard and ``potatoq schedule`` show it as the last run.
         """
 
+    # -- pausing queues -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def pause_queue(self, queue: str) -> bool:
+        """Pause ``queue`` for the whole fleet; True if it wasn't paused already.
+
+        The flag is stored in the broker (it survives worker and broker restarts). Workers
+        re-read :meth:`paused_queues` about twice a second and stop claiming from a paused
+        queue; tasks already running finish, and producers can still enqueue to it.
+        """
+
+    @abc.abstractmethod
+    def resume_queue(self, queue: str) -> bool:
+        """Undo :meth:`pause_queue`; True if ``queue`` was paused."""
+
+    @abc.abstractmethod
+    def paused_queues(self) -> dict[str, float]:
+        """Every paused queue with the epoch time it was paused at. Read-only."""
+
+    def consume_only(self, queues: Sequence[str]) -> None:  # noqa: B027 - optional hook
+        """The worker's claimable queues changed to ``queues`` (a queue was paused or resumed;
+        maybe none is left). Brokers that push deliveries (RabbitMQ) cancel the consumers of
+        the other queues here; brokers that are asked at every claim keep this no-op."""
+
     # -- results ------------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -366,6 +430,21 @@ class Broker(abc.ABC):
     @abc.abstractmethod
     def get_result(self, task_id: str) -> ResultRecord | None:
         """The stored result, or None (unknown, expired or forgotten)."""
+
+    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
+        """Write ``record`` over a stored, unexpired result only if that result's fence is
+        not higher (a late write of an older claim is refused, see ``fenced_payload`` in :mod:`.records`) or,
+        with ``keep_ready``, only if its state is not ready (revoke: never over a SUCCESS);
+        True if written. Brokers that serve as another broker's result backend (SQLite,
+        PostgreSQL, Redis) decide and write in one atomic step. This default, for
+        in-process brokers, checks ``keep_ready`` only and is not atomic."""
+        from potatoq.states import READY_STATES
+
+        current = self.get_result(record.task_id)
+        if keep_ready and current is not None and current.state in READY_STATES:
+            return False
+        self.store_result(record)
+        return True
 
     def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
         """Block until the task's result is in a ready state (or ``timeout``); return the
@@ -434,6 +513,20 @@ class Broker(abc.ABC):
     @abc.abstractmethod
     def purge(self, queues: Sequence[str]) -> int:
         """Delete waiting (ready and scheduled) tasks of ``queues``; running ones stay."""
+
+    # -- task history (see potatoq.brokers.history) -------------------------------------------
+
+    @abc.abstractmethod
+    def history(self, query: HistoryQuery) -> HistoryPage:
+        """Finished deliveries matching ``query``, newest first, one keyset page at a time.
+
+        Read-only. With ``config.history.enabled`` False nothing is recorded (older records
+        stay readable until retention drops them)."""
+
+    @abc.abstractmethod
+    def append_history(self, records: Sequence[HistoryRecord]) -> None:
+        """Store ``records`` (settles write theirs themselves; this is for records made
+        elsewhere, e.g. by a broker whose history lives in its result store)."""
 
     # -- lifecycle ----------------------------------------------------------------------------
 

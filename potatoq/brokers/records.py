@@ -67,11 +67,12 @@ class Delivery:
         )
 
 
-def _decode_raw(raw: bytes | str) -> tuple[bytes, Message | None, str | None]:
-    """``raw`` as bytes, and its decoded message or why it couldn't be decoded."""
+def _decode_raw(raw: bytes | str, max_size: int | None = None) -> tuple[bytes, Message | None, str | None]:
+    """``raw`` as bytes, and its decoded message or why it couldn't be decoded (a payload
+    over ``max_size`` bytes isn't parsed)."""
     data = raw.encode() if isinstance(raw, str) else bytes(raw)
     try:
-        return data, Message.decode(data), None
+        return data, Message.decode(data, max_size=max_size), None
     except MessageDecodeError as exc:
         return data, None, exc.reason
 
@@ -86,9 +87,12 @@ def decode_delivery(
     worker: WorkerRef,
     handle: str | int | None = None,
     claimed_at: float | None = None,
+    max_size: int | None = None,
 ) -> Delivery:
-    """Build a :class:`Delivery`, decoding ``raw``; a decode failure is recorded, not raised."""
-    data, message, error = _decode_raw(raw)
+    """Build a :class:`Delivery`, decoding ``raw``; a decode failure is recorded, not raised.
+    A payload over ``max_size`` bytes (``BrokerConfig.max_message_size``) isn't parsed: its
+    size is the error, and the worker dead-letters it."""
+    data, message, error = _decode_raw(raw, max_size)
     # Positionally, without the dataclass __init__: a worker builds one per task.
     return _build_delivery(
         id,
@@ -136,10 +140,11 @@ def decode_queued(
     due: float | None,
     deliveries: int,
     raw: bytes | str,
+    max_size: int | None = None,
 ) -> QueuedTask:
     """Build a :class:`QueuedTask`, decoding ``raw``; a decode failure is recorded, not raised
     (the page that shows it must still work for a row a worker will dead-letter)."""
-    data, message, error = _decode_raw(raw)
+    data, message, error = _decode_raw(raw, max_size)
     return QueuedTask(
         id=id,
         queue=queue,
@@ -209,6 +214,9 @@ class Complete:
     result: ResultRecord | None = None
     followups: tuple[Message, ...] = ()
     chord: ChordJoin | None = None
+    #: (exception type, message) of a failure that completes (``throws``): task history
+    #: records it even when no result is stored.
+    error: tuple[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -220,6 +228,8 @@ class RetryLater:
 
     message: Message
     result: ResultRecord | None = None
+    #: (exception type, message) that asked for the retry, for task history.
+    error: tuple[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -322,6 +332,9 @@ class Capabilities:
     lists_holders: bool = True  # held_by() lists exactly what one worker process holds
     exact_priorities: bool = True  # any int priority orders exactly (AMQP: bands)
     leases: bool = False  # claims expire unless extend() is called
+    # interrupt() always wakes wait(), even one about to start: a worker may block in wait()
+    # for a long time (idle_wait_interruptible) instead of re-checking every idle_wait.
+    interruptible_wait: bool = False
     revoke_deletes: bool = True  # revoke() removes a waiting task from storage
     crash_safe_storage: bool = True  # survives the broker process being killed (memory:// doesn't)
     multiprocess: bool = True  # several processes share one broker (memory:// is per process)
@@ -336,3 +349,37 @@ class Capabilities:
     finds_queued: bool = True
     # The claim enforces the cluster-wide concurrency limit a message carries (brokers/limits.py).
     concurrency_limits: bool = False
+
+
+# -- fenced result writes ---------------------------------------------------------------------
+#
+# Fenced result writes: a result carries the fence of the claim that produced it, and a
+# write with a lower fence than the stored result's is refused (compare-and-set).
+#
+# A broker that keeps results in another store (RabbitMQ) can't make its "is this delivery
+# still mine?" check and the result write one step, so a worker paused in between could
+# overwrite the result of the delivery that replaced it. The fence closes that gap: a later
+# claim of the same task has a higher fence (its claim time, in ms), so the store itself
+# refuses the late write. The fence travels inside the encoded record, as the key
+# ``fence`` (``ResultRecord.decode`` ignores it), so no result table changes shape.
+#
+# The same conditional write with ``keep_ready`` (fence ignored) is how ``revoke`` records
+# REVOKED without ever replacing a result that landed meanwhile.
+
+#: The key of the encoded record that holds its fence (absent: 0, an unfenced write).
+FENCE_KEY = "fence"
+
+
+def fenced_payload(record: ResultRecord, fence: int) -> bytes:
+    """``record.encode()`` with ``fence`` added."""
+    body = serialization.loads(record.encode())
+    body[FENCE_KEY] = int(fence)
+    return serialization.dumps(body, where=f"result of task {record.task_id}").encode()
+
+
+def stored_fence(payload: bytes | str) -> int:
+    """The fence of an encoded record (0: written without one)."""
+    try:
+        return int(serialization.loads(payload).get(FENCE_KEY) or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0

@@ -15,6 +15,7 @@ from typing import Any
 from potatoq.brokers.base import DeadLetterRecord
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
+from potatoq.utils.payload import payload_preview
 from potatoq.utils.printable import printable
 
 from .argtypes import whole_number
@@ -23,6 +24,9 @@ from .output import Cell, ago, first_line, table
 from .session import CliError, Exit, Registrar, Session, guarded
 
 __all__ = ["register"]
+
+#: Characters of an undecodable payload that ``dead list --json`` shows.
+JSON_PAYLOAD_CHARS = 4096
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,17 +56,31 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 # -- list -------------------------------------------------------------------------------------
 
 
-def _payload(letter: DeadLetterRecord) -> dict[str, Any]:
+def _payload(letter: DeadLetterRecord, max_size: int | None) -> dict[str, Any]:
     try:
-        message = Message.decode(letter.raw)
+        message = Message.decode(letter.raw, max_size=max_size)
     except MessageDecodeError as exc:
-        return {"payload": letter.raw.decode("utf-8", "replace"), "payload_error": exc.reason}
+        # What someone wrote into the broker, maybe megabytes of it: escaped, cut short.
+        return {
+            "payload": payload_preview(letter.raw, JSON_PAYLOAD_CHARS),
+            "payload_bytes": len(letter.raw),
+            "payload_error": exc.reason,
+        }
     return {
         "args": list(message.args),
         "kwargs": dict(message.kwargs),
         "retries": message.retries,
         "priority": message.priority,
     }
+
+
+def _undecodable(letter: DeadLetterRecord, max_size: int | None) -> str | None:
+    """A short, escaped preview of the payload when it can't be decoded, else None."""
+    try:
+        Message.decode(letter.raw, max_size=max_size)
+    except MessageDecodeError:
+        return payload_preview(letter.raw)
+    return None
 
 
 def _tracebacks(session: Session, letters: Sequence[DeadLetterRecord]) -> dict[str, str | None]:
@@ -80,6 +98,7 @@ def _tracebacks(session: Session, letters: Sequence[DeadLetterRecord]) -> dict[s
 def _list(session: Session) -> int:
     args = session.args
     letters = session.broker.list_dead(limit=args.limit, offset=args.offset)
+    max_size = session.broker.config.max_message_size  # as a worker: larger payloads aren't parsed
     now = time.time()
     if args.json:
         tracebacks = _tracebacks(session, letters)
@@ -93,7 +112,7 @@ def _list(session: Session) -> int:
                     "died_at": d.died_at,
                     "deliveries": d.deliveries,
                     "traceback": tracebacks.get(d.id),
-                    **_payload(d),
+                    **_payload(d, max_size),
                 }
                 for d in letters
             ]
@@ -111,6 +130,8 @@ def _list(session: Session) -> int:
                 f"  died {ago(now - d.died_at)}  deliveries {d.deliveries}"
             )
             session.print(style(printable(d.reason, multiline=True), "red"))
+            if (undecodable := _undecodable(d, max_size)) is not None:
+                session.print(f"payload: {undecodable}")
             traceback = tracebacks.get(d.id)
             shown = printable(traceback.rstrip(), multiline=True) if traceback else None
             session.print(shown or style("(no traceback stored)", "dim"))

@@ -53,7 +53,8 @@ def cmd_status(session: Session) -> int:
     """Worker nodes (online or lost), their running tasks, and the queues."""
     broker = session.broker
     nodes = read_nodes(broker, float(session.app.conf.worker_dead_after))
-    rows = queue_rows(broker.queue_stats(), nodes)
+    paused = broker.paused_queues()
+    rows = queue_rows(broker.queue_stats(), nodes, paused)
     online = [n for n in nodes if n.online]
     if session.args.json:
         session.json(
@@ -62,7 +63,7 @@ def cmd_status(session: Session) -> int:
                 "online": len(online),
                 "workers": [n.to_json() for n in nodes],
                 "running": [dict(run, node=n.name) for n in nodes for run in running_json(n)],
-                "queues": queues_json(rows),
+                "queues": queues_json(rows, paused),
             }
         )
         return Exit.OK if online else Exit.FAILED
@@ -83,7 +84,7 @@ def cmd_status(session: Session) -> int:
         else:
             session.print("nothing running")
     session.print()
-    session.print(queues_table(rows, style) if rows else "no tasks in any queue")
+    session.print(queues_table(rows, style, paused) if rows else "no tasks in any queue")
     return Exit.OK if online else Exit.FAILED
 
 

@@ -25,16 +25,19 @@ from starlette.applications import Starlette
 from starlette.datastructures import URL
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from .. import metrics
+from ..exceptions import ImproperlyConfigured, InvalidName
 from . import data
+from . import history as hist
 from .app_format import duration as _duration
 from .chart import throughput_svg
 from .guard import Guard, HostCheck, SecurityHeaders
+from .history_chart import history_charts
 from .security import Auth, Csrf, LoginBackoff
 
 __all__ = ["create_app"]
@@ -105,7 +108,7 @@ class Dashboard:
         stats = broker.queue_stats()
         workers = broker.workers()
         now = time.time()
-        rows = data.queue_rows(stats)
+        rows = data.queue_rows(stats, broker.paused_queues())
         return self.render(
             request,
             "overview.html",
@@ -131,7 +134,62 @@ class Dashboard:
         task_id = request.path_params["task_id"]
         broker = self.app.broker
         view = data.task_view(task_id, self.app.backend, broker, broker.workers(), redact=self.redact_args)
-        return self.render(request, "task.html", f"Task {task_id}", live=not view.ready, view=view)
+        # every finished delivery of this id (retries, redeliveries), newest first
+        deliveries = hist.history_page(
+            broker, hist.HistoryQuery(task_id=task_id, limit=100), self.redact_args
+        )
+        return self.render(
+            request,
+            "task.html",
+            f"Task {task_id}",
+            live=not view.ready,
+            view=view,
+            deliveries=deliveries.records,
+        )
+
+    def history(self, request: Request) -> Response:
+        """Finished deliveries, filtered, one keyset page at a time; charts on the first page."""
+        params = request.query_params
+        form = {k: params.get(k, "") for k in hist.FILTER_NAMES}
+        filtered = any(v for k, v in form.items() if k != "limit")
+        context: dict[str, Any] = {"form": form, "filtered": filtered, "states": hist.HISTORY_STATES}
+        try:
+            query = hist.parse_filters(params)
+            page = hist.history_page(self.app.broker, query, self.redact_args)
+        except ValueError as exc:  # FilterError, or a cursor the broker didn't issue
+            return self.render(request, "history.html", "History", rows=[], error=str(exc), **context)
+        next_url = None
+        if page.next_cursor is not None:
+            kept = {k: v for k, v in form.items() if v}
+            next_url = str(request.url_for("history").include_query_params(**kept, cursor=page.next_cursor))
+        first = query.cursor is None
+        series = hist.series(self.app.broker, time.time(), name=query.name) if first else None
+        return self.render(
+            request,
+            "history.html",
+            "History",
+            live=first,  # older pages stay still while you read them
+            rows=page.records,
+            next_url=next_url,
+            series=series,
+            charts=history_charts(series) if series is not None else [],
+            **context,
+        )
+
+    def history_json(self, request: Request) -> Response:
+        """The same page as JSON: ``{"records": [...], "next_cursor": ...}``."""
+        try:
+            query = hist.parse_filters(request.query_params)
+            page = hist.history_page(self.app.broker, query, self.redact_args)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        records = [{**r.to_json(), "cursor": r.cursor, "latency": r.latency} for r in page.records]
+        return JSONResponse({"records": records, "next_cursor": page.next_cursor})
+
+    def series_json(self, request: Request) -> Response:
+        """Chart series for the last hour (``?name=`` for one task name)."""
+        name = request.query_params.get("name") or None
+        return JSONResponse(hist.series(self.app.broker, time.time(), name=name).to_json())
 
     def find_task(self, request: Request) -> Response:
         task_id = request.query_params.get("id", "").strip()
@@ -204,10 +262,30 @@ class Dashboard:
         count = await run_in_threadpool(self.app.broker.purge_dead)
         return self._back_to_dead(request, f"purged {count} dead letter{'' if count == 1 else 's'}")
 
+    async def pause(self, request: Request) -> Response:
+        """Pause or resume one queue for the whole fleet (``action=pause|resume``, ``queue=``)."""
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        from starlette.concurrency import run_in_threadpool
+
+        queue, action = form.get("queue", ""), form.get("action")
+        if action not in ("pause", "resume"):
+            return PlainTextResponse(f"action must be pause or resume, got {action!r:.40}", status_code=400)
+        change = self.app.control.pause_queue if action == "pause" else self.app.control.resume_queue
+        try:
+            await run_in_threadpool(change, queue)
+        except InvalidName as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        return RedirectResponse(str(request.url_for("overview")), status_code=303)
+
     # -- machine endpoints ---------------------------------------------------------------------
 
     def metrics(self, request: Request) -> Response:
-        text = metrics.broker_metrics(self.app.broker)
+        try:
+            text = metrics.broker_metrics(self.app.broker)
+        except ImproperlyConfigured as exc:  # the [metrics] extra isn't installed
+            return PlainTextResponse(f"{exc}\n", status_code=501)
         return Response(text, media_type=metrics.CONTENT_TYPE)
 
     def healthz(self, request: Request) -> Response:
@@ -240,9 +318,13 @@ def create_app(
         Route("/workers", board.workers, name="workers"),
         Route("/task", board.find_task, name="find_task"),
         Route("/tasks/{task_id:path}", board.task, name="task"),
+        Route("/history", board.history, name="history"),
+        Route("/history.json", board.history_json, name="history_json"),
+        Route("/history/series.json", board.series_json, name="series_json"),
         Route("/dead", board.dead, name="dead"),
         Route("/dead/replay", board.replay, methods=["POST"], name="replay"),
         Route("/dead/purge", board.purge, methods=["POST"], name="purge"),
+        Route("/queues/pause", board.pause, methods=["POST"], name="pause"),
         Route("/schedules", board.schedules, name="schedules"),
         Route("/metrics", board.metrics, name="metrics"),
         Route("/healthz", board.healthz, name="healthz"),

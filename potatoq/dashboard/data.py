@@ -14,13 +14,14 @@ import dataclasses
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, WorkerInfo
 from ..exceptions import MessageDecodeError
 from ..message import Message
 from ..states import READY_STATES
+from ..utils.payload import payload_preview
 from . import redact as redaction
 from .queued import QueuedView, queued_view
 from .redact import REDACTED
@@ -119,12 +120,17 @@ class QueueRow:
     delayed: int
     running: int
     oldest_waiting_age: float | None
+    paused: bool = False
 
 
-def queue_rows(stats: Sequence[QueueStats]) -> list[QueueRow]:
+def queue_rows(stats: Sequence[QueueStats], paused: Collection[str] = ()) -> list[QueueRow]:
+    """One row per queue, sorted; a paused queue is listed even with no task in it."""
+    by_name = {s.queue: s for s in stats}
+    for queue in paused:
+        by_name.setdefault(queue, QueueStats(queue, 0, 0, 0, None))
     return [
-        QueueRow(s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age)
-        for s in sorted(stats, key=lambda s: s.queue)
+        QueueRow(s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age, s.queue in paused)
+        for s in sorted(by_name.values(), key=lambda s: s.queue)
     ]
 
 
@@ -142,6 +148,7 @@ class TaskView:
     kwargs: str
     name: str | None
     queued: QueuedView | None = None  # the message as the broker still holds it
+    dead_payload: str | None = None  # the dead letter's payload, previewed, if it can't be decoded
     finds_queued: bool = True  # False: the broker can't look a queued task up (RabbitMQ)
     broker_name: str = ""  # for "waiting in <broker>" when it can't
 
@@ -161,6 +168,13 @@ class TaskView:
 
 
 _shown = redaction.shown
+
+
+def _undecodable(raw: bytes, message: Message | None, redact: bool) -> str | None:
+    """An escaped, shortened preview of a payload that can't be decoded (None if it can)."""
+    if message is not None:
+        return None
+    return REDACTED if redact else payload_preview(raw)
 
 
 def task_view(
@@ -194,11 +208,13 @@ def task_view(
         args = queued.message.args if args is None else args
         kwargs = queued.message.kwargs if kwargs is None else kwargs
         name = name or queued.message.task
+    dead_payload = None
     if dead is not None:
-        message = _decode(dead.raw)
+        message = _decode(dead.raw, broker)
         if message is not None:
             args = message.args if args is None else args
             kwargs = message.kwargs if kwargs is None else kwargs
+        dead_payload = _undecodable(dead.raw, message, redact)
         name = name or dead.task
     if redact:
         record = redaction.record(record)
@@ -213,14 +229,17 @@ def task_view(
         kwargs=_shown(kwargs, redact),
         name=name,
         queued=queued_view(queued) if queued is not None else None,
+        dead_payload=dead_payload,
         finds_queued=finds_queued,
         broker_name=type(broker).__name__.removesuffix("Broker"),
     )
 
 
-def _decode(raw: bytes) -> Message | None:
+def _decode(raw: bytes, broker: Broker) -> Message | None:
+    """The message, or None; a payload over the broker's size limit isn't parsed (as a
+    worker wouldn't), so a page never decodes megabytes per letter."""
     try:
-        return Message.decode(raw)
+        return Message.decode(raw, max_size=broker.config.max_message_size)
     except MessageDecodeError:
         return None
 
@@ -234,6 +253,7 @@ class DeadLetterView:
     args: str
     kwargs: str
     traceback: str | None
+    payload: str | None = None  # previewed when it can't be decoded
 
 
 def dead_letters(
@@ -242,7 +262,7 @@ def dead_letters(
     """Dead letters with their arguments and, where a result was stored, the traceback."""
     views = []
     for letter in broker.list_dead(limit=limit, offset=offset):
-        message = _decode(letter.raw)
+        message = _decode(letter.raw, broker)
         record = backend.get_result(letter.id) if backend is not None else None
         views.append(
             DeadLetterView(
@@ -252,6 +272,7 @@ def dead_letters(
                 traceback=(redaction.traceback_text(record.traceback) if redact else record.traceback)
                 if record and record.traceback
                 else None,
+                payload=_undecodable(letter.raw, message, redact),
             )
         )
     return views

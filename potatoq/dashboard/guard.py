@@ -1,9 +1,10 @@
 """The dashboard's ASGI middleware, outermost first: headers, Host check, credentials.
 
 * :class:`SecurityHeaders` puts a Content-Security-Policy without inline script, frame
-  denial, ``nosniff`` and ``no-referrer`` on every response (error pages included).
+  denial, ``nosniff`` and a ``same-origin`` referrer policy on every response (error pages included).
 * :class:`HostCheck` refuses a ``Host`` the dashboard doesn't answer to (DNS rebinding).
-* :class:`Guard` asks for credentials on every path but exactly ``/healthz``; a browser logs
+* :class:`Guard` asks for credentials on every path but exactly ``/healthz`` (and the
+  sign-in page's stylesheet); a browser logs
   in by POSTing the token to ``/login`` (so it never sits in a URL or the history) and gets a
   cookie; failed attempts from one client slow down (:class:`~.security.LoginBackoff`).
 """
@@ -24,6 +25,10 @@ from .security import TOKEN_COOKIE, Auth, LoginBackoff, host_allowed
 __all__ = ["SECURITY_HEADERS", "Guard", "HostCheck", "SecurityHeaders", "local_path"]
 
 # No inline script or style anywhere: what the pages need is in /static.
+# Referrer-Policy is same-origin, not no-referrer: under no-referrer a browser sends
+# ``Origin: null`` with the dashboard's own form POSTs, and the CSRF check (which refuses an
+# Origin other than the Host) would refuse every replay and purge. Other sites still get no
+# referrer, so no dashboard URL (task ids) leaks through a link.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -31,10 +36,14 @@ SECURITY_HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
 }
 LOGIN_PATH = "/login"
 HEALTH_PATH = "/healthz"
+LOGIN_CSS_PATH = "/static/dashboard.css"
+#: exact paths served without credentials: the health check, and the sign-in page's own
+#: stylesheet (without it the browser gets the sign-in page back as CSS and refuses it)
+PUBLIC_PATHS = frozenset({HEALTH_PATH, LOGIN_CSS_PATH})
 
 
 def local_path(scope: Scope) -> str:
@@ -85,7 +94,7 @@ class HostCheck:
 
 
 class Guard:
-    """Credentials on every request but ``/healthz``; ``POST /login`` (or ``?token=``) logs in."""
+    """Credentials on every request but :data:`PUBLIC_PATHS`; ``POST /login`` (or ``?token=``) logs in."""
 
     def __init__(self, app: ASGIApp, auth: Auth, backoff: LoginBackoff, templates: Jinja2Templates) -> None:
         self.app = app
@@ -94,7 +103,7 @@ class Guard:
         self.templates = templates
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or local_path(scope) == HEALTH_PATH:
+        if scope["type"] != "http" or local_path(scope) in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
@@ -157,7 +166,7 @@ class Guard:
             # No router yet in middleware (no url_for): the mount prefix gives the paths.
             {
                 "action": f"{root}{LOGIN_PATH}",
-                "css": f"{root}/static/dashboard.css",
+                "css": f"{root}{LOGIN_CSS_PATH}",
                 "next": here,
                 "failed": failed,
             },

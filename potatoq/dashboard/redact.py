@@ -26,7 +26,12 @@ _FRAME = re.compile(r'  File "[^"\n]*", line \d+(, in [\w<>.]+)?\Z')
 def shown(value: Any, redact: bool) -> str:
     if value is None:
         return ""
-    return REDACTED if redact else repr(value)
+    if redact:
+        return REDACTED
+    try:
+        return repr(value)
+    except RecursionError:  # arguments nested deeper than repr() follows in this thread
+        return "(nested too deeply to show)"
 
 
 def error_text(text: str) -> str:

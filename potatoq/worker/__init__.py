@@ -10,6 +10,7 @@ Layout, one job per module:
 ``scheduler``   periodic tasks, deduplicated through the broker (``potatoq beat`` too)
 ``limits``      soft time limits inside a task
 ``settling``    settles that survive a broker outage
+``unrun``       claims a live process holds but doesn't run (their reply was lost)
 ``ipc``         what a child tells its supervisor
 ``procinfo``    usable CPUs and resident memory
 ``solo``        ``-P solo``: in-process, one task at a time

@@ -37,6 +37,7 @@ from potatoq.exceptions import SoftTimeLimitExceeded
 from .ipc import SharedFlag, SlotBoard, Tally
 from .limits import SOFT_LIMIT_CANCEL, SoftLimits
 from .options import WorkerOptions
+from .pausing import PauseGate
 from .procinfo import rss_kib
 from .settling import Backoff, connection_errors, describe, log_stale, settle_reliably
 
@@ -84,6 +85,7 @@ class ChildRunner:
         self.stopping = threading.Event()
         self.limits = SoftLimits()
         self.rotation = QueueRotation(options.queues)
+        self.gate = PauseGate(lambda: self.broker, options.queues)
         self.worker = WorkerRef(options.node, os.getpid())
         self._count_lock = threading.Lock()
         self.tasks_run = 0
@@ -137,7 +139,11 @@ class ChildRunner:
                 if self.stopping.is_set():
                     return
                 try:
-                    delivery = self.broker.claim(self.rotation(), self.worker)
+                    queues = self.gate.claimable(self.rotation())
+                    if not queues:  # every queue of this worker is paused
+                        self.stopping.wait(self.gate.refresh)
+                        continue
+                    delivery = self.broker.claim(queues, self.worker)
                     if unreachable_since is not None:
                         logger.info(
                             "claims work again: the broker was unreachable for %.1fs",
@@ -145,7 +151,7 @@ class ChildRunner:
                         )
                         unreachable_since = None
                     if delivery is None:
-                        self.broker.wait(self.options.queues, self.options.idle_wait)
+                        self._idle()
                         continue
                     backoff.reset()
                 except connection_errors(self.broker) as exc:
@@ -163,6 +169,13 @@ class ChildRunner:
                         logger.debug("claim failed again (%r); retrying in %.1fs", exc, delay)
                     self.stopping.wait(delay)
                     continue
+                except Exception:
+                    # A broker bug (what it read from storage it couldn't handle) must not take
+                    # the child, and every task it could run next, down with it.
+                    delay = backoff()
+                    logger.exception("claim failed; retrying in %.1fs", delay)
+                    self.stopping.wait(delay)
+                    continue
                 limits = self._limits(delivery)
                 self.reporter.start(delivery, *limits, thread=index)
             if self._wait_for_rate(delivery):
@@ -170,6 +183,22 @@ class ChildRunner:
             outcome = self._execute(delivery, limits[0])
             self._count_task()
             delivery, limits = self._settle(delivery, outcome, index)
+
+    def _idle(self) -> None:
+        """Wait for work on the claimable queues (if every one is paused, for the next look).
+
+        The paused set is re-read first: the block may last a minute (Redis), and a pause
+        that came in the last refresh interval must be seen before it, not after."""
+        queues = self.gate.claimable(self.options.queues, fresh=True)
+        if not queues:
+            self.stopping.wait(self.gate.refresh)
+            return
+        timeout = self.options.idle_wait
+        if self.broker.capabilities.interruptible_wait and len(queues) == len(self.options.queues):
+            # A long block only while nothing is paused: a resumed queue has no wake-up of
+            # its own, so a waiter that left it out looks again within idle_wait.
+            timeout = self.options.idle_wait_interruptible
+        self.broker.wait(queues, timeout)
 
     def _limits(self, delivery: Delivery) -> tuple[float | None, float | None]:
         try:
@@ -236,9 +265,10 @@ class ChildRunner:
         self, delivery: Delivery, outcome: Outcome, index: int
     ) -> tuple[Delivery | None, tuple[float | None, float | None]]:
         """Settle ``delivery``; return the next delivery when the same call claimed one."""
-        if not self.stopping.is_set():
+        queues = self.gate.claimable(self.rotation())
+        if queues and not self.stopping.is_set():
             try:
-                applied, nxt = self.broker.settle_and_claim(delivery, outcome, self.rotation(), self.worker)
+                applied, nxt = self.broker.settle_and_claim(delivery, outcome, queues, self.worker)
             except Exception:
                 logger.debug(
                     "settle_and_claim of %s failed; settling alone", describe(delivery), exc_info=True

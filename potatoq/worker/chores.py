@@ -75,6 +75,7 @@ class Chores:
         if terminations is not None:
             self._due["terminate"] = now
         self._unreachable_since: float | None = None
+        self._executor: Any = None  # made when recovery first needs a failure outcome
 
     @property
     def broker(self) -> Any:
@@ -168,11 +169,24 @@ class Chores:
         self.broker.heartbeat(self.worker_info())
 
     def _recover(self) -> None:
-        report = self.broker.recover(self.options.dead_after, self.options.max_deliveries)
+        broker = self.broker
+        if getattr(broker, "lost_outcome", None) is None:
+            broker.lost_outcome = self._lost_outcome
+        report = broker.recover(self.options.dead_after, self.options.max_deliveries)
         if report.requeued or report.dead:
             logger.warning(
                 "recovered tasks of dead workers: %d requeued, %d dead-lettered", report.requeued, report.dead
             )
+
+    def _lost_outcome(self, delivery: Delivery, exc: BaseException) -> Outcome:
+        """What recovery settles a task at its delivery limit with, as the supervisor does
+        for one whose process died: FAILURE result, errbacks, chord join, dead letter."""
+        if self._executor is None:
+            from .executor import Executor
+
+            self._executor = Executor(self.app)
+        outcome: Outcome = self._executor.lost_outcome(delivery, exc)
+        return outcome
 
     def _extend(self) -> None:
         deliveries = [r.delivery for r in self.running()]

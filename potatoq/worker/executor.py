@@ -392,7 +392,8 @@ class Executor:
             return DeadLetter(
                 reason=f"{type(exc).__name__}: {exc}", result=result, followups=tuple(followups), chord=chord
             )
-        return Complete(result=result, followups=tuple(followups), chord=chord)
+        failed = (type(exc).__name__, str(exc))  # for task history, stored result or not
+        return Complete(result=result, followups=tuple(followups), chord=chord, error=failed)
 
     def _retry(self, task: Task, message: Message, request: Context, retry: Retry) -> Outcome:
         args = getattr(retry, "retry_args", None)
@@ -428,7 +429,8 @@ class Executor:
             task.on_retry(exc, message.id, tuple(request.args), dict(request.kwargs or {}), None)
         except Exception:
             logger.exception("on_retry handler of %s raised", task.name)
-        return RetryLater(message=nxt, result=self._result_for_outcome(record))
+        asked = (type(exc).__name__, str(exc))  # for task history, stored result or not
+        return RetryLater(message=nxt, result=self._result_for_outcome(record), error=asked)
 
     def _revoked(self, message: Message, request: Context, why: str) -> Outcome:
         exc = TaskRevokedError(f"task {message.id} {why}")

@@ -42,6 +42,9 @@ class WorkerOptions:
     max_deliveries: int
     beat: bool = True  # run the periodic scheduler in this worker
     idle_wait: float = 1.0  # longest broker.wait() before a child re-checks for shutdown
+    # ... on a broker whose interrupt() can't be missed (capabilities.interruptible_wait):
+    # an idle worker then blocks until work or a due time comes instead of polling.
+    idle_wait_interruptible: float = 60.0
 
     @property
     def concurrency(self) -> int:

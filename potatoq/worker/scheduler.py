@@ -8,11 +8,14 @@ number of workers (and ``potatoq beat`` processes) send each run once. Fire time
 the broker, not in a local schedule file.
 
 * A new entry first fires at its next fire time after start, never "at once": a crontab
-  for 03:00 started at 10:00 runs tomorrow at 03:00.
+  for 03:00 started at 10:00 runs tomorrow at 03:00. An entry with a last fire time on
+  record resumes from it: fire times missed meanwhile (no worker ran) are handled by the
+  entry's misfire policy (see :mod:`.misfire`; by default one catch-up run, as Celery).
 * Each message expires at the entry's next fire time: a run that couldn't start before the
   next one is due is dropped instead of piling up behind a slow or absent worker.
-* If the scheduler itself falls behind (a stalled process), only the latest due fire time
-  is sent; the older ones have already expired.
+* If the scheduler itself falls behind (a stalled process), the misfire policy decides
+  too: by default only the latest due fire time is sent. Catch-up runs expire at the next
+  fire time after now, like the on-time run.
 * A broker that elects one scheduler (RabbitMQ's ``scheduler_lease()``) gets asked before
   each round; the others skip the round.
 """
@@ -32,6 +35,7 @@ from typing import Any
 from potatoq import signals
 from potatoq.schedules import BaseSchedule, maybe_schedule, resolve_timezone
 
+from .misfire import Misfire, parse_misfire
 from .settling import connection_errors
 
 __all__ = ["Entry", "Scheduler", "load_entries", "run_beat"]
@@ -49,6 +53,7 @@ class Entry:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    misfire: Misfire = dataclasses.field(default_factory=Misfire)
     next_fire: float = 0.0
     sent: int = 0
 
@@ -67,6 +72,7 @@ def load_entries(app: Any) -> list[Entry]:
                 args=tuple(spec.get("args") or ()),
                 kwargs=dict(spec.get("kwargs") or {}),
                 options=dict(spec.get("options") or {}),
+                misfire=parse_misfire(str(name), spec),
             )
         )
     return entries
@@ -81,6 +87,7 @@ class Scheduler:
         self.entries: list[Entry] | None = None  # loaded at the first tick, after app setup
         self.tz: dt.tzinfo = resolve_timezone(getattr(app.conf, "timezone", None))
         self.max_interval = float(getattr(app.conf, "beat_max_loop_interval", 0) or 0) or 60.0
+        self.leading = False  # sending (holds the lease, where the broker elects one)
 
     def _load(self, now: float) -> list[Entry]:
         entries = load_entries(self.app)
@@ -92,6 +99,27 @@ class Scheduler:
                 ", ".join(f"{e.name} ({e.task}, {e.schedule!r})" for e in entries),
             )
         return entries
+
+    def _resume_from_record(self, entries: list[Entry]) -> None:
+        """Continue each entry after its last fire time on record in the broker, whoever sent
+        it: fire times missed since (no scheduler ran) are then due, for the misfire policy.
+        An entry with none on record keeps its next fire time after start."""
+        last = self._last_fire_times([e.name for e in entries])
+        for entry in entries:
+            if entry.name in last:
+                entry.next_fire = entry.schedule.next_fire_after(last[entry.name], self.tz)
+
+    def _last_fire_times(self, names: list[str]) -> dict[str, float]:
+        if not names:
+            return {}
+        try:
+            last: dict[str, float] = self.app.broker.last_fire_times(names)
+        except connection_errors(self.app.broker):
+            raise  # the caller retries the first tick
+        except Exception:
+            logger.exception("periodic scheduler: can't read the last fire times; starting from now")
+            return {}
+        return last
 
     def has_lease(self) -> bool:
         lease = getattr(self.app.broker, "scheduler_lease", None)
@@ -105,29 +133,54 @@ class Scheduler:
         if not self.entries:
             return self.max_interval
         if not self.has_lease():
-            # Not the elected scheduler: keep fire times current so that taking over later
-            # doesn't send a backlog.
+            # Not the elected scheduler: keep fire times current (and read the record
+            # again on taking over).
+            self.leading = False
             for entry in self.entries:
                 self._skip_to(entry, now)
             return IDLE_RECHECK
+        if not self.leading:
+            self._resume_from_record(self.entries)
+            self.leading = True
         for entry in self.entries:
             if entry.next_fire <= now:
                 self._fire(entry, now)
         wait = min(e.next_fire for e in self.entries) - self.clock()
         return max(0.0, min(wait, self.max_interval))
 
-    def _skip_to(self, entry: Entry, now: float) -> float:
-        """Advance past fire times overtaken by ``now``; return the latest due one."""
-        fire = entry.next_fire
-        following = entry.schedule.next_fire_after(fire, self.tz)
+    def _due(self, entry: Entry, now: float) -> tuple[list[float], float]:
+        """The newest due fire times (oldest first, as many as the misfire policy needs) and
+        the first fire time after ``now``; leaves ``entry.next_fire`` at the newest due one."""
+        due = [entry.next_fire]
+        following = entry.schedule.next_fire_after(entry.next_fire, self.tz)
         while following <= now:
-            fire, following = following, entry.schedule.next_fire_after(following, self.tz)
-        entry.next_fire = fire
-        return following
+            due.append(following)
+            if len(due) > entry.misfire.keeps:
+                del due[0]
+            following = entry.schedule.next_fire_after(following, self.tz)
+        entry.next_fire = due[-1]
+        return due, following
+
+    def _skip_to(self, entry: Entry, now: float) -> float:
+        """Advance past fire times overtaken by ``now``; return the first one after it."""
+        return self._due(entry, now)[1]
 
     def _fire(self, entry: Entry, now: float) -> None:
-        following = self._skip_to(entry, now)
-        fire = entry.next_fire
+        due, following = self._due(entry, now)
+        to_send = entry.misfire.to_send(due, now)
+        if len(due) > 1 or len(to_send) < len(due):
+            logger.info(
+                "periodic %s: late by %.0fs; misfire policy %s sends %d run(s)",
+                entry.name,
+                now - due[0],
+                entry.misfire.policy,
+                len(to_send),
+            )
+        for fire in to_send:  # a connection error leaves next_fire due: the next tick retries
+            self._send(entry, fire, following)
+        entry.next_fire = following
+
+    def _send(self, entry: Entry, fire: float, following: float) -> None:
         message = self.app.make_message(
             entry.task, args=entry.args, kwargs=dict(entry.kwargs), **entry.options
         )
@@ -140,7 +193,6 @@ class Scheduler:
         except Exception:
             logger.exception("periodic %s: sending fire time %s failed", entry.name, _when(fire, self.tz))
             won = False
-        entry.next_fire = following
         if won:
             entry.sent += 1
             logger.info(

@@ -20,12 +20,13 @@ from types import FrameType
 from typing import Any
 
 from potatoq import signals
-from potatoq.brokers.base import Requeue
+from potatoq.brokers.base import Requeue, WorkerRef
 
 from .child import ChildRunner
 from .chores import Chores
 from .options import WorkerOptions
 from .running import RunningTable, TableReporter
+from .unrun import UnrunClaims
 
 __all__ = ["SoloWorker"]
 
@@ -37,10 +38,27 @@ class SoloWorker:
         self.app = app
         self.options = options
         self.table = RunningTable()
-        self.chores = Chores(app, options, self.table.items, processed=lambda: self.table.finished)
+        self.chores = Chores(
+            app,
+            options,
+            self.table.items,
+            processed=lambda: self.table.finished,
+            orphans=self._requeue_unrun,
+        )
+        self._unrun = UnrunClaims(options.dead_after)
         self._stop_chores = threading.Event()
         self.interrupts = 0
         self.runner: ChildRunner | None = None
+
+    def _requeue_unrun(self) -> None:
+        """Requeue this process's claims that it doesn't run: their reply was lost (see
+        :mod:`.unrun`). Run by the chores with every recovery round."""
+        broker = self.app.broker
+        if broker.capabilities.leases or not broker.capabilities.lists_holders:
+            return
+        claims = broker.held_by(WorkerRef(self.options.node, os.getpid()))
+        running = {item.key for item in self.table.items()}
+        self._unrun.requeue(claims, running, self.chores.settle_later)
 
     def _chores_loop(self) -> None:
         import time

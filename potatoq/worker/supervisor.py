@@ -19,8 +19,9 @@ on the children's event pipes and a signal wake-up pipe, and in each turn:
    can't be interrupted any other way), as reported or as on their board;
 4. runs the broker chores (``chores``): heartbeat, recovery of dead workers' tasks and of
    this node's claims that no live process holds (a claim a database server committed
-   after its child was reaped), lease extension, the periodic scheduler, settles kept
-   because the broker was unreachable;
+   after its child was reaped) or that a live child never got (the claim's reply was lost:
+   requeued once no thread ran it for ``worker_dead_after``), lease extension, the periodic
+   scheduler, settles kept because the broker was unreachable;
 5. replaces exited children (recycled ones, crashed ones) unless shutting down;
 6. grants rate-limit tokens (``ratelimit``: one clock per task name for the whole node)
    and, about once a second, signals the children running a task that
@@ -63,6 +64,7 @@ from .options import WorkerOptions
 from .ratelimit import TokenDispenser
 from .running import Running, RunningTable
 from .settling import connection_errors, describe
+from .unrun import UnrunClaims
 
 __all__ = ["Supervisor"]
 
@@ -150,6 +152,7 @@ class Supervisor:
         # pid -> (the child, how it ended): recently exited children, oldest first
         self._exited: OrderedDict[int, tuple[Child, str]] = OrderedDict()
         self._recheck: dict[int, float] = {}  # pid -> when it exited (lease brokers)
+        self._unrun = UnrunClaims(options.dead_after)  # live children's claims no thread runs
 
     # -- public ----------------------------------------------------------------------------
 
@@ -412,6 +415,11 @@ class Supervisor:
                 exc,
             )
             return []
+        except Exception:
+            # Whatever the broker choked on, the supervisor (and every other child) goes on;
+            # recovery frees the claim once it is orphaned.
+            logger.exception("could not ask the broker for the unreported tasks of child %d", child.pid)
+            return []
         unreported = [_holding(d, child.pid) for d in found if (d.id, d.token) not in reported]
         if self.every_task:
             for item in unreported:
@@ -430,6 +438,7 @@ class Supervisor:
         server finishes the statement, then finds nobody to send the reply to). Such a row
         names a dead pid under a node that keeps heartbeating: nothing else would ever free
         it. Called with every recovery round (the broker may raise; the chores guard it).
+        The same query lists the live children's claims, for :meth:`_requeue_unrun`.
 
         A lease broker lists no such claims (that would mean scanning its keys): the lease
         would free one after ``worker_dead_after``. Sooner, the supervisor asks ``held_by``
@@ -437,8 +446,9 @@ class Supervisor:
         command the child had sent before dying is run by the server within moments.
         """
         broker = self.app.broker
-        live = [os.getpid(), *self.children]
-        found = broker.orphaned(self.options.node, live)
+        claims = broker.orphaned(self.options.node, [os.getpid()])  # every child's, in one query
+        found = [d for d in claims if d.worker.pid not in self.children]
+        self._requeue_unrun([d for d in claims if d.worker.pid in self.children])
         due = time.monotonic() - RECHECK_AFTER
         rechecked = [pid for pid, exited in self._recheck.items() if exited <= due]
         for pid in rechecked:
@@ -457,6 +467,18 @@ class Supervisor:
             outcome = self._outcome_for_lost(child, _holding(delivery, pid), how)
             if outcome is not None:
                 self.chores.settle_later(delivery, outcome)
+
+    def _requeue_unrun(self, claims: list[Delivery]) -> None:
+        """Requeue the live children's claims that none of their threads runs (see
+        :mod:`.unrun`). Lease brokers need none of this (the lease runs out), and with every
+        task reported over the pipe the broker lists no holders."""
+        if self.every_task or self.app.broker.capabilities.leases:
+            return
+        running = {item.key for child in self.children.values() for item in child.running.items()}
+        for child in self.children.values():
+            if child.board is not None:
+                running.update((task_id, token) for task_id, token, _s, _h in child.board.entries())
+        self._unrun.requeue(claims, running, self.chores.settle_later)
 
     def _outcome_for_lost(self, child: Child | None, item: Running, how: str) -> Outcome | None:
         """What becomes of ``item``, held by ``child`` when it died (None: a process this
@@ -725,11 +747,24 @@ class Supervisor:
             fast = signum == signal.SIGQUIT or self.interrupts >= 2
             self.begin_shutdown(fast=fast, reason=signal.Signals(signum).name)
 
+    def _hand_on_scheduler(self) -> None:
+        """The scheduler stopped: give up its election (RabbitMQ's token) now, so another
+        worker takes over within about a second, not after this one's shutdown grace."""
+        release = getattr(self.app.broker, "release_scheduler_lease", None)
+        if release is None:
+            return
+        try:
+            release()
+        except connection_errors(self.app.broker) as exc:  # it moves when the connection closes
+            logger.warning("could not hand on the periodic-scheduler token: %r", exc)
+
     def begin_shutdown(self, *, fast: bool = False, reason: str = "") -> None:
         now = time.monotonic()
         if not self.stopping:
             self.stopping = True
-            self.chores.scheduler = None  # send no new periodic runs while draining
+            if self.chores.scheduler is not None:
+                self.chores.scheduler = None  # send no new periodic runs while draining
+                self._hand_on_scheduler()
             grace = 0.0 if fast else self.options.shutdown_timeout
             self.stop_deadline = now + grace
             running = sum(_count_running(child) for child in self.children.values())

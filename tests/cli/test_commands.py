@@ -45,9 +45,12 @@ def test_call_prints_the_task_id_and_queues_counts_it(cli):
     table = cli("queues")
     assert table.returncode == 0
     header, row = table.stdout.splitlines()
-    assert header.split() == ["QUEUE", "WAITING", "DELAYED", "RUNNING", "OLDEST", "WAITING", "CONSUMERS"]
-    assert row.split()[:4] == ["default", "1", "1", "0"]
-    assert header.index("CONSUMERS") + len("CONSUMERS") == len(row)  # right-aligned numbers
+    assert header.split() == [
+        "QUEUE", "WAITING", "DELAYED", "RUNNING", "OLDEST", "WAITING", "CONSUMERS", "PAUSED"
+    ]  # fmt: skip
+    assert row.split()[:4] == ["default", "1", "1", "0"] and row.split()[-1] == "-"
+    consumers_end = header.index("CONSUMERS") + len("CONSUMERS")
+    assert row[:consumers_end].endswith(" 0") and not row[consumers_end].strip()  # right-aligned numbers
 
 
 def test_call_options_reach_the_message(cli, client):

@@ -78,3 +78,22 @@ def browser() -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
+
+
+class ConsoleProblems:
+    """Every console error (CSP violations are reported as errors: "Refused to …"), failed
+    load and uncaught exception of a page, so a test can assert that a page had none."""
+
+    def __init__(self, page: Any) -> None:
+        self.seen: list[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.seen.append(f"uncaught: {error}"))
+        page.on("requestfailed", lambda r: self.seen.append(f"failed load: {r.url} ({r.failure})"))
+
+    def _console(self, message: Any) -> None:
+        if message.type == "error":
+            self.seen.append(f"console error: {message.text}")
+
+    def assert_none(self, where: str) -> None:
+        problems, self.seen = self.seen, []
+        assert not problems, f"{where}: " + "; ".join(problems)

@@ -3,7 +3,7 @@
     PYTHONPATH=. python -m tests.dashboard.screenshots docs/img [PAGE ...]
 
 With PAGE names (``overview``, ``workers``, ``task``, ``task-waiting``, ``dead-letters``,
-``schedules``, ``overview-narrow``) only those images are rewritten, so that a change to one
+``history``, ``schedules``, ``overview-narrow``) only those images are rewritten, so that a change to one
 page doesn't churn every image in the repository.
 
 A ``potatoq worker`` subprocess (the tests' ``tests.worker.proj`` app) runs on a temp
@@ -107,6 +107,7 @@ def main(target: str, only: frozenset[str] = frozenset()) -> int:
                 ("task", f"/tasks/{first.id}", 1280, 700),
                 ("task-waiting", f"/tasks/{waiting.id}", 1280, 760),
                 ("dead-letters", "/dead", 1280, 700),
+                ("history", "/history?limit=12", 1280, 1100),
                 ("schedules", "/schedules", 1280, 500),
                 ("overview-narrow", "/", 390, 1100),
             ]

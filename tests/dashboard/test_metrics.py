@@ -63,7 +63,11 @@ def test_task_counters_and_runtime_histogram_from_signals(app: Potatoq, tmp_path
     assert values[("potatoq_task_runtime_seconds_count", add)] == 2
     assert values[("potatoq_task_runtime_seconds_bucket", (("task", "demo.add"), ("le", "+Inf")))] == 2
     assert values[("potatoq_task_runtime_seconds_sum", add)] >= 0
-    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == [f"{__import__('os').getpid()}.json"]
+    pid = __import__("os").getpid()  # prometheus_client's multiprocess files, one set per process
+    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == [
+        f"counter_{pid}.db",
+        f"histogram_{pid}.db",
+    ]
     ATTEMPTS.clear()
 
 
@@ -137,3 +141,22 @@ def test_worker_endpoints_listen_on_loopback_only_by_default(env: Env) -> None:
         s.settimeout(10)
         assert s.connect_ex((outside, port)) != 0, f"the health port answers on {outside}"
     assert worker.stop() == 0
+
+
+def test_enqueue_to_start_latency_histogram_per_queue(app: Potatoq, tmp_path: Path) -> None:
+    metrics = TaskMetrics(tmp_path / "metrics")
+    metrics.connect()
+    try:
+        app.tasks["demo.add"].delay(1, 2)
+        app.tasks["demo.add"].apply_async((3, 4), queue="slow")
+        app.tasks["demo.add"].apply_async((5, 6), queue="slow")
+        drain(app, queues=["default", "slow"])
+    finally:
+        metrics.disconnect()
+    text = metrics.render()
+    _lines_are_exposition(text)
+    values = parse_exposition(text)
+    assert values[("potatoq_task_latency_seconds_count", (("queue", "default"),))] == 1
+    assert values[("potatoq_task_latency_seconds_count", (("queue", "slow"),))] == 2
+    assert values[("potatoq_task_latency_seconds_bucket", (("queue", "slow"), ("le", "+Inf")))] == 2
+    assert values[("potatoq_task_latency_seconds_sum", (("queue", "slow"),))] >= 0

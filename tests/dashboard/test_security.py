@@ -42,6 +42,24 @@ def test_only_the_exact_healthz_path_skips_authentication(app: Potatoq, board: A
     assert task_id == "healthz"
 
 
+def test_the_sign_in_stylesheet_is_the_only_other_public_path(board: Any) -> None:
+    client = board(auth=Auth(token=TOKEN))
+    css = client.get("/static/dashboard.css")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+    for path in ("/static/dashboard.js", "/static/dashboard.css/", "/static/../dashboard.css", "/dead"):
+        assert client.get(path).status_code == 401, path
+
+
+def test_a_post_with_an_opaque_origin_is_refused(app: Potatoq, board: Any) -> None:
+    # Browsers send "Origin: null" from sandboxed frames and data: URLs; such a page is never ours.
+    _dead(app)
+    client = board()
+    token = _csrf(client.get("/dead").text)
+    refused = client.post("/dead/purge", data={"csrf": token}, headers={"Origin": "null"})
+    assert refused.status_code == 403
+    assert len(app.broker.list_dead()) == 1
+
+
 def test_mounted_dashboard_exempts_only_its_own_healthz(app: Potatoq) -> None:
     outer = Starlette(routes=[Mount("/ops", app=create_app(app, auth=Auth(token=TOKEN), sample_every=0))])
     with TestClient(outer, base_url="http://127.0.0.1") as client:
@@ -117,7 +135,7 @@ def test_every_response_carries_the_security_headers(app: Potatoq, board: Any) -
         assert "script-src 'self'" in csp and "unsafe-inline" not in csp, response.url
         assert "frame-ancestors 'none'" in csp and response.headers["x-frame-options"] == "DENY"
         assert response.headers["x-content-type-options"] == "nosniff"
-        assert response.headers["referrer-policy"] == "no-referrer"
+        assert response.headers["referrer-policy"] == "same-origin"
 
 
 def test_no_page_has_inline_script_or_event_handlers(app: Potatoq, board: Any) -> None:

@@ -11,6 +11,8 @@ from tests import services
 NAME = "postgres"
 SERVICE = "postgres"
 ORDER = 20
+# transport options that make every periodic fallback slow (the due-time wake-up contract test)
+SLOW_FALLBACK_OPTIONS = {"poll_interval": 60.0}
 
 
 def drop_schema(url: str, schema: str) -> None:

@@ -13,6 +13,9 @@ from tests import services
 NAME = "redis"
 SERVICE = "redis"
 ORDER = 30
+# every periodic fallback slow (the due-time wake-up contract test): a blocked wait ends
+# on its own after max_block, 20 s at most
+SLOW_FALLBACK_OPTIONS = {"socket_timeout": 60.0}
 
 
 def url() -> str:

@@ -6,13 +6,13 @@ from typing import Any
 
 from potatoq.brokers.base import BrokerConfig
 from tests import services
-from tests.factories.redis import inject_raw, make_config_for
+from tests.factories.redis import SLOW_FALLBACK_OPTIONS, inject_raw, make_config_for
 
 NAME = "valkey"
 SERVICE = "valkey"
 ORDER = 31
 
-__all__ = ["NAME", "ORDER", "SERVICE", "inject_raw", "make_config"]
+__all__ = ["NAME", "ORDER", "SERVICE", "SLOW_FALLBACK_OPTIONS", "inject_raw", "make_config"]
 
 
 def make_config(ctx: Any) -> BrokerConfig:

@@ -15,10 +15,16 @@ import time
 from pathlib import Path
 
 from potatoq import Potatoq
+from potatoq.brokers import base
+from potatoq.brokers.base import Delivery
+from potatoq.exceptions import OperationalError
 
 app = Potatoq("faults")
 app.conf.worker_heartbeat_interval = 0.5
-for key, value in json.loads(os.environ.get("POTATOQ_TEST_CONF") or "{}").items():
+_conf = json.loads(os.environ.get("POTATOQ_TEST_CONF") or "{}")
+#: a task name: the reply of the first claim of a task of that name is lost (see _lose_reply)
+_LOSE_CLAIM_REPLY = _conf.pop("test_lose_claim_reply", None)
+for key, value in _conf.items():
     app.conf[key] = value
 
 EXECUTIONS = "executions.log"
@@ -87,3 +93,24 @@ def span(self, key: str, work_ms: float) -> str:
     finally:
         os.close(fd)
     return key
+
+
+def _lose_reply(operation: str, delivery: Delivery) -> None:
+    """``potatoq.brokers.base.after_commit_fault``: the first claim of a ``_LOSE_CLAIM_REPLY`` task, in any
+    process of the node, commits but its reply is lost (marker ``reply-lost-<id>``, created
+    with O_EXCL so that exactly one claim loses it)."""
+    if delivery.message is None or delivery.message.task != _LOSE_CLAIM_REPLY:
+        return
+    try:
+        fd = os.open(_dir() / f"reply-lost-{delivery.id}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    os.write(fd, json.dumps({"pid": os.getpid(), "operation": operation}).encode())
+    os.close(fd)
+    raise OperationalError(
+        f"fault injection: the reply of the committed {operation} of {delivery.id} is lost"
+    )
+
+
+if _LOSE_CLAIM_REPLY:
+    base.after_commit_fault = _lose_reply

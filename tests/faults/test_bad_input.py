@@ -3,7 +3,11 @@ letter with its reason, the worker keeps running, and a good task sent afterward
 
 Written straight into the broker's storage (each factory's ``inject_raw``, bypassing
 ``Message.encode``): garbage bytes, a truncated message, a message of an unknown version,
-arguments that aren't a JSON list. Sent through the API: a task name no worker registered.
+arguments that aren't a JSON list, and poisoned messages (a tagged Decimal, timedelta, UUID
+or datetime that doesn't parse, a priority of 1e999, arguments nested 100,000 levels deep,
+bytes that would forge a terminal or log line, a message over the worker's
+``task_max_message_size``), each dead-lettered on its first delivery; ``dead list`` and the
+dashboard then show them. Sent through the API: a task name no worker registered.
 Refused at enqueue, before anything reaches the broker: a payload over
 ``task_max_message_size``, arguments JSON can't encode, hostile queue names (quotes,
 semicolons, Lua pattern characters, a NUL, 10 kB). A worker asked to consume a hostile queue
@@ -16,6 +20,7 @@ import json
 import subprocess
 import sys
 import uuid
+from typing import Any
 
 import pytest
 
@@ -25,8 +30,12 @@ from potatoq.message import Message
 
 from .conftest import SHARED_BROKERS
 from .harness import ROOT, FaultEnv, client, report, wait_for
+from .undecodable import dashboard_shows_undecodable, dead_list_shows_undecodable
 
 MAX_MESSAGE = 4096
+#: task_max_message_size of the worker, the CLI and the dashboard in this test.
+STORED_MAX = 256 * 1024  # above the 100,000-deep payload (200 kB), which must be parsed
+HOSTILE_PAYLOAD = b"\x1b[2J\x1b[31m<script>alert(1)</script>\r\nWARNING forged line\xff" + b"x" * 20_000
 
 HOSTILE_QUEUES = [
     "q'; DROP TABLE potatoq_jobs; --",
@@ -49,13 +58,36 @@ def _raw_cases() -> dict[str, tuple[bytes, str]]:
         "truncated": (good[: len(good) // 2], "not valid potatoq JSON"),
         "unknown version": (json.dumps({**body, "v": 99}).encode(), "unknown message version 99"),
         "arguments not a list": (json.dumps({**body, "a": "1, 2"}).encode(), "'a' must be a JSON list"),
+        # Poisoned: valid JSON whose values don't parse as what they claim to be.
+        "bad Decimal": (_with_arg(body, {"__pq__": "dec", "v": "abc"}), "bad 'dec' tagged value 'abc'"),
+        "bad timedelta": (_with_arg(body, {"__pq__": "td", "v": 1e300}), "bad 'td' tagged value 1e+300"),
+        "bad UUID": (_with_arg(body, {"__pq__": "u", "v": 5}), "bad 'u' tagged value 5"),
+        "bad datetime": (_with_arg(body, {"__pq__": "dt", "v": "yesterday"}), "bad 'dt' tagged value"),
+        "non-finite priority": (good.replace(b'"p":0', b'"p":1e999'), "number 1e999 is out of range"),
+        # A valid message, but over the worker's task_max_message_size: refused unparsed.
+        "over task_max_message_size": (
+            Message(id=str(uuid.uuid4()), task="faults.add", args=("x" * STORED_MAX, 1)).encode(),
+            f"over the {STORED_MAX}-byte limit (task_max_message_size); not decoded",
+        ),
+        # Bytes that would forge a terminal line or inject HTML if printed as they are, and
+        # long enough that every listing must cut them short.
+        "hostile bytes": (HOSTILE_PAYLOAD, "not valid potatoq JSON"),
+        "nested 100,000 deep": (
+            good.replace(b'"a":[1,2]', b'"a":[' + b"[" * 100_000 + b"]" * 100_000 + b"]"),
+            "nested too deeply",
+        ),
     }
+
+
+def _with_arg(body: dict[str, Any], arg: dict[str, Any]) -> bytes:
+    return json.dumps({**body, "id": str(uuid.uuid4()), "a": [arg, 1]}).encode()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault_env", SHARED_BROKERS, indirect=True)
 def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_env: FaultEnv) -> None:
     env = fault_env
+    env.conf["task_max_message_size"] = STORED_MAX
     inject_raw = env.factory.inject_raw  # type: ignore[attr-defined]
     with client(env) as proj:
         app = proj.app
@@ -71,7 +103,7 @@ def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_
         ):
             proj.add.delay("x" * (2 * MAX_MESSAGE), 1)
         refused += 1
-        app.conf.task_max_message_size = 10 * 1024 * 1024
+        app.conf.task_max_message_size = STORED_MAX
         with pytest.raises(SerializationError, match=r"argument 0 \(object\)"):
             proj.add.delay(object(), 1)
         refused += 1
@@ -100,9 +132,11 @@ def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_
         # -- stored, then dead-lettered by the worker with the reason -----------------------
         expected: dict[str, str] = {}  # task id -> phrase its dead letter's reason must contain
         cases: dict[str, str] = {}  # task id -> which case
+        injected: set[str] = set()
         for case, (raw, phrase) in _raw_cases().items():
             task_id = str(inject_raw(app.broker, "default", raw))
             expected[task_id], cases[task_id] = phrase, case
+            injected.add(task_id)
         unknown = app.send_task("faults.no_such_task", args=(1,))
         expected[unknown.id], cases[unknown.id] = "not registered", "unknown task name"
         with pytest.raises(NotRegistered):
@@ -119,7 +153,16 @@ def test_bad_input_is_refused_or_dead_lettered_and_the_worker_keeps_going(fault_
         assert set(reasons) == set(expected), reasons
         for task_id, phrase in expected.items():
             assert phrase in reasons[task_id], (phrase, reasons[task_id])
+        first_delivery = {cases[d.id]: d.deliveries for d in dead if d.id in injected}
+        assert set(first_delivery.values()) <= {1}, (
+            f"dead-lettered after more than one delivery: {first_delivery}"
+        )
         assert worker.alive() and worker.children() == children, "the worker or its child was replaced"
+
+        # -- every listing shows them, escaped and cut short, and never fails -------------------
+        hostile = next(task_id for task_id, case in cases.items() if case == "hostile bytes")
+        dead_list_shows_undecodable(env, set(injected), hostile)
+        dashboard_shows_undecodable(app, set(injected), hostile)
 
         # -- a hostile -Q is refused at start, naming the problem ----------------------------
         bad_q = subprocess.run(

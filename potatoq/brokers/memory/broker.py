@@ -30,11 +30,14 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
+from potatoq.brokers.history import HistoryPage, HistoryQuery, HistoryRecord, for_lost, for_revoke, for_settle
+from potatoq.brokers.records import fenced_payload, stored_fence
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES
 
 from .limits import MemoryLimits
+from .pause import MemoryPause
 from .store import (
     FIRED_KEEP,
     READY,
@@ -52,7 +55,7 @@ from .store import (
 __all__ = ["MemoryBroker"]
 
 
-class MemoryBroker(MemoryLimits, Broker):
+class MemoryBroker(MemoryPause, MemoryLimits, Broker):
     """All tasks, results and heartbeats in this process's memory; see the module docstring."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -108,6 +111,7 @@ class MemoryBroker(MemoryLimits, Broker):
             deliveries=deliveries,
             worker=worker,
             claimed_at=now,
+            max_size=self.config.max_message_size,
         )
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
@@ -171,6 +175,8 @@ class MemoryBroker(MemoryLimits, Broker):
                     store.enqueued.notify_all()  # new tasks, or a freed slot
             if encoded_result is not None and result is not None:
                 store.store_result(result.task_id, encoded_result, config.result_expires, now)
+            # task history (issue 31)
+            store.history.add(for_settle(delivery, outcome, now, config.history), config.history, now)
             return True
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
@@ -228,7 +234,14 @@ class MemoryBroker(MemoryLimits, Broker):
             rows = [(j.id, j.queue, j.raw, j.token or "", j.deliveries, j.claimed_at, w) for j, w in held]
         return [
             decode_delivery(
-                id=task_id, queue=queue, raw=raw, token=token, deliveries=n, worker=holder, claimed_at=at
+                id=task_id,
+                queue=queue,
+                raw=raw,
+                token=token,
+                deliveries=n,
+                worker=holder,
+                claimed_at=at,
+                max_size=self.config.max_message_size,
             )
             for task_id, queue, raw, token, n, at, holder in rows
         ]
@@ -285,6 +298,9 @@ class MemoryBroker(MemoryLimits, Broker):
             config.dead_letter_ttl,
             now,
         )
+        name = message.task if message else None  # task history (issue 31):
+        lost = for_lost(job.id, name, job.queue, job.deliveries, reason, now, config.history)
+        store.history.add(lost, config.history, now)
         record = ResultRecord(
             task_id=job.id,
             state=FAILURE,
@@ -356,6 +372,7 @@ class MemoryBroker(MemoryLimits, Broker):
             due=run_at,
             deliveries=deliveries,
             raw=raw,
+            max_size=self.config.max_message_size,
         )
 
     # -- results ------------------------------------------------------------------------------
@@ -364,6 +381,21 @@ class MemoryBroker(MemoryLimits, Broker):
         encoded = record.encode()
         with self._store.lock:
             self._store.store_result(record.task_id, encoded, self.config.result_expires, time.time())
+
+    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
+        now = time.time()
+        with self._store.lock:
+            current = self._get_locked(record.task_id, now)
+            if current is not None:
+                if keep_ready:
+                    if current.state in READY_STATES:
+                        return False
+                elif stored_fence(self._store.results[record.task_id][0]) > fence:
+                    return False
+            self._store.store_result(
+                record.task_id, fenced_payload(record, fence), self.config.result_expires, now
+            )
+        return True
 
     def _get_locked(self, task_id: str, now: float) -> ResultRecord | None:
         entry = self._store.results.get(task_id)
@@ -399,6 +431,18 @@ class MemoryBroker(MemoryLimits, Broker):
         with self._store.lock:
             self._store.results.pop(task_id, None)
 
+    # -- task history -------------------------------------------------------------------------
+
+    def history(self, query: HistoryQuery) -> HistoryPage:
+        with self._store.lock:
+            return self._store.history.page(query)
+
+    def append_history(self, records: Sequence[HistoryRecord]) -> None:
+        with self._store.lock:
+            now = time.time()
+            for record in records:
+                self._store.history.add(record, self.config.history, now)
+
     # -- revocation, dead letters, stats --------------------------------------------------
 
     def revoke(self, task_id: str) -> bool:
@@ -407,6 +451,9 @@ class MemoryBroker(MemoryLimits, Broker):
             if job is None or job.state == RUNNING:
                 return False
             del self._store.jobs[task_id]  # its heap entries are skipped when popped
+            now = time.time()
+            revoked = for_revoke(task_id, task_name(job.raw), job.queue, now, self.config.history)
+            self._store.history.add(revoked, self.config.history, now)
             return True
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
@@ -504,7 +551,7 @@ class MemoryBroker(MemoryLimits, Broker):
             fresh = Store()
             for field in ("seq", "jobs", "ready", "scheduled", "known_queues", "results", "dead"):
                 setattr(store, field, getattr(fresh, field))
-            store.chords, store.fired, store.heartbeats = {}, {}, {}
+            store.chords, store.fired, store.heartbeats, store.paused = {}, {}, {}, {}
 
     def _put_raw(self, queue: str, raw: bytes, task_id: str | None = None) -> str:
         """Store ``raw`` as a ready task without decoding it (tests inject garbage this way)."""

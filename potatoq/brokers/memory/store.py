@@ -22,6 +22,8 @@ from potatoq.brokers.limits import concurrency_of_raw
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 
+from .history import HistoryLog
+
 SCHEDULED, READY, RUNNING = "scheduled", "ready", "running"
 # How many fire times per periodic entry are remembered for dedup; older ones are dropped.
 FIRED_KEEP = 1000
@@ -69,6 +71,8 @@ class Store:
         self.fired: dict[str, OrderedDict[float, None]] = {}
         self.heartbeats: dict[str, tuple[bytes, float]] = {}
         self.limit_overrides: dict[str, int] = {}  # set_limit(): key -> concurrency
+        self.paused: dict[str, float] = {}  # paused queue -> when (epoch)
+        self.history = HistoryLog()
 
     def reinit_locks(self) -> None:
         """In a forked child: a lock held by a parent thread at fork time would never be freed."""
@@ -120,6 +124,7 @@ class Store:
             _, seq, task_id = heapq.heappop(self.scheduled)
             job = self.jobs.get(task_id)
             if job is not None and job.state == SCHEDULED and job.seq == seq:
+                job.seq = self.next_seq()  # FIFO by the time it became ready (the contract)
                 self.make_ready(job)
 
     def pop_ready(self, queue: str) -> Job | None:

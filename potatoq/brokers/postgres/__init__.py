@@ -12,11 +12,13 @@ the numbered ``sql/migrations/``):
   ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` gives FIFO order within a
   priority; ``token`` (a random uuid per claim) fences settles. Autovacuum on fixed
   thresholds, no scale factor and no cost delay.
-* ``potatoq_results`` (expiry index), ``potatoq_dead`` (capped by dead_letter_max at each
-  dead letter, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node;
-  fillfactor 50 and no index on its updated columns, so heartbeats are HOT updates),
-  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, and
-  ``potatoq_migrations``.
+* ``potatoq_results`` (expiry index), ``potatoq_dead`` (keyed by seq, so an id that dies
+  twice keeps both letters; capped by dead_letter_max, at least 1, at each dead letter and
+  in the sweep, by age in the sweep), ``potatoq_workers`` (one heartbeat row per node,
+  deleted by recovery once a dead node's tasks are recovered; fillfactor 50 and no index
+  on its updated columns, so heartbeats are HOT updates),
+  ``potatoq_chords`` + ``potatoq_chord_parts``, ``potatoq_periodic``, ``potatoq_paused``
+  (queues paused fleet-wide; workers leave them out of claims), and ``potatoq_migrations``.
 
 Why it is built this way:
 
@@ -44,7 +46,7 @@ Why it is built this way:
   process and thread), the listener and the debouncer in a per-process holder; a child
   never uses, closes or garbage-collects its parent's connections.
 
-Concurrency limits (``potatoq/brokers/limits.py``, migration 0002): a BEFORE trigger
+Concurrency limits (``potatoq/brokers/limits.py``, migration 0005): a BEFORE trigger
 reads a payload's ``cl`` header into ``limit_key``/``limit_max`` (a byte search in its
 WHEN clause keeps it off unlimited rows), so no enqueue statement passes it. The claim
 skips ready rows whose key is full and takes a slot with an upsert on the key's

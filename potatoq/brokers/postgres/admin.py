@@ -4,6 +4,7 @@ dead-letter table (list, retry, purge), queue statistics and purging a queue."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ class PostgresAdmin(Broker):
         def _statements(self) -> statements.Statements: ...
         def _connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
         def _queues(self, queues: Sequence[str]) -> list[str]: ...
+        def _revoke_recorded(self, task_id: str, now: float) -> bool: ...
 
     def queued_task(self, task_id: str) -> QueuedTask | None:
         rows = self._run("job_find", {"id": task_id})
@@ -47,11 +49,14 @@ class PostgresAdmin(Broker):
             due=due,
             deliveries=deliveries,
             raw=bytes(payload),
+            max_size=self.config.max_message_size,
         )
 
     # -- revocation, dead letters, stats --------------------------------------------------
 
     def revoke(self, task_id: str) -> bool:
+        if self.config.history.enabled:  # task history (issue 31)
+            return self._revoke_recorded(task_id, time.time())
         return bool(self._run("job_revoke", {"id": task_id}))
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:

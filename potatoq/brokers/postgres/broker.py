@@ -14,7 +14,6 @@ import psycopg
 
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
 from potatoq.message import Message
-from potatoq.states import FAILURE
 from potatoq.utils import mask_url
 
 from ..base import (
@@ -27,20 +26,23 @@ from ..base import (
     Delivery,
     Outcome,
     ProcessLocal,
-    RecoverReport,
     Requeue,
     ResultRecord,
     RetryLater,
-    WorkerInfo,
     WorkerRef,
+    claim_committed,
     decode_delivery,
     validate_queue_name,
 )
 from . import migrate, statements, wakeups
 from .admin import PostgresAdmin
+from .announce import DueAnnouncer
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
+from .history import PostgresHistory
 from .limits import PostgresLimits, frees_a_slot
-from .options import PostgresOptions, libpq_url
+from .liveness import PostgresCoordination, PostgresLiveness
+from .options import RECONNECT_ERRORS, PostgresOptions, connection_failure, libpq_url
+from .pause import PostgresPause
 from .results import PostgresResults
 
 __all__ = ["PostgresBroker", "PostgresOptions"]
@@ -57,15 +59,16 @@ INT32 = 2**31
 # ----------------------------------------------------------------------------- the broker
 
 
-def _close_connection(conn: psycopg.Connection[Any]) -> None:
-    conn.close()
-
-
-def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
-    return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
-
-
-class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
+class PostgresBroker(
+    PostgresResults,
+    PostgresAdmin,
+    PostgresLiveness,
+    PostgresCoordination,
+    PostgresPause,
+    PostgresHistory,
+    PostgresLimits,
+    Broker,
+):
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True, concurrency_limits=True)
@@ -81,11 +84,14 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
         self.options = PostgresOptions.from_transport_options(config.transport_options)
         self._conninfo = libpq_url(config.url)
         self._channel_prefix = wakeups.channel_prefix(self.options.schema)
-        self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(self._connect, _close_connection)
+        self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(
+            self._connect, psycopg.Connection.close
+        )
         self._stmts: statements.Statements | None = None
         self._setup_lock = threading.Lock()
         self._listener = wakeups.PerProcess(self._make_listener)
         self._debouncer = wakeups.PerProcess(self._make_debouncer)
+        self._due = DueAnnouncer(self.options, self._channel, self._run)
         self._promotion = wakeups.PerProcess(lambda: PromotionClock(self.options.poll_interval))
         self._sweep = wakeups.PerProcess(SweepClock)
         self._poller = wakeups.PerProcess(Poller)
@@ -96,6 +102,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
         self._dead_ttl = float(config.dead_letter_ttl) if config.dead_letter_ttl > 0 else NEVER
+        # one floor for the settle and the sweep: the newest dead letter is always kept
+        self._dead_max = max(1, int(config.dead_letter_max))
         self._expires = (
             config.result_expires if config.result_expires and config.result_expires > 0 else NEVER
         )
@@ -126,10 +134,10 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
             conn = self._conns.get()
         try:
             yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            if conn.closed or conn.broken:
-                self._conns.discard()
-            raise OperationalError(f"PostgreSQL broker at {mask_url(self.config.url)}: {exc}") from exc
+        except RECONNECT_ERRORS as exc:
+            if conn.closed or conn.broken or isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+                self._conns.discard()  # read-only: a standby; a new connection may reach the primary
+            raise OperationalError(connection_failure(self.config.url, exc)) from exc
 
     def _statements(self) -> statements.Statements:
         """The rendered SQL, installing or upgrading the schema on first use."""
@@ -139,6 +147,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
                 stmts = self._stmts
                 if stmts is None:
                     with self._connection() as conn:
+                        migrate.require_server_version(conn.info.server_version)
                         stmts = statements.Statements(self._resolve_schema(conn))
                         self._upgrade(conn, stmts)
                     self._stmts = stmts
@@ -178,7 +187,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
             return cur.fetchall() if cur.description is not None else []
 
     def _make_listener(self) -> wakeups.Listener:
-        return wakeups.Listener(self._connect, lambda channel: self._statements().listen(channel))
+        return wakeups.Listener(
+            self._connect,
+            lambda channel: self._statements().listen(channel),
+            on_due=lambda: self._promotion.get().expect_now(),
+        )
 
     def _make_debouncer(self) -> wakeups.NotifyDebouncer:
         return wakeups.NotifyDebouncer(
@@ -186,7 +199,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
         )
 
     def _send_notifies(self, channels: list[str]) -> None:
-        self._run("notify_channels", {"channels": channels})
+        self._run("notify_channels", {"channels": channels, "payload": ""})
 
     # -- parameters ---------------------------------------------------------------------------
 
@@ -246,8 +259,9 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
                 **single,
                 "channels": None,
                 "channel": channels[0] if channels else None,
+                "due_channels": None,
             }
-        return {**params, **dict.fromkeys(scalars), "channels": channels, "channel": None}
+        return {**params, **dict.fromkeys((*scalars, "due_channels")), "channels": channels, "channel": None}
 
     def _admit(self, queues: Iterable[str]) -> tuple[list[str], list[str]]:
         """NOTIFY channels to send inline now, and those held for the debouncer's trailing edge."""
@@ -275,6 +289,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
         inline, held = self._admit(ready)
         self._run("job_enqueue", self._enqueue_params(messages, params, inline))
         self._defer(held)
+        self._due.announce(messages)
 
     def _enqueue_through(
         self, connection: Any, messages: Sequence[Message], params: dict[str, Any], ready: set[str]
@@ -283,10 +298,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
 
         The NOTIFYs aren't debounced here: PostgreSQL sends them at the caller's COMMIT (and
         drops them on ROLLBACK), which the debouncer can't see; duplicates within one
-        transaction are folded by the server anyway.
+        transaction are folded by the server anyway. So are the 'due' ones (see announce.py).
         """
         channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
         params = self._enqueue_params(messages, params, channels)
+        params["due_channels"] = self._due.channels(messages) or None  # sent at the caller's commit
         stmt = self._statements()["job_enqueue"]
         # Django's wrapper holds the DB-API connection (None until it connects: then its own
         # cursor(), which takes the same pyformat parameters, does)
@@ -341,6 +357,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
             deliveries=deliveries,
             worker=worker,
             claimed_at=claimed_at,
+            max_size=self.config.max_message_size,
         )
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
@@ -356,10 +373,11 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
                 with conn.pipeline():  # one round trip: promote, then claim
                     promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
                     claimed = conn.execute(stmts["job_claim"].query, params)
-                clock.promoted(statements.first_int(promoted.fetchone()))
+                clock.promoted(*statements.promotion(promoted.fetchone()))
             else:
                 claimed = conn.execute(stmts["job_claim"].query, params)
             delivery = self._delivery(claimed.fetchone(), worker)
+        claim_committed("claim", delivery)
         self._claimed(delivery)
         return delivery
 
@@ -372,8 +390,12 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
         if not _is_token(delivery.token):
             return False  # not a token this broker issued: it can't fence anything here
         name, params, held = self._settle_params(delivery, outcome)
-        rows = self._run(name, params)
-        return self._settled(rows[0] if rows else None, held, outcome)
+        self._store_elsewhere(outcome)
+        rows = self._run_after_history(name, params)  # buffered history rows ride along
+        ok = self._settled(rows[0] if rows else None, held, outcome)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome, time.time())
+        return ok
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -383,10 +405,13 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
         if not _is_token(delivery.token):
             return False, self.claim(names, worker)
         name, params, held = self._settle_params(delivery, outcome)
+        self._store_elsewhere(outcome)
         stmts = self._statements()
         clock = self._promotion.get()
         promoted = None
+        pending = self._history_take()  # buffered history rows ride along (issue 31)
         with self._connection() as conn, conn.pipeline():
+            self._history_in(conn, pending)
             settled = conn.execute(stmts[name].query, params)
             if names and clock.timed_due():
                 promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
@@ -394,20 +419,35 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
                 conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
             )
         ok = self._settled(settled.fetchone(), held, outcome)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome, time.time())
         if promoted is not None:
-            clock.promoted(statements.first_int(promoted.fetchone()))
+            clock.promoted(*statements.promotion(promoted.fetchone()))
         next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
+        claim_committed("settle_and_claim", next_delivery)
         self._claimed(next_delivery)
         return ok, next_delivery
 
+    def _store_elsewhere(self, outcome: Outcome) -> None:
+        """With a separate result backend, the result goes there *before* the settle commits:
+        a failure in between leaves the task claimed (run again, its record overwritten),
+        where the other order would lose the result. A stale delivery's result is written
+        too; it is a real run's result all the same."""
+        record = getattr(outcome, "result", None)
+        if self._result_backend is not None and record is not None:
+            self._result_backend.store_result(record)
+
     def _settled(self, row: tuple[Any, ...] | None, held: list[str], outcome: Outcome) -> bool:
-        """After a settle statement committed: trailing NOTIFYs, a separate result backend."""
+        """After a settle statement committed: the trailing NOTIFYs it held back, and the
+        due-time announcement of what it scheduled."""
         ok = bool(row and row[0])
         if ok:
             self._defer(held)  # a held chord callback channel whose chord didn't fire: spurious, harmless
-            record = getattr(outcome, "result", None)
-            if self._result_backend is not None and record is not None:
-                self._result_backend.store_result(record)
+            # tell idle workers of a retry's backoff or of follow-ups with a countdown
+            scheduled = (
+                [outcome.message] if isinstance(outcome, RetryLater) else getattr(outcome, "followups", ())
+            )
+            self._due.announce(scheduled)
         return ok
 
     def _settle_params(self, delivery: Delivery, outcome: Outcome) -> tuple[str, dict[str, Any], list[str]]:
@@ -444,7 +484,7 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
                 "channels": inline or None,
                 "task": delivery.message.task if delivery.message is not None else None,
                 "reason": outcome.reason if isinstance(outcome, DeadLetter) else None,
-                "dead_max": max(1, int(self.config.dead_letter_max)),
+                "dead_max": self._dead_max,
             }
             chord_params, chord_held = self._chord_params(outcome.chord, enqueue_callback=True)
             params.update(chord_params)
@@ -485,11 +525,12 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
         names = self._queues(queues)
+        self._history_flush()  # idle: buffered history rows go in now (issue 31)
         clock = self._promotion.get()
         if clock.timed_due():
             rows = self._run("job_promote", self._promote_params())
-            count = statements.first_int(rows[0] if rows else None)
-            clock.promoted(count)
+            count, next_due = statements.promotion(rows[0] if rows else None)
+            clock.promoted(count, next_due)
             if count:
                 return  # tasks just became ready (in some queue): claim now
         limit = max(0.0, min(timeout, self.options.poll_interval, max(clock.until_due(), 0.001)))
@@ -511,101 +552,13 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
             listener.interrupt()
         self._poller.get().interrupt()
 
-    # -- liveness ---------------------------------------------------------------------------
-
-    def heartbeat(self, info: WorkerInfo) -> None:
-        self._run("worker_heartbeat", {"node": info.node, "info": info.encode()})
-
-    def workers(self) -> list[WorkerInfo]:
-        return [WorkerInfo.decode(bytes(info), last_seen=seen) for info, seen in self._run("workers_list")]
-
-    def forget_worker(self, node: str) -> None:
-        self._run("worker_forget", {"node": node})
-
-    def held_by(self, worker: WorkerRef) -> list[Delivery]:
-        rows = self._run("job_held_by", {"worker": worker.node, "pid": worker.pid})
-        return [d for d in (self._delivery(row, worker) for row in rows) if d is not None]
-
-    def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
-        rows = self._run("job_orphaned", {"worker": node, "live": [int(pid) for pid in live_pids]})
-        found = (self._delivery(row[:6], WorkerRef(node, row[6])) for row in rows)
-        return [d for d in found if d is not None]
-
-    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
-        params = {
-            "dead_after": float(dead_after),
-            "max_deliveries": int(max_deliveries),
-            "channel_prefix": self._channel_prefix,
-            "notify": self.options.notify,
-        }
-        rows = self._run("job_recover", params)
-        requeued = statements.first_int(rows[0] if rows else None)
-        dead = 0
-        for task_id, queue, token, deliveries, payload, node, pid in self._run("job_lost", params):
-            delivery = decode_delivery(
-                id=task_id,
-                queue=queue,
-                raw=payload,
-                token=token,
-                deliveries=deliveries,
-                worker=WorkerRef(node or "", pid or 0),
-            )
-            reason = (
-                f"WorkerLostError: the worker running the task died {deliveries} times "
-                f"(last: node {node} pid {pid}); task_max_deliveries is {max_deliveries}"
-            )
-            message = delivery.message
-            record = ResultRecord(
-                task_id=task_id,
-                state=FAILURE,
-                result=_failure_payload("WorkerLostError", reason.split(": ", 1)[1]),
-                name=message.task if message else None,
-                retries=message.retries if message else 0,
-                date_done=time.time(),
-            )
-            if self.settle(delivery, DeadLetter(reason=reason, result=record)):
-                dead += 1
-        if self._sweep.get().take():
-            self._housekeeping()
-        return RecoverReport(requeued=requeued, dead=dead)
-
     def _housekeeping(self) -> None:
         """Delete expired results, chords and old periodic fire times; trim dead letters."""
         self._run("maintenance_sweep", {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION})
         self._run(
             "dead_trim",
-            {"max": max(0, int(self.config.dead_letter_max)), "ttl": self._dead_ttl},
+            {"max": self._dead_max, "ttl": self._dead_ttl},
         )
-
-    # -- chords and periodic tasks ------------------------------------------------------------
-
-    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
-        params, held = self._chord_params(join, enqueue_callback=enqueue_callback)
-        rows = self._run("chord_join", params)
-        complete = bool(rows and rows[0][0])
-        if complete:
-            self._defer(held)
-        return complete
-
-    def chord_parts(self, group_id: str) -> list[bytes]:
-        return [bytes(value) for (value,) in self._run("chord_parts", {"chord_id": group_id})]
-
-    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
-        params, ready = self._message_params((message,) if message is not None else ())
-        inline, held = self._admit(ready)
-        rows = self._run(
-            "periodic_claim", {**params, "name": name, "fire_time": float(fire_time), "channels": inline}
-        )
-        claimed = bool(rows and rows[0][0])
-        if claimed:
-            self._defer(held)
-        return claimed
-
-    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
-        if not names:
-            return {}
-        rows = self._run("periodic_last", {"names": list(names)})
-        return {str(name): float(fire_time) for name, fire_time in rows}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -619,9 +572,12 @@ class PostgresBroker(PostgresResults, PostgresAdmin, PostgresLimits, Broker):
             conn.execute("SELECT 1")
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort: buffered history rows (issue 31)
+            self._history_flush()
         debouncer = self._debouncer.pop()
         if debouncer is not None:
             debouncer.close()  # sends pending trailing NOTIFYs first
+        self._due.close()
         listener = self._listener.pop()
         if listener is not None:
             listener.close()

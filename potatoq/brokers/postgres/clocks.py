@@ -8,6 +8,8 @@ import time
 
 PROMOTE_BATCH = 1000  # scheduled tasks made ready per statement
 SWEEP_EVERY = 60.0  # seconds between housekeeping sweeps, per process
+# shortest sleep until a due time: the server may see a due time a hair later than we do
+DUE_SLACK = 0.001
 
 
 class PromotionClock:
@@ -18,12 +20,17 @@ class PromotionClock:
     plain statement. A pipelined promote in front of that claim cost twice its CPU and
     round-trip time on the path from enqueue to start, and an idle worker's ``wait``
     promotes on the same timetable anyway.
+
+    The timetable is also cut short by due times: each promotion says when the earliest
+    task still scheduled falls due (:meth:`promoted`), and a 'due' announcement of a task
+    enqueued since (:meth:`expect_now`) makes the next promotion due at once, to learn its
+    due time. So an idle worker sleeps until the next task is due, not until the next tick.
     """
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._lock = threading.Lock()
-        self._next = 0.0  # monotonic time the next timed promotion is due
+        self._next = 0.0  # monotonic time the next promotion is due
 
     def timed_due(self) -> bool:
         with self._lock:
@@ -33,10 +40,21 @@ class PromotionClock:
         with self._lock:
             return max(0.0, self._next - time.monotonic())
 
-    def promoted(self, count: int) -> None:
+    def promoted(self, count: int, next_due: float | None = None) -> None:
+        """After a promotion that made ``count`` tasks ready; ``next_due``: seconds until the
+        earliest task still scheduled falls due (None: none is)."""
+        wait = self.interval
+        if count >= PROMOTE_BATCH:  # a full batch means more are due: promote again at the next chance
+            wait = 0.0
+        elif next_due is not None:
+            wait = min(wait, max(next_due, DUE_SLACK))
         with self._lock:
-            # a full batch means more are due: promote again at the next chance
-            self._next = time.monotonic() + (0.0 if count >= PROMOTE_BATCH else self.interval)
+            self._next = time.monotonic() + wait
+
+    def expect_now(self) -> None:
+        """A task falling due soon was enqueued elsewhere: promote (and learn when) at once."""
+        with self._lock:
+            self._next = 0.0
 
 
 class SweepClock:

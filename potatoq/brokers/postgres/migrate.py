@@ -22,6 +22,26 @@ from . import statements
 log = logging.getLogger("potatoq.brokers.postgres")
 
 
+MIN_SERVER_VERSION = 130000  # 13: gen_random_uuid() in core, and the schema's storage options
+
+
+def require_server_version(server_version: int) -> None:
+    """Refuse a PostgreSQL server older than 13 (``server_version`` as libpq reports it:
+    ``150004`` for 15.4, ``90624`` for 9.6.24) with a one-line error."""
+    if server_version < MIN_SERVER_VERSION:
+        raise ImproperlyConfigured(
+            f"the PostgreSQL server is version {_version_text(server_version)}; "
+            "potatoq's PostgreSQL broker needs 13 or newer"
+        )
+
+
+def _version_text(server_version: int) -> str:
+    if server_version >= 100000:  # 10 and later: major * 10000 + minor
+        return f"{server_version // 10000}.{server_version % 10000}"
+    major, rest = divmod(server_version, 10000)  # 9.x: major * 10000 + minor * 100 + patch
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def latest_version() -> int:
     return statements.migrations()[-1].number
 

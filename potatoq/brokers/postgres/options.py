@@ -1,10 +1,13 @@
-"""The PostgreSQL broker's options (``broker_transport_options``) and its URL check."""
+"""The PostgreSQL broker's options (``broker_transport_options``), its URL check, and which
+connection errors mean "reconnect and retry" (with the fix when a standby was reached)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
+
+import psycopg
 
 from potatoq.exceptions import ImproperlyConfigured
 from potatoq.utils import mask_url
@@ -84,3 +87,20 @@ def libpq_url(url: str) -> str:
     if not sep or scheme.split("+", 1)[0].lower() not in ("postgresql", "postgres"):
         raise ImproperlyConfigured(f"not a PostgreSQL URL: {mask_url(url)!r} (use postgresql://host/dbname)")
     return f"postgresql://{rest}"
+
+
+#: Errors after which a statement is retried on a new connection, as in an outage. A
+#: read-only server is a standby (or a primary demoted under a connection), reached by a URL
+#: without target_session_attrs=read-write.
+RECONNECT_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.ReadOnlySqlTransaction)
+
+
+def connection_failure(url: str, exc: BaseException) -> str:
+    """The message of the OperationalError raised for ``exc`` (one of RECONNECT_ERRORS)."""
+    where = f"PostgreSQL broker at {mask_url(url)}"
+    if not isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return f"{where}: {exc}"
+    return (
+        f"{where} reached a read-only server (a standby?): {exc}; list every host in the URL "
+        "and add ?target_session_attrs=read-write so that connections go to the primary"
+    )

@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from potatoq.states import READY_STATES
+
 from ..base import (
     Broker,
     ResultRecord,
 )
+from ..records import fenced_payload
 
 
 class PostgresResults(Broker):
@@ -36,6 +39,23 @@ class PostgresResults(Broker):
                 "result_expires": self._expires,
             },
         )
+
+    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
+        if self._result_backend is not None:
+            return self._result_backend.store_result_fenced(record, fence, keep_ready=keep_ready)
+        written = self._run(
+            "result_store_fenced",
+            {
+                "task_id": record.task_id,
+                "state": record.state,
+                "record": fenced_payload(record, fence),
+                "result_expires": self._expires,
+                "fence": int(fence),
+                "keep_ready": keep_ready,
+                "ready": sorted(READY_STATES),
+            },
+        )
+        return bool(written)
 
     def get_result(self, task_id: str) -> ResultRecord | None:
         if self._result_backend is not None:

@@ -122,3 +122,10 @@ class Statements:
 def first_int(row: tuple[Any, ...] | None) -> int:
     """The count in a one-column result row (0 for no row or NULL)."""
     return int(row[0]) if row and row[0] is not None else 0
+
+
+def promotion(row: tuple[Any, ...] | None) -> tuple[int, float | None]:
+    """job_promote's row: how many tasks it made ready, and seconds until the next is due."""
+    if not row:
+        return 0, None
+    return first_int(row), (None if row[2] is None else float(row[2]))

@@ -8,6 +8,9 @@
 * :class:`Listener`: one dedicated connection per process holds the LISTENs, read by a
   thread of its own so notifications never pile up while the process is busy. Waiting
   threads block on a condition and all return together on any notification.
+* A NOTIFY's payload is '' for ready work and :data:`DUE_PAYLOAD` for a task that falls
+  due soon: the listener then calls ``on_due``, which makes the waiters' next promotion
+  (which learns the earliest due time) happen at once.
 * :class:`NotifyDebouncer`: NOTIFY takes a cluster-wide lock at commit, so a producer
   debounces it per queue with a token bucket: ``burst`` (5) inline NOTIFYs within a window
   (50 ms), then one per ``window / burst``. A trickle is announced by each enqueue's own
@@ -35,6 +38,9 @@ from ...exceptions import OperationalError
 log = logging.getLogger("potatoq.brokers.postgres")
 
 CHANNEL_MAX = 63
+# The payload of a NOTIFY announcing a task that falls due soon (a ready task's is ''):
+# listeners then promote at once, which tells them when it is due (see PromotionClock).
+DUE_PAYLOAD = "due"
 T = TypeVar("T")
 
 # Values made by a parent process, kept referenced forever in a forked child so garbage
@@ -108,9 +114,11 @@ class Listener:
         connect: Callable[[], psycopg.Connection[Any]],
         listen_query: Callable[[str], bytes],
         confirm_timeout: float = 10.0,
+        on_due: Callable[[], None] | None = None,
     ) -> None:
         self._connect = connect
         self._listen_query = listen_query
+        self._on_due = on_due  # called (on the reader thread) for each DUE_PAYLOAD notification
         self._confirm_timeout = confirm_timeout
         self._cond = threading.Condition()
         self._generation = 0  # bumped by notifications, reconnects and interrupts
@@ -127,7 +135,8 @@ class Listener:
     def wait(self, channels: Collection[str], timeout: float) -> None:
         """Return on a notification, an interrupt or ``timeout``; at once if one came since
         this thread's last wait. The first wait on a new channel returns as soon as its
-        LISTEN is in place: a NOTIFY sent before it was missed, so the caller looks again."""
+        LISTEN is in place: a NOTIFY sent before it was missed, so the caller looks again
+        (and, through ``on_due``, promotes again to learn the next due time)."""
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
             if self._closed:
@@ -139,6 +148,7 @@ class Listener:
                 self._cond.wait_for(
                     lambda: self._closed or self._listening.issuperset(channels), self._confirm_timeout
                 )
+                self._missed_due()
             else:
                 seen = getattr(self._seen, "generation", None)
                 if seen == self._generation:
@@ -147,6 +157,12 @@ class Listener:
                         max(0.0, deadline - time.monotonic()),
                     )
             self._seen.generation = self._generation
+
+    def _missed_due(self) -> None:
+        """Not listening until now: a 'due' announcement may have been missed, so act as if
+        one came (one promotion, which learns the next due time)."""
+        if self._on_due is not None:
+            self._on_due()
 
     def interrupt(self) -> None:
         """Wake every thread blocked in :meth:`wait` (and each thread's next call returns at once)."""
@@ -182,6 +198,7 @@ class Listener:
                     with self._cond:
                         self._listening = set()
                         new = set(self._wanted)
+                    self._missed_due()
                     self._bump()  # notifications may have been lost meanwhile: look again
                 for channel in sorted(new):
                     conn.execute(self._listen_query(channel))
@@ -189,7 +206,11 @@ class Listener:
                     with self._cond:
                         self._listening |= new
                         self._cond.notify_all()
-                received = sum(1 for _ in conn.notifies(timeout=0))
+                received = 0
+                for notification in conn.notifies(timeout=0):
+                    received += 1
+                    if notification.payload == DUE_PAYLOAD and self._on_due is not None:
+                        self._on_due()
                 if received:
                     self._bump(received)
                 ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [])

@@ -36,7 +36,8 @@ Concurrency limits are not supported yet (``capabilities.concurrency_limits`` is
 the app refuses a limited task): the slots would live in the result store and a task over
 its limit would be re-published through the delay cascade, which is still to be built.
 
-Modules: ``broker`` (the class), ``admin`` (dead letters, stats, purges), ``options``,
+Modules: ``broker`` (the class), ``backed`` (what lives in the result backend), ``admin``
+(dead letters, stats, purges), ``options``,
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
 declarations and reads), ``io`` (the per-process connection and its I/O thread),
 ``session`` (confirmed publishes), ``consume`` (claims) and ``lease`` (the scheduler lease).

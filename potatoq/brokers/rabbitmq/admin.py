@@ -59,7 +59,7 @@ class RabbitMQAdmin(Broker):
         task: str | None = None
         task_id = getattr(properties, "message_id", None)
         try:
-            message = Message.decode(body)
+            message = Message.decode(body, max_size=self.config.max_message_size)
             task = message.task
             task_id = task_id or message.id
         except MessageDecodeError:
@@ -161,6 +161,7 @@ class RabbitMQAdmin(Broker):
         for queue in self._registered():
             names.extend(amqp for _band, amqp in self.topology.bands_high_first(queue))
             names.append(self.topology.dead_queue(queue))
+            names.append(self.topology.registered_marker(queue).name)
         names += [self.topology.registry, self.topology.scheduler]
         deleted: int = state.link.run(declare.delete_queues, state.link, names)
         state.session.declared.clear()

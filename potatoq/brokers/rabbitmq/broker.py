@@ -10,6 +10,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -27,11 +28,9 @@ from potatoq.brokers.base import (
     Delivery,
     Outcome,
     QueuedTask,
-    RecoverReport,
     Requeue,
     ResultRecord,
     RetryLater,
-    WorkerInfo,
     WorkerRef,
     decode_delivery,
     validate_queue_name,
@@ -43,13 +42,23 @@ from potatoq.brokers.rabbitmq.lease import SchedulerLease
 from potatoq.brokers.rabbitmq.ops import Await, Op, Publish
 from potatoq.brokers.rabbitmq.options import RabbitMQOptions
 from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
-from potatoq.brokers.rabbitmq.topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
+from potatoq.brokers.rabbitmq.topology import (
+    H_DELIVERIES,
+    H_DIED_AT,
+    H_ONCE,
+    H_QUEUE,
+    H_REASON,
+    Topology,
+)
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError
 from potatoq.message import Message
 from potatoq.states import FAILURE, READY_STATES, REVOKED
 from potatoq.utils import mask_url
 
 from .admin import RabbitMQAdmin
+from .backed import FIRED_KEEP, RabbitMQBacked
+from .history import RabbitMQHistory
+from .pause import RabbitMQPause
 
 __all__ = ["RabbitMQBroker"]
 
@@ -58,12 +67,25 @@ log = logging.getLogger("potatoq.brokers.rabbitmq")
 # State made in a parent process, parked here in a forked child so that it is never used,
 # closed or garbage collected there (the socket is shared with the parent).
 _INHERITED: list[object] = []
+# Every broker of this process: a forked child gives each a fresh lock (see _after_fork).
+_BROKERS: weakref.WeakSet[RabbitMQBroker] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child: another thread of the parent (a caller, or the pika I/O thread
+    running an operation) may have held a broker's lock at the fork, and the child's copy
+    would stay locked. Everything else the child uses is made anew there (``_process``);
+    the parent's connection state is parked, never touched."""
+    for broker in list(_BROKERS):
+        broker._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 #: Messages per confirmed publish batch (one wait for the confirms of each batch).
 BATCH = 2000
 #: Time allowed per message of a batch for its confirm, on top of broker_connection_timeout.
 PER_MESSAGE = 0.002
-_FIRED_KEEP = 1000
 
 
 class _ProcessState:
@@ -90,7 +112,7 @@ class _ProcessState:
         self.intake.on_work_channel_lost()
 
 
-class RabbitMQBroker(RabbitMQAdmin, Broker):
+class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHistory, Broker):
     """Quorum queues, a TTL delay cascade and a result backend for everything else."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -126,14 +148,24 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         )
         self.backend: Broker | None = config.result_backend
         self._own_backend = False
-        if self.backend is not None and self.backend.config.result_expires != config.result_expires:
-            # Results (and chord parts) expire after *this* config's result_expires.
-            backend_config = dataclasses.replace(self.backend.config, result_expires=config.result_expires)
+        if self.backend is not None and (
+            self.backend.config.result_expires != config.result_expires
+            or self.backend.config.history != config.history
+        ):
+            # Results (and chord parts) expire after *this* config's result_expires; the
+            # task history it keeps follows this config's retention.
+            backend_config = dataclasses.replace(
+                self.backend.config, result_expires=config.result_expires, history=config.history
+            )
             self.backend = type(self.backend)(backend_config)
             self._own_backend = True
         self._lock = threading.Lock()
+        _BROKERS.add(self)
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
+        # Chord parts (group id, index) whose join in this process hasn't finished
+        # publishing the callback it may owe (a settle that failed and will be retried).
+        self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     @property
     def writes_results_at_settle(self) -> bool:
@@ -181,14 +213,6 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
     def _run(self, op: Any, *args: Any) -> Any:
         return self._process().link.run(op, *args)
 
-    def _backend(self, what: str) -> Broker:
-        if self.backend is None:
-            raise ImproperlyConfigured(
-                f"{what} on RabbitMQ needs a result backend: set result_backend to a Redis, "
-                "PostgreSQL or SQLite URL (RabbitMQ queues can't store results)"
-            )
-        return self.backend
-
     # ------------------------------------------------------------------ messages
 
     def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
@@ -234,14 +258,14 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             if pending is None:
                 return None
             delivery = self._delivery(state, pending, worker)
-            if not self._skipped(state, delivery):
+            if not self._skipped(state, delivery, _once(pending)):
                 return delivery
 
     def _delivery(self, state: _ProcessState, pending: Pending, worker: WorkerRef) -> Delivery:
         task_id = getattr(pending.properties, "message_id", None)
         if not task_id:
             try:
-                task_id = Message.decode(pending.body).id
+                task_id = Message.decode(pending.body, max_size=self.config.max_message_size).id
             except MessageDecodeError:
                 task_id = f"undecodable-{pending.generation}-{pending.tag}"
         return decode_delivery(
@@ -252,18 +276,19 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             deliveries=pending.delivery_count + 1,
             worker=worker,
             handle=pending.tag,
+            max_size=self.config.max_message_size,
         )
 
-    def _skipped(self, state: _ProcessState, delivery: Delivery) -> bool:
+    def _skipped(self, state: _ProcessState, delivery: Delivery, once: bool) -> bool:
         """Deliveries that must not run: one past the delivery limit (possible only after a
         graceful requeue re-published it, see ``Intake.settle_op``), a copy of one whose
-        process the supervisor killed, or a revoked task. Each is settled here and the
-        claim goes on."""
+        process the supervisor killed, a revoked task, or a duplicate of a message sent
+        ``once`` (a chord callback, a periodic fire) whose id already has a finished
+        result. Each is settled here and the claim goes on."""
         limit = self.topology.max_deliveries
         if delivery.deliveries > limit:
             reason = f"WorkerLostError: delivered {delivery.deliveries - 1} times without finishing"
-            self._write_result(_worker_lost(delivery, reason))
-            self.settle(delivery, DeadLetter(reason))
+            self.settle(delivery, DeadLetter(reason, result=_worker_lost(delivery, reason)))
             return True
         if delivery.deliveries > 1:
             action: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
@@ -273,9 +298,17 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             if action == "drop":  # killed at its hard time limit, dead-lettered already
                 state.link.run(state.intake.settle_op, delivery.token, [], "ack")
                 return True
-        if self.backend is not None and self.is_revoked(delivery.id):
-            self.settle(delivery, Complete())
-            return True
+        if self.backend is not None:
+            record = self.backend.get_result(delivery.id)
+            if record is not None and record.state == REVOKED:
+                # a REVOKED result again (with the task's name), so its history record says so
+                name = delivery.message.task if delivery.message is not None else None
+                revoked = ResultRecord(task_id=delivery.id, state=REVOKED, name=name, date_done=time.time())
+                self.settle(delivery, Complete(result=revoked))
+                return True
+            if record is not None and once and record.state in READY_STATES:
+                self.settle(delivery, Complete())
+                return True
         return False
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
@@ -284,6 +317,8 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         if prepared is None:
             return False
         ok: bool = state.link.run(state.intake.settle_op, delivery.token, *prepared)
+        if ok:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         return ok
 
     def settle_and_claim(
@@ -316,10 +351,12 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
             applied, pending = state.link.run(
                 intake.settle_claim_op, delivery.token, publishes, action, list(queues)
             )
+        if applied:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         if pending is None:
             return applied, None
         following = self._delivery(state, pending, worker)
-        if self._skipped(state, following):
+        if self._skipped(state, following, _once(pending)):
             return applied, self.claim(queues, worker)
         return applied, following
 
@@ -331,11 +368,18 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         comes first, so a late settle of a delivery handed to another worker meanwhile
         writes no result over the new delivery's."""
         token = delivery.token
+        fence = _fence(state, delivery)
+        if fence is None:
+            return None
         current = state.intake.is_current_now(token)
         if current is None:  # a round trip decides (after a stall or a long hold)
             current = state.link.run(state.intake.is_current_op, token)
         if not current:
             return None
+        # The delivery may still be lost between that check and the result write (the
+        # process is paused, its connection times out, another worker runs the task): the
+        # write is conditional on this claim's fence, so it never replaces the result of
+        # the claim that came after (see brokers.records, fenced writes).
         session = state.session
         now = time.time()
         publishes: list[Outgoing] = []
@@ -343,12 +387,14 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         if isinstance(outcome, Requeue):
             action = "requeue" if outcome.crashed else "republish"
         elif isinstance(outcome, RetryLater):
-            self._write_result(outcome.result)
+            if not self._write_result(outcome.result, fence):
+                return None
             publishes.append(session.outgoing(self._checked(outcome.message), now))
         elif isinstance(outcome, Complete | DeadLetter):
-            self._write_result(outcome.result)
+            if not self._write_result(outcome.result, fence):
+                return None
             if outcome.chord is not None:
-                self._join_chord(outcome.chord)
+                self._join_chord(outcome.chord, redelivered=delivery.deliveries > 1)
             publishes.extend(session.outgoing(self._checked(m), now) for m in outcome.followups)
             if isinstance(outcome, DeadLetter):
                 publishes.append(self._dead_letter_publish(delivery, outcome.reason, now))
@@ -371,15 +417,38 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         )
         return Outgoing(publish, delivery.queue, delayed=False)
 
-    def _write_result(self, record: ResultRecord | None) -> None:
-        if record is not None and self.backend is not None:
-            self.backend.store_result(record)
+    def _write_result(self, record: ResultRecord | None, fence: int) -> bool:
+        """Write ``record`` unless a later claim's result is stored: False if refused."""
+        if record is None or self.backend is None:
+            return True
+        return self.backend.store_result_fenced(record, fence)
 
-    def _join_chord(self, join: ChordJoin) -> None:
-        # The completing join publishes the callback at once, stale delivery or not: the
-        # join is recorded, and a redelivered copy joining again won't complete it twice.
-        if self.chord_join(join, enqueue_callback=False):
-            self.enqueue([join.callback])
+    def _join_chord(self, join: ChordJoin, *, redelivered: bool) -> None:
+        # The completing join publishes the callback at once, stale delivery or not.
+        # The backend records the join (and the chord as fired) before that publish, so
+        # a crash or a failed publish in between would lose the callback: a part joining
+        # again (redelivered, or a settle retried in this process after a failed attempt)
+        # that finds the chord complete publishes it again. Callbacks go out ``once``
+        # under their own id, so a second copy is dropped at claim once the first has
+        # finished.
+        backend = self._backend("a chord")
+        validate_queue_name(join.callback.queue, allow_dots=False)
+        part = (join.group_id, join.index)
+        with self._lock:
+            again = redelivered or part in self._unfinished_joins
+            self._unfinished_joins[part] = None
+            while len(self._unfinished_joins) > FIRED_KEEP:
+                self._unfinished_joins.popitem(last=False)
+        done = backend.chord_join(join, enqueue_callback=False)
+        if done or (again and len(backend.chord_parts(join.group_id)) >= join.size):
+            self._publish_once(join.callback)
+        with self._lock:
+            self._unfinished_joins.pop(part, None)
+
+    def _publish_once(self, message: Message) -> None:
+        state = self._process()
+        item = state.session.outgoing(self._checked(message), time.time(), once=True)
+        state.link.run(state.session.publish_all, [item], timeout=self.config.connection_timeout + 1.0)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
         for queue in queues:
@@ -465,67 +534,11 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         assert state is not None
         return state
 
-    # ------------------------------------------------------------------ liveness
+    # ------------------------------------------------------------------ scheduler
 
-    def heartbeat(self, info: WorkerInfo) -> None:
-        if self.backend is not None:
-            self.backend.heartbeat(info)
-
-    def workers(self) -> list[WorkerInfo]:
-        return self.backend.workers() if self.backend is not None else []
-
-    def forget_worker(self, node: str) -> None:
-        if self.backend is not None:
-            self.backend.forget_worker(node)
-
-    def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
-        # RabbitMQ returns a dead holder's deliveries itself, as soon as its connection
-        # closes, and dead-letters them at the delivery limit: nothing to do here.
-        return RecoverReport()
-
-    # ------------------------------------------------------------------ chords, periodic
-
-    def chord_join(self, join: ChordJoin, *, enqueue_callback: bool = True) -> bool:
-        backend = self._backend("a chord")
-        if enqueue_callback:
-            validate_queue_name(join.callback.queue, allow_dots=False)
-        done = backend.chord_join(join, enqueue_callback=False)
-        if done and enqueue_callback:
-            self.enqueue([join.callback])
-        return done
-
-    def chord_parts(self, group_id: str) -> list[bytes]:
-        return self._backend("a chord").chord_parts(group_id)
-
-    def claim_fire_time(self, name: str, fire_time: float, message: Message | None) -> bool:
-        if message is not None:
-            self._checked(message)
-        if self.backend is not None:
-            first = self.backend.claim_fire_time(name, fire_time, None)
-        else:
-            # No shared store: the scheduler leader remembers what it sent (a failover
-            # may then skip or repeat a run; a result backend avoids both).
-            with self._lock:
-                first = (name, fire_time) not in self._fired
-                self._fired[(name, fire_time)] = None
-                while len(self._fired) > _FIRED_KEEP:
-                    self._fired.popitem(last=False)
-        if first and message is not None:
-            self.enqueue([message])
-        return first
-
-    def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
-        if self.backend is not None:
-            return self.backend.last_fire_times(names)
-        # Without a shared store only this process's own sends are known (the scheduler
-        # leader's, when this process holds the token).
-        wanted = set(names)
-        with self._lock:
-            last: dict[str, float] = {}
-            for name, fire_time in self._fired:
-                if name in wanted and fire_time > last.get(name, float("-inf")):
-                    last[name] = fire_time
-        return last
+    def _leads_scheduler(self) -> bool:
+        state = self._state
+        return state is not None and state.pid == os.getpid() and state.lease.holding
 
     def queued_task(self, task_id: str) -> QueuedTask | None:
         # A quorum queue can't be searched or peeked at by message id (capabilities.finds_queued).
@@ -548,40 +561,6 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         if state is not None and state.pid == os.getpid():
             state.lease.release()
 
-    # ------------------------------------------------------------------ results
-
-    def store_result(self, record: ResultRecord) -> None:
-        self._backend("storing a result").store_result(record)
-
-    def get_result(self, task_id: str) -> ResultRecord | None:
-        return self._backend("reading a result").get_result(task_id)
-
-    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
-        return self._backend("waiting for a result").wait_for_result(task_id, timeout)
-
-    def forget_result(self, task_id: str) -> None:
-        self._backend("forgetting a result").forget_result(task_id)
-
-    # ------------------------------------------------------------------ revocation
-
-    def revoke(self, task_id: str) -> bool:
-        """Record ``task_id`` as REVOKED in the result backend; claims skip it.
-
-        Returns False (recording nothing) when the task already finished.
-        """
-        backend = self._backend("revoking a task")
-        current = backend.get_result(task_id)
-        if current is not None and current.state in READY_STATES:
-            return False
-        backend.store_result(ResultRecord(task_id=task_id, state=REVOKED, date_done=time.time()))
-        return True
-
-    def is_revoked(self, task_id: str) -> bool:
-        if self.backend is None:
-            return False
-        record = self.backend.get_result(task_id)
-        return record is not None and record.state == REVOKED
-
     # ------------------------------------------------------------------ lifecycle
 
     def migrate(self) -> None:
@@ -602,6 +581,18 @@ class RabbitMQBroker(RabbitMQAdmin, Broker):
         state.link.close()
         if self._own_backend and self.backend is not None:
             self.backend.close()
+
+
+def _fence(state: _ProcessState, delivery: Delivery) -> int | None:
+    """The fence of ``delivery``'s result: its claim time in ms (None: not this process's
+    current delivery any more)."""
+    pending = state.intake.owned(delivery.token)
+    return None if pending is None else int(pending.claimed_at * 1000)
+
+
+def _once(pending: Pending) -> bool:
+    headers = getattr(pending.properties, "headers", None) or {}
+    return bool(headers.get(H_ONCE))
 
 
 def _worker_lost(delivery: Delivery, reason: str) -> ResultRecord:

@@ -67,6 +67,10 @@ class Pending:
     redelivered: bool
     seq: int = dataclasses.field(default_factory=lambda: next(_arrival))
     handed_at: float = 0.0  # monotonic, when a claim handed it out
+    # Wall clock (epoch s) of that hand-out: the fence of its result (see brokers.records, fenced writes).
+    # A later claim of the same message follows the loss of this one's channel, so it is
+    # later by at least that, on any host whose clock agrees to within it.
+    claimed_at: float = 0.0
 
     @property
     def delivery_count(self) -> int:
@@ -173,6 +177,7 @@ class Intake:
 
     def _hand_out(self, pending: Pending) -> Pending:
         pending.handed_at = time.monotonic()
+        pending.claimed_at = time.time()
         self._handed[pending.tag] = pending
         return pending
 
@@ -234,6 +239,13 @@ class Intake:
             self._consumers[amqp] = tag
             self._by_tag[tag] = (queue, band, amqp)
         self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
+
+    def stop_consuming_op(self) -> Op[None]:
+        """Cancel every consumer and give back what they pushed (the worker's set of
+        claimable queues changed: a queue was paused or resumed), as at shutdown; the next
+        ``wait`` subscribes to the queues it is asked for. Nothing of a paused queue then
+        waits unacked here (where a long pause would hit the consumer timeout)."""
+        yield from self._give_back()
 
     def _pause(self) -> None:
         work = self.link.work

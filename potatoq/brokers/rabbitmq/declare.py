@@ -9,6 +9,7 @@ declare RabbitMQ refuses (a queue that already exists with other arguments answe
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -31,6 +32,16 @@ PRECONDITION_FAILED = 406
 _CASCADE_DECLARED: set[str] = set()
 _CASCADE_LOCK = threading.Lock()
 _WARNED: set[str] = set()
+
+
+def _new_lock_in_child() -> None:
+    # The worker supervisor forks children while its pika I/O thread runs, and that thread
+    # takes this lock: a fork at that instant would leave the child's copy locked forever.
+    global _CASCADE_LOCK
+    _CASCADE_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def cascade_declared(key: str) -> bool:
@@ -108,10 +119,8 @@ def ensure_queue(link: AmqpLink, topo: Topology, queue: str, cascade_key: str) -
     """Declare potatoq queue ``queue``: its dead-letter queue, its band queues, their
     bindings to the delay cascade's delivery exchange, and its entry in the registry.
 
-    Each process registers each queue it declares once; :func:`registered_queues`
-    removes the duplicates when it reads the registry. (Asking first whether the queue
-    exists would be a passive declare, which closes the channel with a logged error for
-    every new queue.)
+    The registry entry is added once per queue, not once per process (see
+    :func:`register_queue`).
     """
     yield from ensure_cascade(link, cascade_key)
     decls = topo.work_queues(queue)
@@ -121,17 +130,43 @@ def ensure_queue(link: AmqpLink, topo: Topology, queue: str, cascade_key: str) -
             channel = yield from declare_queue(link, channel, decl)
         for decl in decls[1:]:
             yield link.rpc(channel.queue_bind, decl.name, delay.DELIVERY, delay.delivery_binding(decl.name))
-        channel = yield from declare_queue(link, channel, topo.registry_queue())
     finally:
         close_quietly(channel)
+    yield from register_queue(link, topo, queue)
+
+
+def register_queue(link: AmqpLink, topo: Topology, queue: str) -> Op[None]:
+    """Add potatoq queue ``queue`` to the registry unless it is there already.
+
+    Every process start, child recycle and lost work channel declares its queues again;
+    one registry entry each would grow the registry without bound. A marker queue per
+    potatoq queue (``topo.registered_marker``: at most one message, further publishes
+    refused) says whether the entry was written: its declare reports the marker, so a
+    registered queue costs one declare and no publish. The entry is published before
+    the marker, so a crash in between writes the entry again (a duplicate, removed when
+    the registry is read) and never leaves a queue out.
+    """
+    marker = topo.registered_marker(queue)
+    channel: pika.channel.Channel = yield link.open_channel()
+    try:
+        channel = yield from declare_queue(link, channel, topo.registry_queue())
+        frame = yield link.rpc(
+            channel.queue_declare, marker.name, durable=marker.durable, arguments=marker.arguments
+        )
+    finally:
+        close_quietly(channel)
+    if frame.method.message_count:
+        return
     entry = Publish(
         "",
         topo.registry,
         queue.encode(),
         pika.BasicProperties(delivery_mode=2, message_id=queue, timestamp=int(time.time())),
     )
+    mark = Publish("", marker.name, b"registered", pika.BasicProperties(delivery_mode=2))
     yield link.pub_channel()
     yield link.publish([entry])
+    yield link.publish([mark])  # nacked if another process marked it meanwhile: fine
 
 
 def registered_queues(link: AmqpLink, topo: Topology) -> Op[list[str]]:

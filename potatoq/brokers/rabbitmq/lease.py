@@ -11,6 +11,13 @@ timeout (60 s by default).
 The token is published by a process that finds the queue empty with no consumer. Two
 processes starting at the same instant may both publish one; the spare token is harmless
 (prefetch 1: a consumer never holds two, and an unacked token blocks the rest).
+
+RabbitMQ closes a channel whose delivery stays unacknowledged past its consumer timeout
+(``consumer_timeout``, 30 min by default on 4.0.5, or a policy or queue argument), which
+would take the token back and move leadership every 30 minutes. So the holder renews it
+every :data:`RENEW_EVERY` seconds: publish a fresh token (confirmed), then ack the one held.
+Single-active-consumer sends the fresh one to the same holder; no delivery is ever held
+long enough to time out.
 """
 
 from __future__ import annotations
@@ -24,10 +31,14 @@ import pika.channel
 
 from potatoq.brokers.rabbitmq import declare
 from potatoq.brokers.rabbitmq.io import AmqpLink
-from potatoq.brokers.rabbitmq.ops import Op, Publish
+from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
 from potatoq.brokers.rabbitmq.session import Session
 
 log = logging.getLogger("potatoq.brokers.rabbitmq")
+
+#: Seconds between token renewals: well under any consumer timeout (RabbitMQ checks them
+#: about once a minute, so a shorter timeout than that can't be enforced anyway).
+RENEW_EVERY = 60.0
 
 
 class SchedulerLease:
@@ -40,6 +51,8 @@ class SchedulerLease:
         self._wanted = False
         self._holding = False  # set on the I/O thread, read anywhere
         self._channel: pika.channel.Channel | None = None  # I/O thread
+        self._tag: int | None = None  # delivery tag of the token held (I/O thread)
+        self.renewals = 0  # tokens renewed by this process (read by tests)
 
     @property
     def holding(self) -> bool:
@@ -98,11 +111,39 @@ class SchedulerLease:
             channel.close()
             yield self.link.sleep(0)
 
-    def _on_token(self, channel: pika.channel.Channel, _method: Any, _props: Any, _body: bytes) -> None:
+    def _on_token(self, channel: pika.channel.Channel, method: Any, _props: Any, _body: bytes) -> None:
         if channel is self._channel:
             if not self._holding:
                 log.info("this process now holds the periodic-scheduler token")
             self._holding = True
+            tag = int(method.delivery_tag)
+            self._tag = tag
+            self.link.call_later(RENEW_EVERY, lambda: self._renew(channel, tag))
+
+    def _renew(self, channel: pika.channel.Channel, tag: int) -> None:
+        if channel.is_open and self._tag == tag and channel is self._channel:
+            self.link.spawn(self._renew_op(channel, tag))
+
+    def _renew_op(self, channel: pika.channel.Channel, tag: int) -> Op[None]:
+        """Publish a fresh token, then ack the held one (see the module docstring). If the
+        publish fails the held token is kept and renewal is tried again later."""
+        decl = self.session.topo.scheduler_queue()
+        token = Publish(
+            "", decl.name, b"scheduler token", pika.BasicProperties(delivery_mode=2, message_id="token")
+        )
+        try:
+            yield self.link.pub_channel()
+            yield self.link.publish([token])
+        except ChannelLost as exc:
+            log.warning("renewing the scheduler token failed (%s); keeping the one held", exc)
+            token.nacked = True
+        if token.nacked or token.returned:  # not in the queue: keep the held token
+            self.link.call_later(RENEW_EVERY, lambda: self._renew(channel, tag))
+            return
+        holder: pika.channel.Channel = channel
+        if holder.is_open and self._tag == tag and channel is self._channel:
+            holder.basic_ack(tag)
+            self.renewals += 1
 
     def _on_closed(self, channel: pika.channel.Channel, reason: BaseException) -> None:
         if channel is self._channel:

@@ -11,7 +11,7 @@ import pika
 from potatoq.brokers.rabbitmq import declare, delay
 from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
-from potatoq.brokers.rabbitmq.topology import Topology
+from potatoq.brokers.rabbitmq.topology import H_ONCE, Topology
 from potatoq.exceptions import OperationalError
 from potatoq.message import Message
 
@@ -63,11 +63,14 @@ class Session:
 
     # -- building messages
 
-    def outgoing(self, message: Message, now: float, body: bytes | None = None) -> Outgoing:
+    def outgoing(
+        self, message: Message, now: float, body: bytes | None = None, *, once: bool = False
+    ) -> Outgoing:
         """The publish that enqueues ``message``: straight to its band queue when due,
-        else into the delay cascade."""
+        else into the delay cascade. ``once``: a copy may be published again under the same
+        id (see ``H_ONCE``)."""
         amqp_queue = self.topo.queue_for(message.queue, message.priority)
-        props = properties_for(message.id)
+        props = properties_for(message.id, {H_ONCE: 1} if once else None)
         raw = message.encode() if body is None else body
         seconds = delay.whole_seconds(message.eta - now) if message.eta is not None else 0
         if seconds > 0:

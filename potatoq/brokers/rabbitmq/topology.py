@@ -8,6 +8,8 @@ For a potatoq queue ``q`` with ``queue_prefix`` P and priority bands (0, 3, 6, 9
     P potatoq.queues     registry: one message per potatoq queue ever declared, so that
                          ``dead list`` and ``queue_stats`` know which queues exist
                          (listing queues needs the management API, which may be off)
+    P potatoq.registered.<q>  holds one message once ``q`` is in the registry, so each
+                         queue is registered once, not once per process start
     P potatoq.scheduler  single-active-consumer queue holding the periodic-scheduler token
     P potatoq.killed.<task id>.<deliveries>   tombstone of a delivery whose process the
                          supervisor killed (hard time limit); expires after a day
@@ -36,6 +38,7 @@ from typing import Any
 from potatoq.brokers.base import validate_queue_name
 
 REGISTRY = "potatoq.queues"
+REGISTERED = "potatoq.registered"
 SCHEDULER = "potatoq.scheduler"
 KILLED = "potatoq.killed"
 KILLED_TTL_MS = 86_400_000
@@ -48,6 +51,9 @@ H_QUEUE = "x-potatoq-queue"
 H_DELIVERIES = "x-potatoq-deliveries"
 #: Deliveries a message had before a graceful requeue re-published it (see Intake.settle_op).
 H_PRIOR = "x-potatoq-prior-deliveries"
+#: Marks a message that may be published more than once under one id (a chord callback, a
+#: periodic fire): a copy whose id already has a finished result is dropped at claim.
+H_ONCE = "x-potatoq-once"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -144,6 +150,13 @@ class Topology:
 
     def registry_queue(self) -> QueueDecl:
         return QueueDecl(self.registry, {"x-queue-type": "quorum", "x-delivery-limit": -1})
+
+    def registered_marker(self, queue: str) -> QueueDecl:
+        validate_queue_name(queue, allow_dots=False)
+        return QueueDecl(
+            f"{self.prefix}{REGISTERED}.{queue}",
+            {"x-queue-type": "quorum", "x-max-length": 1, "x-overflow": "reject-publish"},
+        )
 
     def scheduler_queue(self) -> QueueDecl:
         # Unlimited deliveries: every failover returns the token, and RabbitMQ 4 would

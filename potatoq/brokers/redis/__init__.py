@@ -8,6 +8,7 @@ same names inside the scripts)::
     q:<queue>:delayed   ZSET  task id -> due time (ms)           ETA, countdown, retry backoff
     q:<queue>:active    ZSET  task id -> lease deadline (ms)     running tasks
     q:<queue>:marker    ZSET  one member                         wake-up: idle workers BZPOPMIN it
+    q:<queue>:timer     STRING  "<due ms> <waiter>", expiring then  the one waiter timing the next due task
     job:<id>            HASH  payload, queue, priority, seq, state, deliveries, token, node,
                               pid, claimed, ready_at, due
     held:<node>:<pid>   SET   ids that worker process holds: :meth:`RedisBroker.held_by`
@@ -21,9 +22,11 @@ same names inside the scripts)::
     chord:<group>       HASH  p:<index> -> part value, n (parts seen), fired
     periodic:<name>:<ms>  STRING  SET NX: one sender per fire time
     periodic:last       HASH  entry name -> newest fire time sent (ms), for "last run"
-    workers             HASH  node -> WorkerInfo;  workers:seen  ZSET node -> last heartbeat (ms)
+    paused              HASH  queue -> paused since (epoch s): workers leave it out of claims
+    workers             HASH  node -> WorkerInfo;  workers:seen  ZSET node -> last heartbeat (ms);
+                              a node silent for 2 x worker_dead_after is forgotten
     queues              SET   every queue name ever used (stats, recovery)
-    seq                 STRING  the ready-order counter
+    seq                 STRING  the ready-order counter (below 2^40: renumbered at the limit)
     wake:<pid>:<id>:<thread>  ZSET  private per waiting thread, for :meth:`interrupt`
 
 Why this shape:
@@ -35,17 +38,23 @@ Why this shape:
   supervisor extends running leases and reaps expired ones (:meth:`RedisBroker.recover`).
   Each claim also writes a random fencing token: settle compares it, so a worker whose
   lease was reaped can never ack the newer delivery.
-* Due delayed tasks are promoted by ``claim`` itself; no poller is needed. ``wait`` bounds
-  its block by the earliest due time so that an idle worker wakes when a task becomes due.
+* Due delayed tasks are promoted by ``claim`` itself; no poller is needed. One idle waiter
+  per queue (the queue's timer, ``wait_plan.lua``) bounds its block by the earliest due
+  time; the others block for their whole timeout, so one waiter wakes per due task.
+* A claim whose reply was lost is looked up by its fencing token (``claim_lost.lua``)
+  before it is sent again, so it never claims a second task.
+* A reap that finds a task at its delivery limit leases it to the caller, which settles it
+  with the worker's failure outcome (``Broker.lost_outcome``: chord join, errbacks).
 * Key names can't collide: queue names are validated (letters, digits, ``_ - : .``), every
-  queue key is ``q:`` + name + one of four fixed suffixes none of which ends another, so
+  queue key is ``q:`` + name + one of five fixed suffixes none of which ends another, so
   ``q:X:S`` = ``q:Y:T`` only when X = Y and S = T; every other kind has its own first
   segment.
 * Time is the server's (``TIME`` inside the scripts), so leases, due times and heartbeats
   are judged by one clock however the workers' clocks drift. ETAs are absolute wall-clock
   times chosen by the caller and compared with that same server clock.
 * Priorities are exact for ``-8190 <= priority <= 8190`` (beyond, they are clamped): the
-  score must stay an exact integer in a double, and ``seq`` takes the low 40 bits.
+  score must stay an exact integer in a double, and ``seq`` takes the low 40 bits (at
+  2^40 the waiting tasks are renumbered from 1 in order).
 
 Redis Cluster is refused (scripts touch keys of several queues, so they can't hash to one
 slot); ``maxmemory-policy`` other than ``noeviction`` is warned about, because eviction
@@ -56,8 +65,9 @@ Claim, settle, wake-up: ``claim.lua`` promotes the queues' due delayed tasks, po
 worker's ``held`` set. A settle (``complete``/``retry``/``requeue``/``dead_letter.lua``, or
 ``settle_and_claim.lua`` for a busy worker) checks the token, removes the task, and writes
 its result, chord join and follow-ups in the same call. An enqueue ``ZADD``s the queue's
-``marker``; an idle worker's ``wait`` blocks in ``BZPOPMIN`` on the markers (bounded by the
-earliest due time), and a claim re-arms a marker while work remains, so no wake-up is lost.
+``marker``; an idle worker's ``wait`` blocks in ``BZPOPMIN`` on the markers (the timer waiter
+until the earliest due time), and a claim re-arms a marker while work remains, so no
+wake-up is lost.
 
 Concurrency limits (``potatoq/brokers/limits.py``): ``claim`` reads a job's limit key and
 max from its hash (``lk``/``lm``, filled from the payload's ``cl`` header on first claim;

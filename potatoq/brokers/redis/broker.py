@@ -3,8 +3,8 @@ periodic fire times, results and admin, each one call of a script from ``lua/``.
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 import random
 import threading
 import time
@@ -22,30 +22,33 @@ from potatoq.brokers.base import (
     BrokerConfig,
     Capabilities,
     ChordJoin,
-    DeadLetterRecord,
+    DeadLetter,
     Delivery,
     Outcome,
     ProcessLocal,
     QueuedTask,
-    QueueStats,
     RecoverReport,
-    ResultRecord,
     WorkerInfo,
     WorkerRef,
     decode_delivery,
     decode_queued,
     validate_queue_name,
 )
-from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
+from potatoq.exceptions import ImproperlyConfigured, OperationalError, WorkerLostError
 from potatoq.message import Message
 
+from .admin import RedisAdmin, RedisResults
+from .alarm import DueAlarm
+from .history import RedisHistory, _evalsha
 from .keys import Keys
 from .limits import RedisLimits
 from .options import RedisOptions, check_server, redis_url
 from .packing import (
     _SETTLE_AND_CLAIM,
     _SETTLE_KIND,
+    _blocking_command,
     _command,
+    _command_once,
     _disconnect,
     _message_fields,
     _messages_fields,
@@ -53,6 +56,7 @@ from .packing import (
     _Packer,
     _worker_lost_template,
 )
+from .pause import RedisPause
 from .scripts import (
     SCRIPTS,
 )
@@ -64,7 +68,19 @@ log = logging.getLogger("potatoq.brokers.redis")
 
 ENQUEUE_BATCH = 1000  # messages per script call: bounds how long one call blocks the server
 REAP_BATCH = 1000  # expired leases recovered per call
-WORKER_PRUNE_AGE = 86400.0  # heartbeat records silent this long are dropped
+# Pauses before a claim that failed on a connection error is looked up and retried: after
+# these, its error is raised (a task claimed by a call whose reply never came back is then
+# recovered when its lease runs out).
+CLAIM_RETRY_PAUSES = (0.0, 0.1, 0.5)
+# How much longer than its block a waiting BZPOPMIN's reply may take to come back.
+WAIT_READ_MARGIN = 10.0
+# The marker member wait_release.lua adds when a timer hands its queue on.
+HANDOFF = b"h"
+# After interrupt(), wait() returns at once for this long (seconds): a thread that was
+# between a claim and its wait when interrupt() ran doesn't block for the whole cap.
+INTERRUPT_GRACE = 5.0
+# Who holds a task recover() leased to itself to settle it (the caller's own process).
+REAPER = WorkerRef("reaper", 0)
 
 
 # The job hash's state names, as queued_task() reports them.
@@ -74,13 +90,14 @@ _QUEUED_STATES = {"delayed": "scheduled", "ready": "ready", "active": "running"}
 # ----------------------------------------------------------------------------- the broker
 
 
-class RedisBroker(RedisLimits, Broker):
+class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimits, Broker):
     """Redis 6.2+ / Valkey 7.2+ broker on redis-py (hiredis parser when installed)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
         results_by_default=False,
         leases=True,
         exact_priorities=True,
+        interruptible_wait=True,
         concurrency_limits=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
@@ -100,6 +117,9 @@ class RedisBroker(RedisLimits, Broker):
         self._check_lock = threading.Lock()
         self._waiting_lock = threading.Lock()
         self._waiting: set[str] = set()  # wake keys of threads blocked in wait()
+        self._interrupted_until = 0.0  # monotonic time until which wait() returns at once
+        self._alarm: DueAlarm | None = None  # this process's (see _due_alarm)
+        self._alarm_lock = threading.Lock()
 
     # -- connections --------------------------------------------------------------------------
 
@@ -153,6 +173,76 @@ class RedisBroker(RedisLimits, Broker):
             except redis.exceptions.NoScriptError:
                 _command(conn, "SCRIPT", "LOAD", script.source)
                 return _command(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
+
+    def _run_claim(
+        self,
+        name: str,
+        args: Sequence[str | bytes],
+        worker: WorkerRef,
+        token: str | bytes,
+        settled: Delivery | None = None,
+        *,
+        failed_once: bool = False,
+    ) -> Any:
+        """One call of a claiming script (``claim``, ``settle_and_claim.*``), retried safely
+        after a connection error.
+
+        A claim whose reply was lost after the server ran it must not be sent again
+        blindly: it would claim a second task while the first stayed claimed by nobody
+        until its lease ran out (a delivery lost). Nor should it just fail, for the same
+        reason. So before a retry, ``claim_lost`` looks for the task the failed call
+        claimed (``token``, its fencing token, is the request id) and whether it settled
+        ``settled``: the script runs again only when it did neither. Returns what the
+        script returns.
+        """
+        lost_args = [worker.node, str(worker.pid), token]
+        lost_args += ["", ""] if settled is None else [settled.id, settled.token]
+        failures = 1 if failed_once else 0
+        with self._errors():
+            while True:
+                try:
+                    conn = self._script_conns.get()
+                    if failures:  # the failed call may have run: find out first
+                        lost = self._eval_once(conn, "claim_lost", lost_args)
+                        if lost[0] == 1:  # it ran and claimed: its reply, rebuilt
+                            return lost[2:] if settled is None else [1, *lost[2:]]
+                        if settled is not None and lost[1] == 0:  # it ran, settled, claimed nothing
+                            return [1]
+                    return self._eval_once(conn, name, args)
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                    self._script_conns.discard()
+                    if failures >= len(CLAIM_RETRY_PAUSES):
+                        raise
+                    time.sleep(CLAIM_RETRY_PAUSES[failures])
+                    failures += 1
+
+    def _run_claim_after_history(
+        self,
+        name: str,
+        args: Sequence[str | bytes],
+        worker: WorkerRef,
+        token: str | bytes,
+        settled: Delivery | None,
+    ) -> Any:
+        """:meth:`_run_claim`, with this thread's buffered history records (issue 31) sent in
+        the same round trip as the first attempt, so a settle stays one round trip."""
+        pending = self._history_take()
+        if not pending:
+            return self._run_claim(name, args, worker, token, settled)
+        try:
+            return self._pipelined(pending, _evalsha(self, name, args))[0]
+        except OperationalError:
+            # The script may have run before the connection failed: ask before resending.
+            return self._run_claim(name, args, worker, token, settled, failed_once=True)
+
+    def _eval_once(self, conn: Connection, name: str, args: Sequence[str | bytes]) -> Any:
+        """EVALSHA of ``name`` once (no retry), loading the script on NOSCRIPT."""
+        script = SCRIPTS[name]
+        try:
+            return _command_once(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
+        except redis.exceptions.NoScriptError:
+            _command_once(conn, "SCRIPT", "LOAD", script.source)
+            return _command_once(conn, "EVALSHA", script.sha, 0, self.keys.prefix, *args)
 
     def _run_many(self, name: str, calls: Sequence[Sequence[str | bytes | int]]) -> list[Any]:
         """Several calls of one script in one pipelined round trip. A call refused with
@@ -209,8 +299,7 @@ class RedisBroker(RedisLimits, Broker):
         # a getrandom() system call per task.
         return [f"{random.getrandbits(64):016x}", *tail]
 
-    @staticmethod
-    def _delivery(reply: Sequence[Any], worker: WorkerRef) -> Delivery:
+    def _delivery(self, reply: Sequence[Any], worker: WorkerRef) -> Delivery:
         task_id, queue, raw, deliveries, token, claimed_ms = reply
         return decode_delivery(
             id=task_id.decode(),
@@ -220,17 +309,22 @@ class RedisBroker(RedisLimits, Broker):
             deliveries=int(deliveries),
             worker=worker,
             claimed_at=int(claimed_ms) / 1000.0,
+            max_size=self.config.max_message_size,
         )
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
         if not queues:
             return None
-        reply = self._run("claim", self._claim_args(queues, worker))
+        args = self._claim_args(queues, worker)
+        reply = self._run_claim("claim", args, worker, args[0])
         return None if reply is None else self._delivery(reply, worker)
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         name, args = self._pack.settle(delivery, outcome)
-        return bool(self._run(name, args))
+        settled = bool(self._run_after_history(name, args))  # buffered history rides along
+        if settled:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
+        return settled
 
     def settle_and_claim(
         self, delivery: Delivery, outcome: Outcome, queues: Sequence[str], worker: WorkerRef
@@ -239,45 +333,77 @@ class RedisBroker(RedisLimits, Broker):
             return self.settle(delivery, outcome), None
         name, args = self._pack.settle(delivery, outcome)
         claim_args = self._claim_args(queues, worker)
-        reply = self._run(_SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
+        full_args = [_SETTLE_KIND[name], *args, *claim_args]
+        reply = self._run_claim_after_history(
+            _SETTLE_AND_CLAIM[name], full_args, worker, claim_args[0], delivery
+        )
         settled = bool(reply[0])
+        if settled:  # task history (issue 31)
+            self._history_settled(delivery, outcome)
         return settled, (self._delivery(reply[1:], worker) if len(reply) > 1 else None)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Block on the queues' marker keys, at most until the earliest delayed task is due.
+        """Block on the queues' marker keys until work arrives, a delayed task is due (for
+        one waiter: the queue's timer, see ``wait_plan.lua``), or ``timeout`` passes.
 
         Enqueue arms the marker and claim re-arms it while work remains, and the marker
         persists, so a wake-up sent between "nothing to claim" and this call is not lost.
         """
         names = [validate_queue_name(q) for q in queues]
-        client = self._client()
-        with self._errors():
-            pipe = client.pipeline(transaction=False)
-            for name in names:
-                pipe.zrange(self.keys.delayed(name), 0, 0, withscores=True)
-            pipe.time()
-            *firsts, (seconds, micros) = pipe.execute()
-            now_ms = seconds * 1000 + micros // 1000
-            block = min(timeout, self.options.max_block)
-            for first in firsts:
-                if first:
-                    block = min(block, (first[0][1] - now_ms) / 1000.0)
-            if block < 0.001:  # something is due already (and 0 would mean "forever")
-                return
-            wake = self.keys.wake(self._instance)
+        self._history_flush()  # idle: buffered history records go out now (issue 31)
+        if time.monotonic() < self._interrupted_until:
+            return  # interrupt() came before this thread registered as a waiter
+        waiter = f"{self._instance}:{threading.get_ident()}"
+        # No cap below the caller's timeout: the block is read with its own timeout, not
+        # the socket's, so an idle worker blocks as long as it asks (see wait_plan.lua).
+        block_ms, timed = self._run("wait_plan", [waiter, str(_ms(timeout)), *names])
+        if block_ms < 1:  # something is due already (and 0 would mean "forever")
+            return
+        wake = self.keys.wake(self._instance)
+        block = block_ms / 1000
+        # The queue's timer keeps its due time with the local alarm, not with the block's
+        # timeout: Redis ends a block only on its cron tick, up to 100 ms late (alarm.py).
+        due_at = time.monotonic() + block
+        alarm = self._due_alarm().arm(block, wake) if timed else None
+        with self._waiting_lock:
+            self._waiting.add(wake)
+        try:
+            with self._errors():
+                keys = [*(self.keys.marker(n) for n in names), wake]
+                conn = self._script_conns.get()
+                # the timer's own block outlasts its due time: the alarm ends it (a second later
+                # the server's timeout would, should the alarm's push fail)
+                server_block = block + 1.0 if timed else block
+                popped = _blocking_command(
+                    conn, server_block + WAIT_READ_MARGIN, "BZPOPMIN", *keys, f"{server_block:.3f}"
+                )
+                while timed and popped and popped[1] == HANDOFF and due_at - time.monotonic() > 0.001:
+                    # the timer's hand-off (wait_release.lua), popped by the waiter that holds
+                    # the timer now: keep timing rather than wake for nothing
+                    left = due_at - time.monotonic() + 1.0
+                    popped = _blocking_command(
+                        conn, left + WAIT_READ_MARGIN, "BZPOPMIN", *keys, f"{left:.3f}"
+                    )
+        finally:
             with self._waiting_lock:
-                self._waiting.add(wake)
-            try:
-                client.bzpopmin([*(self.keys.marker(n) for n in names), wake], timeout=block)
-            finally:
-                with self._waiting_lock:
-                    self._waiting.discard(wake)
+                self._waiting.discard(wake)
+            if alarm is not None:
+                self._due_alarm().disarm(alarm)
+        if timed:
+            at_due_time = not popped or time.monotonic() >= due_at  # the alarm's push counts as due
+            self._run("wait_release", [waiter, timed.decode(), "1" if at_due_time else "0"])
 
     def interrupt(self) -> None:
+        # A thread between its last claim and registering in _waiting would miss the wake
+        # key: its wait() returns at once for a while instead (interrupt is a shutdown).
+        self._interrupted_until = time.monotonic() + INTERRUPT_GRACE
         with self._waiting_lock:
             wakes = list(self._waiting)
-        if not wakes:
-            return
+        if wakes:
+            self._push_wakes(wakes)
+
+    def _push_wakes(self, wakes: list[str]) -> None:
+        """End the waits blocked on these wake keys (or the next wait on each, if none is)."""
         with self._errors():
             pipe = self._client().pipeline(transaction=False)
             for wake in wakes:
@@ -285,10 +411,20 @@ class RedisBroker(RedisLimits, Broker):
                 pipe.pexpire(wake, 60000)
             pipe.execute()
 
+    def _due_alarm(self) -> DueAlarm:
+        with self._alarm_lock:
+            alarm = self._alarm
+            if alarm is None or alarm.pid != os.getpid():  # a forked child makes its own
+                alarm = self._alarm = DueAlarm(self._push_wakes)
+            return alarm
+
     # -- liveness -----------------------------------------------------------------------------
 
     def heartbeat(self, info: WorkerInfo) -> None:
-        prune = str(_ms(max(WORKER_PRUNE_AGE, 10 * self.config.dead_after)))
+        # A node silent for two dead_after periods is dead, and every lease it held ran out
+        # (its supervisor extended them as it heartbeat): forget its record (a node id is
+        # new on each run). Recovery goes by leases, never by these records.
+        prune = str(_ms(2 * self.config.dead_after))
         self._run("heartbeat", [info.node, info.encode(), prune])
 
     def workers(self) -> list[WorkerInfo]:
@@ -313,8 +449,15 @@ class RedisBroker(RedisLimits, Broker):
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         """Reap expired leases in every queue (the lease length is ``worker_dead_after``,
-        set at claim and pushed by :meth:`extend`, so ``dead_after`` isn't needed here)."""
+        set at claim and pushed by :meth:`extend`, so ``dead_after`` isn't needed here).
+
+        A task at its delivery limit is settled with :attr:`lost_outcome` when a worker set
+        it (its chord joins, its errbacks run): the script leases it to this caller, which
+        settles it; if this process dies first, the lease runs out and the next reap hands
+        it off again. Without the hook the script dead-letters it with a FAILURE result.
+        """
         reason = f"WorkerLostError: the worker died or stopped renewing its lease {max_deliveries} times"
+        build = self.lost_outcome
         args: list[str | bytes] = [
             str(max(1, int(max_deliveries))),
             _worker_lost_template(max_deliveries),
@@ -323,8 +466,24 @@ class RedisBroker(RedisLimits, Broker):
             self._pack.dead_ttl,
             reason,
             str(REAP_BATCH),
+            "" if build is None else f"reaped-{random.getrandbits(64):016x}",
+            str(_ms(self.config.dead_after)),
         ]
-        requeued, dead = self._run("reap", args)
+        requeued, dead, *handed = self._run("reap", args)
+        self._history_reaped(int(dead))  # task history (issue 31): the script's own dead letters
+        for row in handed:  # only when build is set
+            delivery = self._delivery(row, REAPER)
+            lost = WorkerLostError(
+                f"its worker died or stopped renewing its lease {delivery.deliveries} times"
+            )
+            outcome: Outcome = DeadLetter(reason=reason)
+            if build is not None:
+                try:
+                    outcome = build(delivery, lost)
+                except Exception:
+                    log.exception("building the failure outcome of reaped task %s failed", delivery.id)
+            if self.settle(delivery, outcome):
+                dead += 1
         return RecoverReport(requeued=int(requeued), dead=int(dead))
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:
@@ -386,132 +545,8 @@ class RedisBroker(RedisLimits, Broker):
             due=None if due_ms is None else float(due_ms) / 1000,
             deliveries=int(job["deliveries"] or 0),
             raw=payload,
+            max_size=self.config.max_message_size,
         )
-
-    # -- results ------------------------------------------------------------------------------
-
-    def store_result(self, record: ResultRecord) -> None:
-        self._run("result_store", [record.task_id, record.encode(), self._pack.result_ttl])
-
-    def get_result(self, task_id: str) -> ResultRecord | None:
-        with self._errors():
-            data = self._client().get(self.keys.result(task_id))
-        return None if data is None else ResultRecord.decode(data)
-
-    def wait_for_result(self, task_id: str, timeout: float | None) -> ResultRecord | None:
-        """Register as a waiter, read the result, then BLPOP the notification list that
-        result writes push to only while someone waits (so unwatched results cost nothing)."""
-        from potatoq.states import READY_STATES
-
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waiting, notify, result = (
-            self.keys.waiting(task_id),
-            self.keys.notify(task_id),
-            self.keys.result(task_id),
-        )
-        client = self._client()
-        expiry = _ms(self.options.max_block + 60.0)
-        with self._errors():
-            pipe = client.pipeline(transaction=False)
-            pipe.incr(waiting)
-            pipe.pexpire(waiting, expiry)
-            pipe.get(result)
-            data = pipe.execute()[2]
-            try:
-                while True:
-                    record = None if data is None else ResultRecord.decode(data)
-                    if record is not None and record.state in READY_STATES:
-                        return record
-                    block = self.options.max_block
-                    if deadline is not None:
-                        block = min(block, deadline - time.monotonic())
-                        if block < 0.001:
-                            return record
-                    client.blpop([notify], timeout=block)
-                    pipe = client.pipeline(transaction=False)
-                    pipe.pexpire(waiting, expiry)
-                    pipe.get(result)
-                    data = pipe.execute()[1]
-            finally:
-                with suppress(redis.exceptions.RedisError):  # the counter expires on its own
-                    client.decr(waiting)
-
-    def forget_result(self, task_id: str) -> None:
-        with self._errors():
-            self._client().delete(self.keys.result(task_id))
-
-    # -- revocation, dead letters, stats --------------------------------------------------
-
-    def revoke(self, task_id: str) -> bool:
-        return bool(self._run("revoke", [task_id]))
-
-    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        # Entries older than dead_letter_ttl are trimmed at the next dead-lettering; hide
-        # them meanwhile (judged by this host's clock: listing never writes).
-        oldest = int((time.time() - self.config.dead_letter_ttl) * 1_000_000)
-        client = self._client()
-        with self._errors():
-            entries = client.zrevrangebyscore(
-                self.keys.dead, "+inf", oldest, start=offset, num=limit, withscores=True
-            )
-            if not entries:
-                return []
-            ids = [task_id for task_id, _ in entries]
-            pipe = client.pipeline(transaction=False)
-            pipe.hmget(self.keys.dead_payload, ids)
-            pipe.hmget(self.keys.dead_info, ids)
-            payloads, infos = pipe.execute()
-        records = []
-        for (task_id, score), raw, info in zip(entries, payloads, infos, strict=True):
-            if raw is None or info is None:
-                continue
-            meta = json.loads(info)
-            try:
-                task: str | None = Message.decode(raw).task
-            except MessageDecodeError:
-                task = None
-            records.append(
-                DeadLetterRecord(
-                    id=task_id.decode(),
-                    queue=meta["queue"],
-                    task=task,
-                    reason=meta["reason"],
-                    raw=raw,
-                    died_at=float(meta.get("died") or score / 1000.0) / 1000.0,
-                    deliveries=int(meta.get("deliveries") or 0),
-                )
-            )
-        return records
-
-    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        args = ["1"] if ids is None else ["0", *ids]
-        if ids is not None and not ids:
-            return 0
-        return int(self._run("dead_retry", args))
-
-    def purge_dead(self) -> int:
-        return int(self._run("dead_purge", []))
-
-    def queue_stats(self) -> list[QueueStats]:
-        reply = self._run("queue_stats", [])
-        now_ms = int(reply[0])
-        stats = []
-        for i in range(1, len(reply), 6):
-            name, ready, due, later, active, since = reply[i : i + 6]
-            stats.append(
-                QueueStats(
-                    queue=name.decode(),
-                    waiting=int(ready) + int(due),
-                    delayed=int(later),
-                    running=int(active),
-                    oldest_waiting_age=(max(0.0, (now_ms - int(since)) / 1000.0) if since else None),
-                )
-            )
-        return stats
-
-    def purge(self, queues: Sequence[str]) -> int:
-        names = [validate_queue_name(q) for q in queues]
-        return int(self._run("purge", names)) if names else 0
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -529,5 +564,10 @@ class RedisBroker(RedisLimits, Broker):
             self._client().ping()
 
     def close(self) -> None:
+        with suppress(Exception):  # best effort: buffered history records (issue 31)
+            self._history_flush()
+        alarm = self._alarm
+        if alarm is not None and alarm.pid == os.getpid():
+            alarm.close()
         self._script_conns.close_all()
         self._clients.close_all()

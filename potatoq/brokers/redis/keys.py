@@ -68,6 +68,15 @@ class Keys:
         return f"{self.prefix}queues"
 
     @property
+    def paused(self) -> str:
+        return f"{self.prefix}paused"
+
+    @property
+    def history(self) -> str:
+        """STREAM of task-history records (issue 31), capped by the retention setting."""
+        return f"{self.prefix}history"
+
+    @property
     def periodic_last(self) -> str:
         # Can't equal a periodic:<name>:<ms> key: those have two more colons.
         return f"{self.prefix}periodic:last"

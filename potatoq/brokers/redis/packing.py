@@ -49,6 +49,23 @@ def _command(conn: Connection, *args: Any) -> Any:
     return conn.retry.call_with_retry(send_and_read, lambda _: conn.disconnect())
 
 
+def _command_once(conn: Connection, *args: Any) -> Any:
+    """One command on ``conn``, not retried: for a call that isn't safe to run twice, whose
+    caller finds out what a failed attempt did before trying again."""
+    packed: Any = [_pack(args)] if _pack is not None else conn.pack_command(*args)
+    conn.send_packed_command(packed)
+    return conn.read_response()
+
+
+def _blocking_command(conn: Connection, read_timeout: float, *args: Any) -> Any:
+    """A blocking command (``BZPOPMIN``) on ``conn``, not retried, its reply awaited for
+    ``read_timeout`` seconds instead of the connection's socket timeout: an idle worker may
+    block longer than ordinary commands may take to answer."""
+    packed: Any = [_pack(args)] if _pack is not None else conn.pack_command(*args)
+    conn.send_packed_command(packed)
+    return conn.read_response(timeout=read_timeout)  # type: ignore[call-arg]  # the stubs predate it
+
+
 def _disconnect(conn: Connection) -> None:
     conn.disconnect()
 

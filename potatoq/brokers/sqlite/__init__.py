@@ -7,11 +7,13 @@ Storage layout (one database file in WAL mode, schema in ``sql/migrations/``):
   hot query a short index search: ``(queue, priority DESC, seq) WHERE state = 1`` for
   claims, ``(queue, run_at) WHERE state = 0`` for ETAs (so far-future tasks never slow the
   ready scan), ``(worker, pid) WHERE state = 2`` for recovery. ``seq`` (the rowid) gives
-  FIFO order within a priority; ``token`` is a random fencing token set by each claim.
+  FIFO order within a priority (renumbered when promotion or a retry makes a task ready);
+  ``token`` is a random fencing token set by each claim.
 * ``potatoq_results`` (with an expiry index), ``potatoq_dead`` (capped by count and age),
   ``potatoq_workers`` (one heartbeat row per worker node, its WorkerInfo as JSON),
   ``potatoq_chords`` + ``potatoq_chord_parts`` (a fired flag per group, one row per header
-  part) and ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time).
+  part), ``potatoq_periodic`` (primary key ``(name, fire_time)``: one winner per fire time)
+  and ``potatoq_paused`` (queues paused fleet-wide; workers leave them out of claims).
 * ``potatoq_migrations``: which numbered migrations the file has had (applied on first use
   by :mod:`potatoq.brokers.sqlite.setup`, which also holds the options and start-up checks).
 
@@ -36,7 +38,7 @@ Why it is built this way:
   child never uses, closes or garbage-collects its parent's connection (closing one would
   release the parent's POSIX locks).
 
-Concurrency limits (``potatoq/brokers/limits.py``, migration 0002): a limited task's row
+Concurrency limits (``potatoq/brokers/limits.py``, migration 0004): a limited task's row
 carries ``limit_key`` and ``limit_max`` (read from its ``cl`` header at insert). The slots
 in use *are* the key's running rows: ``job_claim`` counts them (partial index on
 ``limit_key`` over running rows) and skips ready rows whose key is full, and ``job_peek``

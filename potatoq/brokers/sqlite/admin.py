@@ -32,6 +32,7 @@ class SQLiteAdmin(Broker):
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
         def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
         def _queue_list(self, queues: Sequence[str]) -> str: ...
+        def _history_revoked_in(self, conn: sqlite3.Connection, task_id: str, now: float) -> None: ...
 
     def queued_task(self, task_id: str) -> QueuedTask | None:
         rows = self._read("job_find", {"id": task_id})
@@ -46,12 +47,14 @@ class SQLiteAdmin(Broker):
             due=run_at,
             deliveries=deliveries,
             raw=payload,
+            max_size=self.config.max_message_size,
         )
 
     # -- revocation, dead letters, stats ------------------------------------------------------
 
     def revoke(self, task_id: str) -> bool:
         with self._write() as conn:
+            self._history_revoked_in(conn, task_id, self.clock())
             return conn.execute(SQL["job_revoke"], {"id": task_id}).rowcount > 0
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:

@@ -31,13 +31,16 @@ from ..base import (
     RetryLater,
     WorkerInfo,
     WorkerRef,
+    claim_committed,
     decode_delivery,
     validate_queue_name,
 )
 from ..limits import limit_columns
 from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .history import SQLiteHistory
 from .limits import SQLiteLimits
+from .pause import SQLitePause
 from .results import SQLiteResults
 from .setup import (
     SQL,
@@ -59,7 +62,7 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
+class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLiteLimits, Broker):
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True, concurrency_limits=True)
@@ -243,7 +246,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
             if rows:
                 task_id, queue_name, deliveries, payload, limit_key = rows[0]
                 self._limits_seen = self._limits_seen or limit_key is not None
-                return _held((task_id, queue_name, token, deliveries, payload, now), worker)
+                return _held(
+                    (task_id, queue_name, token, deliveries, payload, now),
+                    worker,
+                    self.config.max_message_size,
+                )
         return None
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
@@ -254,7 +261,9 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
         if not ready and not due:
             return None  # the cheap read found nothing: no write lock taken
         with self._write() as conn:
-            return self._claim_in(conn, queues, worker, now)
+            delivery = self._claim_in(conn, queues, worker, now)
+        claim_committed("claim", delivery)
+        return delivery
 
     # -- settling -----------------------------------------------------------------------------
 
@@ -309,7 +318,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
         )
 
     def _forward_result(self, outcome: Outcome | None) -> None:
-        """With a separate result backend, results go there once the settle committed."""
+        """With a separate result backend, a settle's result goes there *before* the settle
+        commits: the other order loses it if the process dies (or the backend fails) in
+        between. This way a failure leaves the task claimed, to be requeued and run again
+        (writing the same task's record again). A stale delivery's result is written too;
+        it is a real run's result all the same."""
         record = getattr(outcome, "result", None)
         if self._result_backend is not None and record is not None:
             self._result_backend.store_result(record)
@@ -341,14 +354,16 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
             },
         )
         conn.execute(SQL["dead_trim_age"], {"cutoff": now - self.config.dead_letter_ttl})
-        conn.execute(SQL["dead_trim_count"], {"keep": max(0, int(self.config.dead_letter_max))})
+        # at least 1, as on every other broker: the newest dead letter is always kept
+        conn.execute(SQL["dead_trim_count"], {"keep": max(1, int(self.config.dead_letter_max))})
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         now = self.clock()
+        self._forward_result(outcome)
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
-        if settled:
-            self._forward_result(outcome)
+            if settled:  # task history (issue 31): same transaction
+                self._history_in(conn, delivery, outcome, now)
         return settled
 
     def settle_and_claim(
@@ -357,12 +372,14 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
         """Settle and claim the next task in one transaction: one write lock per task."""
         now = self.clock()
         next_delivery: Delivery | None = None
+        self._forward_result(outcome)
         with self._write() as conn:
             settled = self._settle_in(conn, delivery, outcome, now)
+            if settled:  # task history (issue 31): same transaction
+                self._history_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
-        if settled:
-            self._forward_result(outcome)
+        claim_committed("settle_and_claim", next_delivery)
         return settled, next_delivery
 
     # -- waiting ------------------------------------------------------------------------------
@@ -439,12 +456,12 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:
         rows = self._read("job_held_by", {"node": worker.node, "pid": worker.pid})
-        return [_held(row, worker) for row in rows]
+        return [_held(row, worker, self.config.max_message_size) for row in rows]
 
     def orphaned(self, node: str, live_pids: Sequence[int]) -> list[Delivery]:
         live = json.dumps([int(pid) for pid in live_pids])
         rows = self._read("job_orphaned", {"node": node, "live": live})
-        return [_held(row[:6], WorkerRef(node, row[6])) for row in rows]
+        return [_held(row[:6], WorkerRef(node, row[6]), self.config.max_message_size) for row in rows]
 
     def recover(self, dead_after: float, max_deliveries: int) -> RecoverReport:
         now = self.clock()
@@ -453,10 +470,16 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
         # Cheap reads first: most calls find nothing and never take the write lock.
         lost = self._read("job_lost_exists", lost_params)[0][0]
         housekeeping = self._read("housekeeping_due", housekeeping_params)[0][0]
-        if not lost and not housekeeping:
+        dead_nodes = self._read("worker_dead_exists", lost_params)[0][0]
+        if not lost and not housekeeping and not dead_nodes:
             return RecoverReport()
         requeued = dead = 0
-        lost_results: list[ResultRecord] = []
+        if lost and self._result_backend is not None:
+            # their results first, as a settle's (see _forward_result): a crash before the
+            # commit below leaves the tasks to the next recovery, not dead without a result
+            for task_id, task, deliveries in self._read("job_lost_list", lost_params):
+                reason = _lost_reason(deliveries)
+                self._forward_result(Complete(result=self._lost_result(task_id, task, reason, now)))
         with self._write() as conn:
             if lost:
                 requeued = conn.execute(SQL["job_requeue_lost"], lost_params).rowcount
@@ -464,7 +487,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
                     SQL["job_delete_lost"], lost_params
                 ).fetchall():
                     dead += 1
-                    reason = f"WorkerLostError: the worker running it died {deliveries} times"
+                    reason = _lost_reason(deliveries)
                     self._dead_in(
                         conn,
                         task_id=task_id,
@@ -476,14 +499,14 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
                         reason=reason,
                         now=now,
                     )
-                    lost_results.append(self._lost_result(task_id, task, reason, now))
-                    self._result_in(conn, lost_results[-1], now)
+                    self._result_in(conn, self._lost_result(task_id, task, reason, now), now)
+                    self._history_lost_in(conn, task_id, task, queue, deliveries, reason, now)  # issue 31
+            if dead_nodes:  # after the requeue above: their tasks are recovered by now
+                conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:
                 for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
                     conn.execute(SQL[name], housekeeping_params)
                 conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
-        for record in lost_results:
-            self._forward_result(Complete(result=record))
         return RecoverReport(requeued=requeued, dead=dead)
 
     @staticmethod
@@ -557,8 +580,13 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLiteLimits, Broker):
         self._local.close_all()
 
 
-def _held(row: tuple[Any, ...], worker: WorkerRef) -> Delivery:
-    """A running job row (id, queue, token, deliveries, payload, claimed_at) as a delivery."""
+def _lost_reason(deliveries: int) -> str:
+    return f"WorkerLostError: the worker running it died {deliveries} times"
+
+
+def _held(row: tuple[Any, ...], worker: WorkerRef, max_size: int | None) -> Delivery:
+    """A running job row (id, queue, token, deliveries, payload, claimed_at) as a delivery
+    (a payload over ``max_size`` bytes is left unparsed)."""
     task_id, queue, token, deliveries, payload, claimed_at = row
     return decode_delivery(
         id=task_id,
@@ -568,4 +596,5 @@ def _held(row: tuple[Any, ...], worker: WorkerRef) -> Delivery:
         deliveries=deliveries,
         worker=worker,
         claimed_at=claimed_at,
+        max_size=max_size,
     )

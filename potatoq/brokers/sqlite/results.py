@@ -4,15 +4,19 @@ result backend when the app names one; a waiter re-reads when ``data_version`` m
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from potatoq.states import READY_STATES
+
 from ..base import (
     Broker,
     ResultRecord,
 )
+from ..records import fenced_payload
 from .connection import WAIT_MAX, WAIT_MIN, ThreadConnection
 from .setup import (
     SQL,
@@ -29,6 +33,7 @@ class SQLiteResults(Broker):
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
         def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
         def _conn(self) -> ThreadConnection: ...
+        def _expiry(self, now: float) -> float | None: ...
         def _result_in(self, conn: sqlite3.Connection, record: ResultRecord | None, now: float) -> None: ...
 
     # -- results ------------------------------------------------------------------------------
@@ -40,6 +45,26 @@ class SQLiteResults(Broker):
         now = self.clock()
         with self._write() as conn:
             self._result_in(conn, record, now)
+
+    def store_result_fenced(self, record: ResultRecord, fence: int, *, keep_ready: bool = False) -> bool:
+        if self._result_backend is not None:
+            return self._result_backend.store_result_fenced(record, fence, keep_ready=keep_ready)
+        now = self.clock()
+        with self._write() as conn:
+            cursor = conn.execute(
+                SQL["result_upsert_fenced"],
+                {
+                    "task_id": record.task_id,
+                    "state": record.state,
+                    "payload": fenced_payload(record, fence),
+                    "expires_at": self._expiry(now),
+                    "now": now,
+                    "fence": int(fence),
+                    "keep_ready": keep_ready,
+                    "ready": json.dumps(sorted(READY_STATES)),
+                },
+            )
+            return cursor.rowcount == 1
 
     def get_result(self, task_id: str) -> ResultRecord | None:
         if self._result_backend is not None:

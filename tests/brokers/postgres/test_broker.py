@@ -20,7 +20,16 @@ import pytest
 from psycopg import sql
 
 from potatoq.brokers import create_broker
-from potatoq.brokers.base import BrokerConfig, Complete, Delivery, WorkerInfo, WorkerRef
+from potatoq.brokers.base import (
+    Broker,
+    BrokerConfig,
+    Complete,
+    DeadLetter,
+    Delivery,
+    ResultRecord,
+    WorkerInfo,
+    WorkerRef,
+)
 from potatoq.brokers.postgres import PostgresBroker, PostgresOptions, migrate, statements, wakeups
 from potatoq.exceptions import ImproperlyConfigured, InvalidName
 from potatoq.message import Message
@@ -49,10 +58,10 @@ def make(pg_url: str) -> Iterator[Make]:
     made: list[PostgresBroker] = []
     schemas = {schema}
 
-    def factory(**options: Any) -> PostgresBroker:
+    def factory(config: dict[str, Any] | None = None, **options: Any) -> PostgresBroker:
         options.setdefault("schema", schema)
         schemas.add(options["schema"])
-        broker = create_broker(BrokerConfig(url=pg_url, transport_options=options))
+        broker = create_broker(BrokerConfig(url=pg_url, transport_options=options, **(config or {})))
         assert isinstance(broker, PostgresBroker)
         made.append(broker)
         return broker
@@ -576,7 +585,87 @@ def test_a_forked_child_never_touches_the_parents_connection(make: Make) -> None
     broker.wait(["fork"], 0)  # the parent's listener survived the child's close()
 
 
+# ----------------------------------------------------------------------------- dead letters and heartbeats
+
+
+def _dies(broker: PostgresBroker, message: Message, reason: str) -> None:
+    broker.enqueue([message])
+    assert broker.settle(claim_within(broker, ["default"]), DeadLetter(reason))
+
+
+def test_an_id_that_dies_twice_keeps_both_dead_letters(make: Make) -> None:
+    broker = make()
+    first = msg(args=(1,))
+    _dies(broker, first, "first death")
+    _dies(broker, first.replace(args=(2,)), "second death")
+    assert [(r.id, r.reason) for r in broker.list_dead()] == [
+        (first.id, "second death"),
+        (first.id, "first death"),
+    ]
+    assert broker.retry_dead([first.id]) == 1  # from the latest letter; the first one stays
+    again = claim_within(broker, ["default"])
+    assert again.message is not None and again.message.args == (2,)
+    assert [r.reason for r in broker.list_dead()] == ["first death"]
+
+
+def test_dead_letter_max_below_one_keeps_the_newest_in_the_settle_and_the_sweep(make: Make) -> None:
+    broker = make({"dead_letter_max": 0})
+    older, newer = msg(), msg()
+    _dies(broker, older, "boom")
+    _dies(broker, newer, "boom")
+    assert [r.id for r in broker.list_dead()] == [newer.id]
+    broker.recover(60.0, 5)  # a new broker's first recover() runs the sweep (dead_trim)
+    assert [r.id for r in broker.list_dead()] == [newer.id]
+
+
+def test_a_dead_nodes_heartbeat_row_goes_once_its_tasks_are_recovered(make: Make) -> None:
+    broker = make()
+    started = time.time()
+
+    def beat(node: str) -> None:
+        broker.heartbeat(WorkerInfo(node, "host", 1, ("default",), 1, started))
+
+    beat("dead-busy")
+    beat("dead-idle")
+    sent = msg()
+    broker.enqueue([sent])
+    assert broker.claim(["default"], WorkerRef("dead-busy", 1)) is not None
+    deadline = time.monotonic() + WAIT
+    while {w.node for w in broker.workers()} != {"alive"}:
+        assert time.monotonic() < deadline, f"still listed: {[w.node for w in broker.workers()]}"
+        beat("alive")
+        broker.recover(0.5, 5)
+        broker.wait(["default"], 0.1)  # a short pause between rounds; returns early once requeued
+    # the busy node's row went only after its task was requeued
+    again = claim_within(broker, ["default"])
+    assert again.id == sent.id and again.deliveries == 2
+
+
 # ----------------------------------------------------------------------------- schema and migrations
+
+
+@pytest.mark.parametrize(
+    ("server_version", "shown"), [(120017, "12.17"), (100000, "10.0"), (90624, "9.6.24"), (80423, "8.4.23")]
+)
+def test_servers_older_than_13_are_refused_in_one_line(server_version: int, shown: str) -> None:
+    with pytest.raises(ImproperlyConfigured) as caught:
+        migrate.require_server_version(server_version)
+    text = str(caught.value)
+    assert "\n" not in text
+    assert f"version {shown};" in text and "needs 13 or newer" in text
+
+
+@pytest.mark.parametrize("server_version", [130000, 130021, 150004, 170002])
+def test_servers_from_13_on_are_accepted(server_version: int) -> None:
+    migrate.require_server_version(server_version)
+
+
+def test_the_test_server_passes_the_version_check(make: Make) -> None:
+    broker = make()
+    broker.migrate()  # runs the check on first use
+    with broker._connection() as conn:
+        assert conn.info.server_version >= 150000
+        migrate.require_server_version(conn.info.server_version)
 
 
 def _catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -636,6 +725,29 @@ def test_migrations_in_order_equal_a_fresh_install(pg_url: str) -> None:
     finally:
         drop_schema(pg_url, fresh)
         drop_schema(pg_url, stepped)
+
+
+def test_migration_0002_keeps_the_dead_letters_and_a_second_death_of_their_id(
+    make: Make, pg_url: str
+) -> None:
+    schema = f"pq_m2_{uuid.uuid4().hex[:8]}"
+    stmts = statements.Statements(schema)
+    first = statements.migrations()[0]
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():  # a 0001 schema
+        conn.execute(stmts["schema_create_schema"].query)
+        conn.execute(stmts["schema_create_versions"].query)
+        for statement in stmts.migration(first):
+            conn.execute(statement.query)
+        conn.execute(stmts["schema_record"].query, {"version": first.number, "name": first.name})
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.potatoq_dead (id, queue, reason, payload)"
+                " VALUES ('twice', 'default', 'old', '')"
+            ).format(sql.Identifier(schema))
+        )
+    broker = make(schema=schema)  # upgrades on first use
+    _dies(broker, Message(id="twice", task="tests.noop", queue="default"), "new")
+    assert [(r.id, r.reason) for r in broker.list_dead()] == [("twice", "new"), ("twice", "old")]
 
 
 def test_many_processes_installing_at_once_install_once(pg_url: str) -> None:
@@ -746,9 +858,10 @@ def test_promotion_notifies_each_queue_once(make: Make) -> None:
     broker.enqueue([msg("promo-later", eta=time.time() + 3600)])
     time.sleep(0.25)
     assert due < time.time()
-    [(promoted, notified)] = broker._run("job_promote", broker._promote_params())
+    [(promoted, notified, next_due)] = broker._run("job_promote", broker._promote_params())
     assert (promoted, notified) == (40, 2)
-    [(promoted, notified)] = broker._run("job_promote", broker._promote_params())
+    assert 3500 < next_due <= 3600  # the hour-away task: an idle worker may sleep until then
+    [(promoted, notified, _)] = broker._run("job_promote", broker._promote_params())
     assert (promoted, notified) == (0, 0)
 
 
@@ -813,6 +926,68 @@ def test_a_separate_result_backend_gets_the_results(pg_url: str) -> None:
         drop_schema(pg_url, schema)
 
 
+def _failing_results() -> tuple[Broker, threading.Event]:
+    """A real (memory) result backend whose writes fail while the event is set."""
+    results = create_broker(BrokerConfig(url=f"memory://pg-results-{uuid.uuid4().hex}"))
+    store, failing = results.store_result, threading.Event()
+
+    def store_or_fail(record: ResultRecord) -> None:
+        if failing.is_set():
+            raise ConnectionError("result backend down")
+        store(record)
+
+    results.store_result = store_or_fail  # type: ignore[method-assign]
+    return results, failing
+
+
+def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(make: Make) -> None:
+    from potatoq.states import SUCCESS
+
+    results, failing = _failing_results()
+    broker = make({"result_backend": results})
+    sent, following = msg(), msg()
+    broker.enqueue([sent, following])
+    first = claim_within(broker, ["default"])
+    record = ResultRecord(task_id=sent.id, state=SUCCESS, result=1)
+    failing.set()
+    with pytest.raises(ConnectionError):
+        broker.settle(first, Complete(result=record))
+    assert [d.id for d in broker.held_by(WORKER)] == [sent.id], "settled without its result"
+    with pytest.raises(ConnectionError):
+        broker.settle_and_claim(first, Complete(result=record), ["default"], WORKER)
+    assert [d.id for d in broker.held_by(WORKER)] == [sent.id]
+    failing.clear()
+    settled, second = broker.settle_and_claim(first, Complete(result=record), ["default"], WORKER)
+    assert settled and second is not None and second.id == following.id
+    assert results.get_result(sent.id) == record
+    results.close()
+
+
+def test_with_a_separate_result_backend_recovery_writes_a_lost_tasks_result_first(make: Make) -> None:
+    from potatoq.states import FAILURE
+
+    results, failing = _failing_results()
+    broker = make({"result_backend": results})
+    sent = msg()
+    broker.enqueue([sent])
+    claim_within(broker, ["default"])  # by a node with no heartbeat: judged by its claim time
+    failing.set()
+    deadline = time.monotonic() + WAIT
+    while True:  # until the claim is older than dead_after and recovery tries to dead-letter it
+        try:
+            broker.recover(0.2, 1)
+        except ConnectionError:
+            break
+        assert time.monotonic() < deadline, "recovery never reached the lost task"
+        broker.wait(["default"], 0.1)
+    assert [d.id for d in broker.held_by(WORKER)] == [sent.id], "dead-lettered without its result"
+    failing.clear()
+    assert broker.recover(0.2, 1).dead == 1
+    record = results.get_result(sent.id)
+    assert record is not None and record.state == FAILURE
+    results.close()
+
+
 def test_a_user_without_ddl_rights_gets_a_clear_error(pg_url: str) -> None:
     role = f"pq_limited_{uuid.uuid4().hex[:8]}"
     with monitor(pg_url) as mon:
@@ -866,3 +1041,25 @@ def test_a_single_enqueue_notifies_only_a_new_ready_task(make: Make, pg_url: str
     assert broker.claim(["solo"], WORKER).id == first.id  # type: ignore[union-attr]
     assert broker.claim(["solo"], WORKER).id == marker.id  # type: ignore[union-attr]
     assert broker.claim(["solo"], WORKER) is None
+
+
+def test_a_task_due_soon_is_announced_with_a_due_notify_after_its_commit(make: Make, pg_url: str) -> None:
+    """An enqueue due within poll_interval sends a 'due' NOTIFY on its queue (on which idle
+    workers learn its due time); inside a caller's transaction only at that commit; a task
+    due after the next timed promotion sends none."""
+    broker = make(poll_interval=QUIET)
+    broker.migrate()
+    channel = wakeups.channel_name(broker._channel_prefix, "soon")
+    with psycopg.connect(pg_url, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        broker.enqueue([msg("soon", eta=time.time() + QUIET * 10)])  # found by a timed promotion
+        broker.enqueue([msg("soon", eta=time.time() + 1)])
+        [note] = listener.notifies(timeout=WAIT, stop_after=1)
+        assert (note.channel, note.payload) == (channel, wakeups.DUE_PAYLOAD)
+        with psycopg.connect(pg_url) as conn:
+            broker.enqueue([msg("soon", eta=time.time() + 1)], connection=conn)
+            assert list(listener.notifies(timeout=0.2)) == []  # not before the commit
+            conn.commit()
+        [note] = listener.notifies(timeout=WAIT, stop_after=1)
+        assert (note.channel, note.payload) == (channel, wakeups.DUE_PAYLOAD)
+        assert list(listener.notifies(timeout=0.2)) == []  # the task due in 300 s sent none

@@ -11,8 +11,7 @@ import multiprocessing
 import re
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,40 +38,8 @@ from potatoq.brokers.redis.options import check_server, cluster_enabled, redis_u
 from potatoq.brokers.redis.scripts import SCRIPTS, _parse_lib, _source
 from potatoq.exceptions import ImproperlyConfigured, InvalidName, OperationalError
 from potatoq.message import Message, new_id
-from tests import services
-from tests.conftest import FactoryContext
-from tests.factories import redis as redis_factory
-from tests.factories import valkey as valkey_factory
 
 WORKER = WorkerRef("node-1", 101)
-FACTORIES = {"redis": redis_factory, "valkey": valkey_factory}
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., RedisBroker]]:
-    """Makes RedisBrokers sharing one fresh key prefix; ``make(dead_after=...)`` overrides config."""
-    module = FACTORIES[request.param]
-    services.require(module.SERVICE)
-    ctx = FactoryContext(tmp_path=tmp_path, unique=f"t{uuid.uuid4().hex[:10]}", overrides={})
-    base = module.make_config(ctx)
-    made: list[RedisBroker] = []
-
-    def factory(**overrides: Any) -> RedisBroker:
-        broker = create_broker(dataclasses.replace(base, **overrides))
-        assert isinstance(broker, RedisBroker)
-        made.append(broker)
-        return broker
-
-    yield factory
-    for broker in made:
-        broker.close()
-    for fn in reversed(ctx.finalizers):
-        fn()
-
-
-@pytest.fixture
-def broker(make: Callable[..., RedisBroker]) -> RedisBroker:
-    return make()
 
 
 def msg(queue: str = "default", **fields: Any) -> Message:
@@ -688,3 +655,19 @@ def test_forked_child_opens_its_own_connection(broker: RedisBroker) -> None:
     assert fresh and claimed == task.id
     parent_client.ping()  # the parent's connection is untouched
     assert broker.claim(["default"], WORKER) is None
+
+
+def test_a_wait_ends_at_the_due_time_by_the_local_alarm(broker: RedisBroker) -> None:
+    """The earliest due time no longer bounds the block's timeout (Redis ends a block only
+    on its cron tick, up to 100 ms late): the local alarm pushes the wake key at that time.
+    With the timeout left at max_block (20 s), a task due in 0.5 s claimed within 10 s was
+    woken for by the alarm."""
+    queue = "alarm"
+    broker.enqueue([msg(queue, eta=time.time() + 0.5)])
+    deadline = time.monotonic() + 10.0
+    delivery = None
+    while delivery is None and time.monotonic() < deadline:
+        broker.wait([queue], 60.0)  # the first returns at once: the enqueue armed the marker
+        delivery = broker.claim([queue], WORKER)
+    assert delivery is not None, "the wait wasn't ended at the due time"
+    assert broker._due_alarm().rung >= 1

@@ -511,6 +511,92 @@ def test_dead_letters_capped_by_count_and_age(make: Any) -> None:
     assert [r.id for r in broker.list_dead()] == ["d4", "d3"]
 
 
+def test_dead_letter_max_below_one_still_keeps_the_newest(make: Any) -> None:
+    broker = make(dead_letter_max=0)  # the floor is 1, as on every broker and in every trim
+    broker.enqueue([msg(id="first")])
+    broker.settle(broker.claim(["default"], WORKER), DeadLetter("boom"))
+    broker.recover(60.0, 5)
+    assert [r.id for r in broker.list_dead()] == ["first"]
+
+
+def test_a_dead_nodes_heartbeat_row_goes_once_its_tasks_are_recovered(broker: SQLiteBroker) -> None:
+    clock = Clock()
+    broker.clock = clock
+
+    def beat(node: str) -> None:
+        broker.heartbeat(WorkerInfo(node, "h", 1, ("default",), 1, 0.0))
+
+    beat("dead-busy")
+    beat("dead-idle")
+    broker.enqueue([msg(id="held")])
+    assert broker.claim(["default"], WorkerRef("dead-busy", 1)) is not None
+    clock.now += 61
+    beat("alive")
+    report = broker.recover(60.0, 5)
+    assert report.requeued == 1
+    assert [w.node for w in broker.workers()] == ["alive"]
+    again = broker.claim(["default"], WORKER)
+    assert again is not None and again.id == "held" and again.deliveries == 2
+
+
+class FailingResults:
+    """A real (memory) result backend whose writes fail while ``failing`` is set."""
+
+    def __init__(self, name: str) -> None:
+        self.backend = create_broker(BrokerConfig(url=f"memory://{name}"))
+        self.failing = False
+        self.store = self.backend.store_result
+        self.backend.store_result = self._store  # type: ignore[method-assign]
+
+    def _store(self, record: ResultRecord) -> None:
+        if self.failing:
+            raise ConnectionError("result backend down")
+        self.store(record)
+
+
+def test_with_a_separate_result_backend_the_result_is_written_before_the_settle(make: Any) -> None:
+    results = FailingResults(f"sqlite-results-{new_id()}")
+    broker = make(result_backend=results.backend)
+    broker.enqueue([msg(id="t1"), msg(id="t2")])
+    first = broker.claim(["default"], WORKER)
+    results.failing = True
+    with pytest.raises(ConnectionError):
+        broker.settle(first, Complete(result=ResultRecord("t1", states.SUCCESS, 1)))
+    assert [d.id for d in broker.held_by(WORKER)] == ["t1"], "settled without its result"
+    with pytest.raises(ConnectionError):
+        broker.settle_and_claim(
+            first, Complete(result=ResultRecord("t1", states.SUCCESS, 1)), ["default"], WORKER
+        )
+    assert [d.id for d in broker.held_by(WORKER)] == ["t1"]
+    results.failing = False
+    settled, second = broker.settle_and_claim(
+        first, Complete(result=ResultRecord("t1", states.SUCCESS, 1)), ["default"], WORKER
+    )
+    assert settled and second is not None and second.id == "t2"
+    assert results.backend.get_result("t1") == ResultRecord("t1", states.SUCCESS, 1)
+    results.backend.close()
+
+
+def test_with_a_separate_result_backend_recovery_writes_a_lost_tasks_result_first(make: Any) -> None:
+    results = FailingResults(f"sqlite-results-{new_id()}")
+    broker = make(result_backend=results.backend)
+    clock = Clock()
+    broker.clock = clock
+    broker.enqueue([msg(id="lost")])
+    assert broker.claim(["default"], WORKER) is not None
+    clock.now += 61
+    results.failing = True
+    with pytest.raises(ConnectionError):
+        broker.recover(60.0, 1)
+    assert [d.id for d in broker.held_by(WORKER)] == ["lost"], "dead-lettered without its result"
+    results.failing = False
+    assert broker.recover(60.0, 1).dead == 1
+    record = results.backend.get_result("lost")
+    assert record is not None and record.state == states.FAILURE
+    assert [r.id for r in broker.list_dead()] == ["lost"]
+    results.backend.close()
+
+
 def test_results_expire_and_are_removed_lazily(make: Any, db_path: Path) -> None:
     broker = make(result_expires=10.0)
     clock = Clock()
@@ -695,7 +781,7 @@ def test_migrations_in_order_equal_a_fresh_install(tmp_path: Path) -> None:
     fresh.execute(sqlite_setup.SQL["schema_create_migrations"])
     sqlite_setup.install_schema(fresh, 0.0)
     migrated.execute(sqlite_setup.SQL["schema_create_migrations"])
-    # Every migration in order, as an upgrade from an empty file runs them.
+    # apply_migrations(start) runs start + 1 … latest, as an upgrade from ``start`` does
     sqlite_setup.apply_migrations(migrated, 0, 0.0)
     migrated_version = migrated.execute(sqlite_setup.SQL["schema_version"]).fetchone()[0]
     assert migrated_version == sqlite_setup.LATEST_VERSION
@@ -706,6 +792,27 @@ def test_migrations_in_order_equal_a_fresh_install(tmp_path: Path) -> None:
     )
     fresh.close()
     migrated.close()
+
+
+@pytest.mark.parametrize("installed", range(1, sqlite_setup.LATEST_VERSION))
+def test_an_older_schema_is_upgraded_to_a_fresh_install(tmp_path: Path, installed: int) -> None:
+    """A database made by an older potatoq (migrations 1 .. installed) gets the rest."""
+    fresh = sqlite3.connect(tmp_path / "fresh.sqlite3", isolation_level=None)
+    fresh.execute(sqlite_setup.SQL["schema_create_migrations"])
+    sqlite_setup.install_schema(fresh, 0.0)
+    old = sqlite3.connect(tmp_path / "old.sqlite3", isolation_level=None)
+    old.execute(sqlite_setup.SQL["schema_create_migrations"])
+    for migration in sqlite_setup._MIGRATIONS[:installed]:
+        for _name, sql in migration.statements:
+            old.execute(sql)
+        old.execute(
+            sqlite_setup.SQL["schema_record_migration"],
+            {"version": migration.number, "name": migration.name, "now": 0.0},
+        )
+    sqlite_setup.apply_migrations(old, installed, 0.0)
+    assert _schema(fresh) == _schema(old)
+    fresh.close()
+    old.close()
 
 
 def test_schema_is_created_once_and_newer_schemas_are_refused(make: Any, db_path: Path) -> None:

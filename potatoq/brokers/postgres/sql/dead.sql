@@ -10,20 +10,23 @@ LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: dead_retry
 -- Put dead letters (all when "all") back on their queue as ready tasks with a fresh
--- delivery count, and NOTIFY each queue once. A letter is deleted only if its task was
+-- delivery count, and NOTIFY each queue once. An id that died more than once is retried
+-- from its latest letter; the earlier ones stay. A letter is deleted only if its task was
 -- inserted: one whose id is waiting or running again (ON CONFLICT) stays a dead letter,
 -- so a retry never drops a payload, even against a concurrent enqueue of that id.
 WITH candidates AS MATERIALIZED (
-    SELECT id, seq, queue, priority, payload FROM {schema}.potatoq_dead
+    SELECT DISTINCT ON (id) id, seq, queue, priority, payload FROM {schema}.potatoq_dead
     WHERE (%(all)s OR id = ANY (%(ids)s::text[]))
       AND died_at >= now() - make_interval(secs => %(ttl)s::float8)
+    ORDER BY id, seq DESC
 ), inserted AS (
     INSERT INTO {schema}.potatoq_jobs (id, queue, priority, state, run_at, payload)
     SELECT id, queue, priority, 1, now(), payload FROM candidates ORDER BY seq
     ON CONFLICT (id) DO NOTHING
     RETURNING id, queue
 ), removed AS (
-    DELETE FROM {schema}.potatoq_dead WHERE id IN (SELECT id FROM inserted)
+    DELETE FROM {schema}.potatoq_dead
+    WHERE seq IN (SELECT c.seq FROM candidates AS c JOIN inserted AS i ON i.id = c.id)
 ), queues AS MATERIALIZED (
     SELECT DISTINCT queue FROM inserted
 ), notified AS MATERIALIZED (
@@ -38,7 +41,8 @@ SELECT (SELECT count(*) FROM inserted) AS revived, (SELECT count(*) FROM notifie
 DELETE FROM {schema}.potatoq_dead;
 
 -- name: dead_trim
--- Keep at most max dead letters, none older than ttl seconds.
+-- Keep at most max dead letters (at least 1, as job_finish does), none older than ttl seconds.
 DELETE FROM {schema}.potatoq_dead
 WHERE died_at < now() - make_interval(secs => %(ttl)s::float8)
-   OR id IN (SELECT id FROM {schema}.potatoq_dead ORDER BY died_at DESC, seq DESC OFFSET %(max)s);
+   OR seq IN (SELECT seq FROM {schema}.potatoq_dead ORDER BY died_at DESC, seq DESC
+              OFFSET greatest(%(max)s::integer, 1));

@@ -32,11 +32,18 @@ WITH inserted AS (
     SELECT pg_notify(channel, '')
     FROM unnest(coalesce(%(channels)s::text[], ARRAY[%(channel)s::text])) AS channel
     WHERE channel IS NOT NULL AND EXISTS (SELECT FROM inserted)
+), announced AS MATERIALIZED (
+    -- due_channels (inside a caller's transaction only, else NULL): queues of tasks that
+    -- fall due soon, announced at that transaction's commit (see wakeups.DUE_PAYLOAD)
+    SELECT pg_notify(channel, 'due') FROM unnest(%(due_channels)s::text[]) AS channel
+    WHERE EXISTS (SELECT FROM inserted)
 )
-SELECT (SELECT count(*) FROM inserted) AS inserted, (SELECT count(*) FROM notified) AS notified;
+SELECT (SELECT count(*) FROM inserted) AS inserted,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM announced) AS notified;
 
 -- name: job_promote
--- Make due scheduled tasks ready, then NOTIFY each affected queue once. SKIP LOCKED lets
+-- Make due scheduled tasks ready, then NOTIFY each affected queue once; also say when the
+-- next one falls due. SKIP LOCKED lets
 -- every worker run this concurrently; the scan only touches due rows of the state = 0
 -- index, never far-future ones, and never the ready index. A promoted task gets a new seq
 -- so it queues behind tasks that were ready before it.
@@ -58,7 +65,12 @@ WITH due AS MATERIALIZED (
                           ELSE 'potatoq:' || md5(%(channel_prefix)s || queue) END, '')
     FROM queues WHERE %(notify)s
 )
-SELECT coalesce(sum(n), 0)::bigint AS promoted, (SELECT count(*) FROM notified) AS notified
+SELECT coalesce(sum(n), 0)::bigint AS promoted, (SELECT count(*) FROM notified) AS notified,
+       -- seconds until the earliest task still scheduled falls due (NULL: none), so that an
+       -- idle worker sleeps until then instead of until its next timed promotion. Relative to
+       -- the server's clock, which set run_at; one more short scan of the state = 0 index.
+       (SELECT extract(epoch FROM min(run_at) - clock_timestamp())::float8
+        FROM {schema}.potatoq_jobs WHERE state = 0 AND run_at > now()) AS next_due
 FROM queues;
 
 -- name: job_claim
@@ -138,19 +150,16 @@ WITH settled AS (
     SELECT s.id, s.queue, %(task)s::text, s.priority, %(reason)s::text, s.payload, s.deliveries
     FROM settled AS s
     WHERE %(reason)s::text IS NOT NULL
-    ON CONFLICT (id) DO UPDATE
-    SET queue = excluded.queue, task = excluded.task, priority = excluded.priority,
-        reason = excluded.reason, payload = excluded.payload, deliveries = excluded.deliveries,
-        died_at = now()
 ), trimmed AS (
-    -- dead_letter_max: keep the newest max - 1 others beside this one. The row being
-    -- written is excluded, since one statement can't both update and delete a row.
+    -- dead_letter_max (at least 1): keep the newest max - 1 earlier letters beside this
+    -- one, which the statement's snapshot doesn't show. An earlier death of the same id is
+    -- one of them: both are kept.
     DELETE FROM {schema}.potatoq_dead
-    WHERE id IN (SELECT o.id FROM {schema}.potatoq_dead AS o
-                 WHERE %(reason)s::text IS NOT NULL AND o.id <> %(id)s
-                   AND EXISTS (SELECT FROM settled)
-                 ORDER BY o.died_at DESC, o.seq DESC
-                 OFFSET greatest(%(dead_max)s::integer - 1, 0))
+    WHERE seq IN (SELECT o.seq FROM {schema}.potatoq_dead AS o
+                  WHERE %(reason)s::text IS NOT NULL
+                    AND EXISTS (SELECT FROM settled)
+                  ORDER BY o.died_at DESC, o.seq DESC
+                  OFFSET greatest(%(dead_max)s::integer - 1, 0))
 ), stored AS (
     INSERT INTO {schema}.potatoq_results AS r (task_id, state, record, expires_at)
     SELECT s.id, %(result_state)s::text, %(result)s::bytea,
@@ -254,7 +263,15 @@ SELECT (SELECT count(*) FROM requeued) AS settled, (SELECT count(*) FROM notifie
 -- heartbeat row, the claim itself) is older than dead_after seconds. Tasks already at
 -- max_deliveries are left for job_lost (they are dead-lettered instead). Walks the
 -- state = 2 index only. SKIP LOCKED makes concurrent recoverers split the work.
-WITH lost AS MATERIALIZED (
+-- The heartbeat row of a node silent that long goes once it holds no running task: every
+-- worker run is a new node id, so dead ones would pile up. The statement's snapshot still
+-- shows the tasks requeued here as running, so a node's row goes in the next call after
+-- its tasks were recovered (recovery reads that row's last_seen until then).
+WITH forgotten AS (
+    DELETE FROM {schema}.potatoq_workers AS w
+    WHERE w.last_seen < now() - make_interval(secs => %(dead_after)s::float8)
+      AND NOT EXISTS (SELECT FROM {schema}.potatoq_jobs AS j WHERE j.state = 2 AND j.worker = w.node)
+), lost AS MATERIALIZED (
     SELECT j.id
     FROM {schema}.potatoq_jobs AS j
     LEFT JOIN {schema}.potatoq_workers AS w ON w.node = j.worker

@@ -1,16 +1,17 @@
--- _lib.lua: helpers shared by every potatoq script. The loader (potatoq/brokers/redis.py,
+-- _lib.lua: helpers shared by every potatoq script. The loader (potatoq/brokers/redis/scripts.py,
 -- _load_scripts) prepends this header and the helpers each transition script uses to
 -- it, so each script stays one EVALSHA call. A script defines its helper closures again
 -- on every call, so it carries only those it needs: each top-level `local` statement
 -- (with the comment lines right above it) is one helper, included when the body or an
 -- included helper names it. Keep helpers at column 0, one `local` statement each.
 --
--- Key layout (the Python side documents the same layout in potatoq/brokers/redis.py;
+-- Key layout (the Python side documents the same layout in potatoq/brokers/redis/__init__.py;
 -- P is ARGV[1], the global_keyprefix followed by ":"):
 --   P..'q:'..queue..':ready'    ZSET  id -> -priority*2^40 + seq (real priorities, FIFO within one)
 --   P..'q:'..queue..':delayed'  ZSET  id -> due time (ms, server clock)
 --   P..'q:'..queue..':active'   ZSET  id -> lease deadline (ms, server clock)
 --   P..'q:'..queue..':marker'   ZSET  one member; idle workers BZPOPMIN it
+--   P..'q:'..queue..':timer'    STRING '<due ms> <waiter>': the waiter timing the next due task
 --   P..'held:'..node..':'..pid  SET   ids that worker process holds (its supervisor asks: held_by)
 --   P..'job:'..id               HASH  payload queue priority seq state deliveries token
 --                                     node pid claimed ready_at due
@@ -22,7 +23,7 @@
 --   P..'periodic:'..name..':'..ts  STRING, SET NX: one sender per fire time
 --   P..'periodic:last'          HASH  name -> newest fire time sent (ms)
 --   P..'workers' HASH node -> WorkerInfo; P..'workers:seen' ZSET node -> last heartbeat (ms)
---   P..'queues'  SET of queue names (stats, recovery); P..'seq' the ready sequence counter
+--   P..'queues'  SET of queue names (stats, recovery); P..'seq' the ready sequence counter (< 2^40)
 --   P..'limits:running'  HASH  concurrency limit key -> slots in use (running tasks of that key)
 --   P..'limits:override' HASH  key -> limit set at run time (else the job's 'lm' applies)
 --   P..'limits:carried'  HASH  key -> the max its last claimed task carried (for listing)
@@ -69,10 +70,49 @@ local function arm(q)
   redis.call('ZADD', P .. 'q:' .. q .. ':marker', 0, MARK)
 end
 
+-- Renumber every waiting task 1..n in its current order (one global count keeps each
+-- queue's order) and restart the counter after them; running tasks forget their kept
+-- place (a requeue puts them at the back). Called once per 2^40 sequence numbers: it
+-- blocks the server for one pass over the ready sets.
+local function renumber_ready()
+  local n = 0
+  local queues = redis.call('SMEMBERS', P .. 'queues')
+  for qi = 1, #queues do
+    local q = queues[qi]
+    local rk = k_ready(q)
+    local ids = redis.call('ZRANGE', rk, 0, -1)
+    for i = 1, #ids do
+      local jk = k_job(ids[i])
+      local priority = redis.call('HGET', jk, 'priority')
+      if priority then
+        n = n + 1
+        redis.call('HSET', jk, 'seq', n)
+        redis.call('ZADD', rk, ready_score(priority, n), ids[i])
+      else  -- its hash is gone (evicted, deleted by hand): claim would skip it anyway
+        redis.call('ZREM', rk, ids[i])
+      end
+    end
+    local running = redis.call('ZRANGE', k_active(q), 0, -1)
+    for i = 1, #running do redis.call('HDEL', k_job(running[i]), 'seq') end
+  end
+  n = n + 1
+  redis.call('SET', P .. 'seq', n)
+  return n
+end
+
+-- The next ready sequence number. It must stay below 2^40, or a band's tasks would sort
+-- among the next priority's: at the limit the waiting tasks are renumbered from 1.
+local SEQ_LIMIT = PRIO_SHIFT - 1
+local function next_seq()
+  local seq = redis.call('INCR', P .. 'seq')
+  if seq < SEQ_LIMIT then return seq end
+  return renumber_ready()
+end
+
 -- Put job id (hash already written) into q's ready set, keeping seq when it has one.
 local function make_ready(id, q, priority, seq, now)
   if not seq then
-    seq = redis.call('INCR', P .. 'seq')
+    seq = next_seq()
     redis.call('HSET', k_job(id), 'seq', seq)
   end
   redis.call('HSET', k_job(id), 'state', 'ready', 'ready_at', now)
@@ -156,7 +196,7 @@ local function enqueue_one(m, now, armed)
       armed[q] = true
     end
   else
-    local seq = redis.call('INCR', P .. 'seq')
+    local seq = next_seq()
     redis.call('HSET', jk, 'payload', payload, 'queue', q, 'priority', priority, 'deliveries', 0,
       'state', 'ready', 'seq', seq, 'ready_at', now)
     redis.call('ZADD', k_ready(q), ready_score(priority, seq), id)
@@ -309,10 +349,16 @@ local function settle_tail_skip(pos)
   return pos + 12 + 5 * tonumber(ARGV[pos + 11])
 end
 
+-- Forget that worker process (node, pid) holds id, the run going on (reap's hand-off: the
+-- run keeps its concurrency slot until the caller settles it).
+local function forget_holder(id, node, pid)
+  if node and pid then redis.call('SREM', k_held(node, pid), id) end
+end
+
 -- Forget that worker process (node, pid) holds id (its claim ended).
 -- Also gives back its concurrency slot, so every way a run ends frees it.
 local function release(id, node, pid)
-  if node and pid then redis.call('SREM', k_held(node, pid), id) end
+  forget_holder(id, node, pid)
   free_slot(id)
 end
 

@@ -21,9 +21,17 @@ SELECT
             WHERE j.state = 0 AND j.run_at <= :now);
 
 -- name: job_promote_due
--- Scheduled tasks whose time has come become ready, inside the claim's transaction.
-UPDATE potatoq_jobs SET state = 1
-WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:queues));
+-- Scheduled tasks whose time has come become ready, inside the claim's transaction. Each
+-- takes a new seq above every row's (in order of due time): FIFO order is the order in
+-- which tasks become ready (the broker contract), so a task that waited for its eta goes
+-- behind the tasks that were already ready. The window function makes SQLite compute the
+-- new numbers before it moves any row.
+UPDATE potatoq_jobs SET state = 1, seq = due.new_seq
+FROM (SELECT seq AS old_seq,
+             (SELECT max(seq) FROM potatoq_jobs) + row_number() OVER (ORDER BY run_at, seq) AS new_seq
+      FROM potatoq_jobs
+      WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:queues))) AS due
+WHERE potatoq_jobs.seq = due.old_seq;
 
 -- name: job_claim
 -- Atomic without SKIP LOCKED: SQLite has one writer, and this runs under BEGIN IMMEDIATE.
@@ -47,8 +55,10 @@ DELETE FROM potatoq_jobs WHERE id = :id AND token = :token AND state = 2
 RETURNING queue, task, priority, deliveries, payload;
 
 -- name: job_retry_later
+-- A new attempt takes a new seq: it queues behind the tasks already ready (see job_promote_due).
 UPDATE potatoq_jobs
-SET state = :state, run_at = :run_at, queue = :queue, task = :task, priority = :priority,
+SET seq = (SELECT max(seq) + 1 FROM potatoq_jobs),
+    state = :state, run_at = :run_at, queue = :queue, task = :task, priority = :priority,
     payload = :payload, deliveries = 0, token = NULL, worker = NULL, pid = NULL, claimed_at = NULL
 WHERE id = :id AND token = :token AND state = 2;
 
@@ -103,6 +113,13 @@ WHERE state = 2 AND deliveries < :max_deliveries AND seq IN (
     SELECT j.seq FROM potatoq_jobs AS j LEFT JOIN potatoq_workers AS w ON w.node = j.worker
     WHERE j.state = 2 AND coalesce(w.last_seen, j.claimed_at) < :cutoff
 );
+
+-- name: job_lost_list
+-- The lost deliveries job_delete_lost would take now, read first for a separate result
+-- backend: their results are written before the transaction that dead-letters them.
+SELECT j.id, j.task, j.deliveries
+FROM potatoq_jobs AS j LEFT JOIN potatoq_workers AS w ON w.node = j.worker
+WHERE j.state = 2 AND j.deliveries >= :max_deliveries AND coalesce(w.last_seen, j.claimed_at) < :cutoff;
 
 -- name: job_delete_lost
 -- Lost deliveries that used up task_max_deliveries: returned to be dead-lettered.

@@ -5,7 +5,7 @@
 -- Before a claim: ready tasks of :queues whose key has every slot running leave the ready
 -- index (parked = 1), so they cost later claims nothing. Only rows of full keys are
 -- visited (the full keys come from the few running rows). A trigger puts one back when a
--- slot of its key is freed (migration 0002).
+-- slot of its key is freed (migration 0004).
 UPDATE potatoq_jobs SET parked = 1
 WHERE state = 1 AND parked IS NULL
   AND limit_key IN (

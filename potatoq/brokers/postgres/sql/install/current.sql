@@ -72,10 +72,11 @@ CREATE TABLE {schema}.potatoq_results (
 CREATE INDEX potatoq_results_expiry ON {schema}.potatoq_results (expires_at);
 
 -- name: create_dead
--- Dead letters: the payload exactly as delivered, so a retry puts it back unchanged.
+-- Dead letters: the payload exactly as delivered, so a retry puts it back unchanged. Keyed
+-- by seq, not by the task id: an id that dies twice keeps both letters (migration 0002).
 CREATE TABLE {schema}.potatoq_dead (
-    id          text        PRIMARY KEY,
-    seq         bigint      GENERATED ALWAYS AS IDENTITY,
+    id          text        NOT NULL,
+    seq         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue       text        NOT NULL,
     task        text,
     priority    integer     NOT NULL DEFAULT 0,
@@ -87,6 +88,9 @@ CREATE TABLE {schema}.potatoq_dead (
 
 -- name: index_dead_died
 CREATE INDEX potatoq_dead_died ON {schema}.potatoq_dead (died_at, seq);
+
+-- name: index_dead_id
+CREATE INDEX potatoq_dead_id ON {schema}.potatoq_dead (id);
 
 -- name: create_workers
 -- One row per worker node, rewritten by every heartbeat. Half of each page is left free and
@@ -130,6 +134,59 @@ CREATE TABLE {schema}.potatoq_periodic (
 
 -- name: index_periodic_claimed
 CREATE INDEX potatoq_periodic_claimed ON {schema}.potatoq_periodic (claimed_at);;
+
+-- name: create_paused
+-- Queues paused for the whole fleet (potatoq queues pause): workers re-read it, never claim.
+CREATE TABLE {schema}.potatoq_paused (
+    queue  text             PRIMARY KEY,
+    since  double precision NOT NULL
+);
+
+-- Task history (migration 0004).
+
+-- name: create_history
+-- Times are epoch seconds (as the records carry them). Append-only but trimmed by
+-- retention: autovacuum settings as for the other churning tables.
+CREATE TABLE {schema}.potatoq_history (
+    seq            bigint           GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task_id        text             NOT NULL,
+    name           text,
+    queue          text             NOT NULL,
+    state          text             NOT NULL,
+    finished_at    double precision NOT NULL,
+    started_at     double precision,
+    enqueued_at    double precision,
+    due_at         double precision,
+    runtime        double precision,
+    worker         text,
+    pid            integer,
+    deliveries     integer          NOT NULL DEFAULT 0,
+    retries        integer          NOT NULL DEFAULT 0,
+    exc_type       text,
+    exc_message    text,
+    args_preview   text,
+    result_preview text,
+    parent_id      text,
+    root_id        text,
+    group_id       text
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
+
+-- name: index_history_task
+CREATE INDEX potatoq_history_task ON {schema}.potatoq_history (task_id, seq);
+
+-- name: index_history_name
+CREATE INDEX potatoq_history_name ON {schema}.potatoq_history (name, seq);
+
+-- name: index_history_state
+CREATE INDEX potatoq_history_state ON {schema}.potatoq_history (state, seq);
+
+-- name: index_history_queue
+CREATE INDEX potatoq_history_queue ON {schema}.potatoq_history (queue, seq);
+
+-- name: index_history_finished
+CREATE INDEX potatoq_history_finished ON {schema}.potatoq_history (finished_at);
+
+-- Concurrency limits (migration 0005).
 
 -- name: create_limits
 -- One row per concurrency limit key: the slots in use (running), the max its tasks carry

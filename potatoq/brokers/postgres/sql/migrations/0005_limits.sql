@@ -1,4 +1,4 @@
--- Migration 0002: cluster-wide concurrency limits (potatoq/brokers/limits.py).
+-- Migration 0005: cluster-wide concurrency limits (potatoq/brokers/limits.py).
 
 -- name: add_jobs_limit_columns
 ALTER TABLE {schema}.potatoq_jobs

@@ -1,4 +1,4 @@
--- Migration 0002: cluster-wide concurrency limits (potatoq/brokers/limits.py).
+-- Migration 0004: cluster-wide concurrency limits (potatoq/brokers/limits.py).
 -- A limited task carries its limit key and max in its row; the slots in use are its running
 -- rows, counted by the claim, so whatever ends a run (settle, recovery) frees the slot in
 -- the same transaction and nothing can leak.

@@ -1,0 +1,362 @@
+"""Task history: one compact record per finished delivery, kept by the broker and queried back.
+
+A settle that finishes a delivery (success, failure, retry, dead letter) and a ``revoke`` of
+a waiting task leave a :class:`HistoryRecord`. It is built here, from what the broker
+already holds at settle time (the :class:`Delivery` and the :class:`Outcome`), so that every
+broker records the same fields and the worker pays nothing beyond one small write:
+
+* SQL brokers insert it in the settle's own transaction (``potatoq_history``);
+* Redis appends it to a capped stream per deployment, right after the settle script;
+* RabbitMQ hands it to its result store (the broker its results live in);
+* memory keeps a capped list.
+
+Queries (:class:`HistoryQuery`) filter by name, state, queue, task id, finish-time range and
+exception text, newest first, with keyset pagination: a page's ``next_cursor`` is the
+position of its last record, and the next page starts strictly after it (no OFFSET, so page
+1000 costs what page 1 costs on the SQL brokers' indexes).
+
+Retention (:class:`HistorySettings`): records older than ``max_age`` seconds or beyond the
+newest ``max_count`` are dropped, amortised (SQL brokers trim on one settle in
+``TRIM_EVERY``). ``enabled=False`` turns recording off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import reprlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .. import states
+from ..exceptions import ImproperlyConfigured
+from .records import Complete, DeadLetter, Delivery, Outcome, Requeue, RetryLater
+
+__all__ = [
+    "DEAD",
+    "HISTORY_STATES",
+    "TRIM_EVERY",
+    "HistoryPage",
+    "HistoryQuery",
+    "HistoryRecord",
+    "HistorySettings",
+    "for_lost",
+    "for_revoke",
+    "for_settle",
+    "matches",
+    "should_trim",
+]
+
+#: The state of a dead-lettered delivery (Celery has no name for it).
+DEAD = "DEAD"
+HISTORY_STATES = (states.SUCCESS, states.FAILURE, states.RETRY, states.REVOKED, DEAD)
+#: SQL brokers run their retention trim on about one settle in this many.
+TRIM_EVERY = 200
+PREVIEW_MAX = 200  # characters of args/result preview kept
+EXCEPTION_MAX = 500  # characters of exception message kept
+
+_repr = reprlib.Repr()
+_repr.maxstring = 80
+_repr.maxother = 80
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class HistorySettings:
+    """``task_history`` settings, as the broker sees them."""
+
+    enabled: bool = True
+    max_age: float = 7 * 86400.0  # seconds a record is kept
+    max_count: int = 1_000_000  # records kept at most (oldest dropped first)
+    previews: bool = True  # keep a truncated repr of arguments and result
+    redact_kwargs: tuple[str, ...] = ("password", "secret", "token", "api_key")
+    trim_every: int = TRIM_EVERY  # SQL brokers trim on about one write in this many
+
+    @classmethod
+    def from_settings(cls, conf: Any) -> HistorySettings:
+        """From the app's ``task_history*`` settings (``conf`` has them as attributes)."""
+        max_age = conf.task_history_max_age
+        if hasattr(max_age, "total_seconds"):
+            max_age = max_age.total_seconds()
+        redact = conf.task_history_redact
+        if isinstance(redact, str) or not all(isinstance(k, str) for k in redact):
+            raise ImproperlyConfigured(f"task_history_redact must be a list of keyword names, got {redact!r}")
+        for name in ("task_history", "task_history_previews"):
+            if not isinstance(getattr(conf, name), bool):
+                raise ImproperlyConfigured(f"{name} must be True or False, got {getattr(conf, name)!r}")
+        if isinstance(conf.task_history_max_count, bool) or not isinstance(conf.task_history_max_count, int):
+            raise ImproperlyConfigured(
+                f"task_history_max_count must be an int, got {conf.task_history_max_count!r}"
+            )
+        if isinstance(max_age, bool) or not isinstance(max_age, int | float):
+            raise ImproperlyConfigured(f"task_history_max_age must be seconds (a number), got {max_age!r}")
+        return cls(
+            enabled=conf.task_history,
+            max_age=float(max_age),
+            max_count=conf.task_history_max_count,
+            previews=conf.task_history_previews,
+            redact_kwargs=tuple(redact),
+        )
+
+    def __post_init__(self) -> None:
+        if self.max_age <= 0:
+            raise ImproperlyConfigured(f"task_history_max_age must be > 0 seconds, got {self.max_age!r}")
+        if self.max_count < 1:
+            raise ImproperlyConfigured(f"task_history_max_count must be >= 1, got {self.max_count!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HistoryRecord:
+    """One finished delivery of a task (a task retried twice leaves three)."""
+
+    task_id: str
+    name: str | None
+    queue: str
+    state: str
+    finished_at: float
+    started_at: float | None = None
+    enqueued_at: float | None = None  # when it was sent (the ``sent_at`` header)
+    due_at: float | None = None  # its eta, when it had one
+    runtime: float | None = None  # seconds from claim to settle
+    worker: str | None = None
+    pid: int | None = None
+    deliveries: int = 0
+    retries: int = 0
+    exc_type: str | None = None
+    exc_message: str | None = None
+    args_preview: str | None = None
+    result_preview: str | None = None
+    parent_id: str | None = None
+    root_id: str | None = None
+    group_id: str | None = None
+    cursor: str | None = None  # the record's position, filled in when read back
+
+    @property
+    def latency(self) -> float | None:
+        """Seconds from due (sent, or its eta if later) to start: the wait in the queue."""
+        if self.started_at is None or self.enqueued_at is None:
+            return None
+        return max(0.0, self.started_at - max(self.enqueued_at, self.due_at or 0.0))
+
+    def to_json(self) -> dict[str, Any]:
+        body = dataclasses.asdict(self)
+        del body["cursor"]
+        return body
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_json(), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | str, cursor: str | None = None) -> HistoryRecord:
+        body = json.loads(data)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in body.items() if k in names}, cursor=cursor)
+
+    def columns(self) -> dict[str, Any]:
+        """The record as SQL parameters (every field but ``cursor``)."""
+        return self.to_json()
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryQuery:
+    """Filters for :meth:`Broker.history`; every one given must match."""
+
+    name: str | None = None
+    state: str | None = None
+    queue: str | None = None
+    task_id: str | None = None
+    since: float | None = None  # finished at or after (epoch seconds)
+    until: float | None = None  # finished before
+    text: str | None = None  # substring of the exception type or message (case-insensitive)
+    limit: int = 50
+    cursor: str | None = None  # a page's ``next_cursor``: records after it
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.limit, int) or not 1 <= self.limit <= 1000:
+            raise ValueError(f"history limit must be an int from 1 to 1000, got {self.limit!r}")
+        if self.state is not None and self.state not in HISTORY_STATES:
+            raise ValueError(f"unknown history state {self.state!r}: use one of {', '.join(HISTORY_STATES)}")
+        if self.cursor is not None and not (isinstance(self.cursor, str) and self.cursor):
+            raise ValueError(f"history cursor must be a non-empty string, got {self.cursor!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryPage:
+    records: list[HistoryRecord]
+    next_cursor: str | None  # None: this was the last page
+
+
+def matches(record: HistoryRecord, query: HistoryQuery) -> bool:
+    """True if ``record`` passes every filter of ``query`` (cursor and limit aside)."""
+    if query.name is not None and record.name != query.name:
+        return False
+    if query.state is not None and record.state != query.state:
+        return False
+    if query.queue is not None and record.queue != query.queue:
+        return False
+    if query.task_id is not None and record.task_id != query.task_id:
+        return False
+    if query.since is not None and record.finished_at < query.since:
+        return False
+    if query.until is not None and record.finished_at >= query.until:
+        return False
+    if query.text:
+        haystack = f"{record.exc_type or ''} {record.exc_message or ''}".lower()
+        if query.text.lower() not in haystack:
+            return False
+    return True
+
+
+def page_of(records: Iterable[HistoryRecord], query: HistoryQuery) -> HistoryPage:
+    """The first ``query.limit`` matches of ``records`` (given newest first, after the cursor)."""
+    found: list[HistoryRecord] = []
+    for record in records:
+        if matches(record, query):
+            found.append(record)
+            if len(found) > query.limit:
+                break
+    more = len(found) > query.limit
+    found = found[: query.limit]
+    return HistoryPage(found, found[-1].cursor if more and found else None)
+
+
+def should_trim(settings: HistorySettings) -> bool:
+    return settings.trim_every <= 1 or random.randrange(settings.trim_every) == 0
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _preview(value: Any) -> str:
+    text = _repr.repr(value)
+    return text if len(text) <= PREVIEW_MAX else text[: PREVIEW_MAX - 1] + "…"
+
+
+def _args_preview(delivery: Delivery, settings: HistorySettings) -> str | None:
+    message = delivery.message
+    if message is None or not settings.previews:
+        return None
+    hidden = {k.lower() for k in settings.redact_kwargs}
+    kwargs = {k: ("[redacted]" if k.lower() in hidden else v) for k, v in message.kwargs.items()}
+    return _preview((tuple(message.args), kwargs))
+
+
+def _exception(payload: Any) -> tuple[str | None, str | None]:
+    if isinstance(payload, Mapping) and "exc_type" in payload:
+        message = payload.get("exc_message")
+        if isinstance(message, list | tuple):
+            message = ", ".join(str(m) for m in message)
+        return str(payload["exc_type"]), str(message or "")[:EXCEPTION_MAX]
+    return None, None
+
+
+def _reason(reason: str) -> tuple[str | None, str | None]:
+    """``"ValueError: boom"`` → ``("ValueError", "boom")`` (the executor's dead-letter reason)."""
+    head, sep, rest = reason.partition(": ")
+    if sep and head.replace(".", "").replace("_", "").isalnum() and " " not in head:
+        return head, rest[:EXCEPTION_MAX]
+    return None, reason[:EXCEPTION_MAX]
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def for_settle(
+    delivery: Delivery, outcome: Outcome, now: float, settings: HistorySettings
+) -> HistoryRecord | None:
+    """The record a settle of ``delivery`` with ``outcome`` leaves; None when it leaves none
+    (history off, or a :class:`Requeue`: the task isn't finished)."""
+    if not settings.enabled or isinstance(outcome, Requeue):
+        return None
+    message = delivery.message
+    result = getattr(outcome, "result", None)
+    exc_type: str | None = None
+    exc_message: str | None = None
+    result_preview: str | None = None
+    if isinstance(outcome, DeadLetter):
+        state = DEAD
+        exc_type, exc_message = _exception(result.result) if result is not None else (None, None)
+        if exc_type is None:
+            exc_type, exc_message = _reason(outcome.reason)
+    elif isinstance(outcome, RetryLater):
+        state = states.RETRY
+        if outcome.error is not None:
+            exc_type, exc_message = outcome.error[0], outcome.error[1][:EXCEPTION_MAX]
+        elif result is not None:
+            exc_type, exc_message = _exception(result.result)
+    elif isinstance(outcome, Complete):
+        state = result.state if result is not None else states.SUCCESS
+        if outcome.error is not None:  # a failure in ``throws``: no result may be stored
+            state = states.FAILURE
+            exc_type, exc_message = outcome.error[0], outcome.error[1][:EXCEPTION_MAX]
+        elif state not in HISTORY_STATES:
+            state = states.SUCCESS  # a custom state written by update_state: the task finished
+        if result is not None and state == states.SUCCESS:
+            result_preview = _preview(result.result) if settings.previews else None
+        elif result is not None and exc_type is None:
+            exc_type, exc_message = _exception(result.result)
+    else:
+        raise TypeError(f"unknown outcome {outcome!r}")
+    headers: Mapping[str, Any] = message.headers if message is not None else {}
+    return HistoryRecord(
+        task_id=delivery.id,
+        name=message.task if message is not None else None,
+        queue=delivery.queue,
+        state=state,
+        finished_at=now,
+        started_at=delivery.claimed_at,
+        enqueued_at=_float(headers.get("sent_at")),
+        due_at=message.eta if message is not None else None,
+        runtime=max(0.0, now - delivery.claimed_at),
+        worker=delivery.worker.node,
+        pid=delivery.worker.pid,
+        deliveries=delivery.deliveries,
+        retries=message.retries if message is not None else 0,
+        exc_type=exc_type,
+        exc_message=exc_message,
+        args_preview=_args_preview(delivery, settings),
+        result_preview=result_preview,
+        parent_id=headers.get("parent_id"),
+        root_id=headers.get("root_id"),
+        group_id=headers.get("group_id"),
+    )
+
+
+def for_revoke(
+    task_id: str, name: str | None, queue: str, now: float, settings: HistorySettings
+) -> HistoryRecord | None:
+    """The record a ``revoke`` that removed a waiting task leaves (it never started)."""
+    if not settings.enabled:
+        return None
+    return HistoryRecord(task_id=task_id, name=name, queue=queue, state=states.REVOKED, finished_at=now)
+
+
+def for_lost(
+    task_id: str,
+    name: str | None,
+    queue: str,
+    deliveries: int,
+    reason: str,
+    now: float,
+    settings: HistorySettings,
+) -> HistoryRecord | None:
+    """The record of a task ``recover`` dead-lettered because its workers kept dying."""
+    if not settings.enabled:
+        return None
+    exc_type, exc_message = _reason(reason)
+    return HistoryRecord(
+        task_id=task_id,
+        name=name,
+        queue=queue,
+        state=DEAD,
+        finished_at=now,
+        deliveries=deliveries,
+        exc_type=exc_type,
+        exc_message=exc_message,
+    )
+
+
+def sorted_newest_first(records: Sequence[HistoryRecord]) -> list[HistoryRecord]:
+    return sorted(records, key=lambda r: (r.finished_at, r.cursor or ""), reverse=True)

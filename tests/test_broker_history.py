@@ -1,0 +1,219 @@
+"""The task-history part of the broker contract, once per broker in ``tests/factories``.
+
+Every finished delivery (success, failure, retry, dead letter) and every revoke of a waiting
+task leaves one record; ``Broker.history`` filters them and pages with a keyset cursor.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from potatoq.brokers.base import (
+    Broker,
+    Complete,
+    DeadLetter,
+    HistoryQuery,
+    HistoryRecord,
+    HistorySettings,
+    Requeue,
+    ResultRecord,
+    RetryLater,
+)
+from potatoq.brokers.history import DEAD
+from potatoq.message import Message
+from potatoq.states import FAILURE, RETRY, REVOKED, SUCCESS
+
+from .conftest import BrokerMaker
+from .test_brokers import WORKER_A, claim_soon
+
+TASK = "tests.history"
+
+
+def send(broker: Broker, queue: str = "default", *, task: str = TASK, **kw: object) -> Message:
+    message = Message(
+        id=str(uuid.uuid4()),
+        task=task,
+        queue=queue,
+        headers={"sent_at": time.time()},
+        **kw,  # type: ignore[arg-type]
+    )
+    broker.enqueue([message])
+    return message
+
+
+def run(broker: Broker, outcome_for: object = None, queue: str = "default") -> str:
+    """Claim one task from ``queue`` and settle it as a success; return its id."""
+    delivery = claim_soon(broker, [queue])
+    result = ResultRecord(task_id=delivery.id, state=SUCCESS, result={"total": 5}, name=TASK)
+    assert broker.settle(delivery, Complete(result=result))
+    return delivery.id
+
+
+def records(broker: Broker, **filters: object) -> list[HistoryRecord]:
+    return broker.history(HistoryQuery(**filters)).records  # type: ignore[arg-type]
+
+
+def test_a_success_leaves_a_record_with_its_details(broker: Broker) -> None:
+    sent = send(broker, args=(2, 3), kwargs={"password": "hunter2", "x": 1})
+    task_id = run(broker)
+    assert task_id == sent.id
+    [record] = records(broker, task_id=task_id)
+    assert (record.name, record.queue, record.state) == (TASK, "default", SUCCESS)
+    assert (record.worker, record.pid, record.deliveries, record.retries) == (
+        WORKER_A.node,
+        WORKER_A.pid,
+        1,
+        0,
+    )
+    assert record.started_at is not None and record.finished_at >= record.started_at
+    assert record.runtime is not None and record.runtime >= 0
+    assert record.enqueued_at is not None and record.latency is not None
+    assert record.result_preview == "{'total': 5}"
+    assert record.args_preview is not None and "(2, 3)" in record.args_preview
+    assert "hunter2" not in record.args_preview and "[redacted]" in record.args_preview
+    assert record.exc_type is None and record.cursor
+
+
+def test_failure_retry_and_dead_letter_are_recorded_with_the_exception(broker: Broker) -> None:
+    sent = send(broker)
+    delivery = claim_soon(broker, ["default"])
+    error = {"exc_type": "KeyError", "exc_message": ["missing key 'a'"], "exc_module": "builtins"}
+    retry_result = ResultRecord(task_id=sent.id, state=RETRY, result=error)
+    assert broker.settle(delivery, RetryLater(message=sent.replace(retries=1), result=retry_result))
+    delivery = claim_soon(broker, ["default"])
+    assert broker.settle(delivery, DeadLetter(reason="ValueError: bad input 42"))
+    other = send(broker)
+    delivery = claim_soon(broker, ["default"])
+    failure = ResultRecord(task_id=other.id, state=FAILURE, result=error)
+    assert broker.settle(delivery, Complete(result=failure))
+
+    dead, retried = records(broker, task_id=sent.id)  # newest first: the task page's order
+    assert (retried.state, retried.exc_type, retried.exc_message) == (RETRY, "KeyError", "missing key 'a'")
+    assert (dead.state, dead.exc_type, dead.exc_message, dead.retries) == (
+        DEAD,
+        "ValueError",
+        "bad input 42",
+        1,
+    )
+    [failed] = records(broker, task_id=other.id)
+    assert (failed.state, failed.exc_type) == (FAILURE, "KeyError")
+
+
+def test_a_requeue_leaves_no_record(broker: Broker) -> None:
+    send(broker)
+    delivery = claim_soon(broker, ["default"])
+    assert broker.settle(delivery, Requeue())
+    assert records(broker) == []
+    run(broker)
+    assert [r.state for r in records(broker)] == [SUCCESS]
+
+
+def test_a_stale_settle_leaves_no_record(broker: Broker) -> None:
+    send(broker)
+    delivery = claim_soon(broker, ["default"])
+    assert broker.settle(delivery, Complete())
+    assert not broker.settle(delivery, Complete())
+    assert len(records(broker)) == 1
+
+
+def test_revoking_a_waiting_task_leaves_a_revoked_record(broker: Broker) -> None:
+    if broker.capabilities.revoke_deletes:
+        sent = send(broker, queue="later", eta=time.time() + 3600)
+        assert broker.revoke(sent.id)
+    else:  # the revoked id is skipped (and recorded) when it is delivered
+        sent = send(broker, queue="later")
+        assert broker.revoke(sent.id)
+        broker.wait(["later"], 1.0)
+        assert broker.claim(["later"], WORKER_A) is None
+    [record] = records(broker, task_id=sent.id)
+    assert (record.state, record.name, record.queue) == (REVOKED, TASK, "later")
+    assert (record.started_at is None) == broker.capabilities.revoke_deletes  # never ran
+
+
+def test_filters_by_name_state_queue_time_and_exception_text(broker: Broker) -> None:
+    send(broker, task="tests.a")
+    send(broker, queue="other", task="tests.b")
+    run(broker)
+    middle = time.time()
+    run(broker, queue="other")
+    send(broker, task="tests.c")
+    delivery = claim_soon(broker, ["default"])
+    assert broker.settle(delivery, DeadLetter(reason="TimeoutError: upstream Slow"))
+
+    assert [r.name for r in records(broker, name="tests.a")] == ["tests.a"]
+    assert [r.name for r in records(broker, queue="other")] == ["tests.b"]
+    assert [r.name for r in records(broker, state=DEAD)] == ["tests.c"]
+    assert [r.name for r in records(broker, text="upstream slow")] == ["tests.c"]
+    assert [r.name for r in records(broker, text="timeouterror")] == ["tests.c"]
+    assert [r.name for r in records(broker, until=middle)] == ["tests.a"]
+    assert [r.name for r in records(broker, since=middle)] == ["tests.c", "tests.b"]
+    assert records(broker, name="tests.nothing") == []
+
+
+def test_keyset_pages_walk_every_record_once_newest_first(broker: Broker) -> None:
+    sent = [send(broker) for _ in range(7)]
+    done = [run(broker) for _ in sent]
+    seen: list[str] = []
+    cursor = None
+    sizes = []
+    while True:
+        page = broker.history(HistoryQuery(limit=3, cursor=cursor))
+        sizes.append(len(page.records))
+        seen += [r.task_id for r in page.records]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == list(reversed(done))
+    assert sizes == [3, 3, 1]
+
+
+def test_history_off_records_nothing(make_broker: BrokerMaker) -> None:
+    broker = make_broker(history=HistorySettings(enabled=False))
+    sent = send(broker)
+    run(broker)
+    assert records(broker, task_id=sent.id) == []
+
+
+def test_retention_keeps_the_newest_max_count(make_broker: BrokerMaker) -> None:
+    broker = make_broker(history=HistorySettings(max_count=2, trim_every=1))
+    for _ in range(4):
+        send(broker)
+    done = [run(broker) for _ in range(4)]
+    assert [r.task_id for r in records(broker)] == [done[3], done[2]]
+
+
+def test_retention_drops_records_older_than_max_age(make_broker: BrokerMaker) -> None:
+    broker = make_broker(history=HistorySettings(max_age=3600, trim_every=1))
+    old = HistoryRecord(
+        task_id="old", name=TASK, queue="default", state=SUCCESS, finished_at=time.time() - 7200
+    )
+    broker.append_history([old])
+    send(broker)
+    task_id = run(broker)
+    assert [r.task_id for r in records(broker)] == [task_id]
+
+
+def test_bad_queries_are_refused_naming_what_is_wrong(broker: Broker) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        HistoryQuery(limit=0)
+    with pytest.raises(ValueError, match="state 'DONE'"):
+        HistoryQuery(state="DONE")
+    with pytest.raises(ValueError, match="cursor 'nope'"):
+        broker.history(HistoryQuery(cursor="nope"))
+
+
+def test_a_task_recovery_dead_letters_is_recorded(make_broker: BrokerMaker) -> None:
+    broker = make_broker(dead_after=0.2)
+    if not broker.capabilities.recovers_dead_holders:
+        pytest.skip("the broker itself redelivers a dead holder's tasks")
+    sent = send(broker)
+    claim_soon(broker, ["default"])
+    deadline = time.monotonic() + 15
+    while not broker.recover(0.2, 1).dead:
+        assert time.monotonic() < deadline, "recover() never dead-lettered the task"
+        time.sleep(0.05)
+    [record] = records(broker, task_id=sent.id)
+    assert (record.state, record.name, record.exc_type) == (DEAD, TASK, "WorkerLostError")
