@@ -4,8 +4,11 @@
 -- name: maintenance_sweep
 WITH results AS (
     DELETE FROM {schema}.potatoq_results
-    WHERE task_id IN (SELECT task_id FROM {schema}.potatoq_results
-                      WHERE expires_at < now() ORDER BY expires_at LIMIT %(batch)s)
+    -- = ANY (ARRAY(...)): primary-key probes, never a join that reads the whole table;
+    -- the expiry is checked again in case the result was stored anew meanwhile
+    WHERE task_id = ANY (ARRAY(SELECT task_id FROM {schema}.potatoq_results
+                               WHERE expires_at < now() ORDER BY expires_at LIMIT %(batch)s))
+      AND expires_at < now()
     RETURNING 1
 ), chords AS (
     DELETE FROM {schema}.potatoq_chords

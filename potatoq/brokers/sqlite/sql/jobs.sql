@@ -60,15 +60,38 @@ WHERE id = :id AND token = :token AND state = 2;
 DELETE FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
 
 -- name: job_purge
-DELETE FROM potatoq_jobs WHERE state IN (0, 1) AND queue IN (SELECT value FROM json_each(:queues));
+-- Through the ready and scheduled indexes (both lead with queue): other queues' rows are
+-- never read.
+DELETE FROM potatoq_jobs
+WHERE (state = 1 AND queue IN (SELECT value FROM json_each(:queues)))
+   OR (state = 0 AND queue IN (SELECT value FROM json_each(:queues)));
 
 -- name: job_stats
-SELECT queue,
-       sum(state = 1 OR (state = 0 AND run_at <= :now)),
-       sum(state = 0 AND run_at > :now),
-       sum(state = 2),
-       min(CASE WHEN state = 1 OR (state = 0 AND run_at <= :now) THEN run_at END)
-FROM potatoq_jobs GROUP BY queue ORDER BY queue;
+-- Exact counts without reading the table: index-only counts of the partial ready and
+-- scheduled indexes, and the small running index. A due scheduled task counts as waiting
+-- (the next claim promotes it). The oldest waiting time is the earlier of the task at the
+-- head of each queue (one index probe) and the longest-due scheduled task: the oldest
+-- waiting task unless a newer one has a higher priority.
+WITH counts AS (
+    SELECT queue, count(*) AS waiting, 0 AS delayed, 0 AS running, NULL AS oldest
+    FROM potatoq_jobs WHERE state = 1 GROUP BY queue
+    UNION ALL
+    SELECT queue, sum(run_at <= :now), sum(run_at > :now), 0,
+           min(CASE WHEN run_at <= :now THEN run_at END)
+    FROM potatoq_jobs WHERE state = 0 GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*), NULL FROM potatoq_jobs WHERE state = 2 GROUP BY queue
+), queues AS (
+    SELECT queue, sum(waiting) AS waiting, sum(delayed) AS delayed, sum(running) AS running,
+           min(oldest) AS oldest
+    FROM counts GROUP BY queue
+)
+SELECT queue, waiting, delayed, running, min(coalesce(oldest, head), coalesce(head, oldest))
+FROM (SELECT q.*, (SELECT run_at FROM potatoq_jobs
+                   WHERE state = 1 AND queue = q.queue
+                   ORDER BY priority DESC, seq LIMIT 1) AS head
+      FROM queues AS q)
+ORDER BY queue;
 
 -- name: job_held_by
 -- The claims of one holder (a worker child), read by its supervisor after the child died:
