@@ -52,6 +52,8 @@ __all__ = ["SQLiteBroker", "SQLiteOptions"]
 
 # How long claimed periodic fire times are remembered (nobody races for older ones).
 PERIODIC_RETENTION = 7 * 86400.0
+# Rows deleted per housekeeping write transaction: a few milliseconds of the write lock.
+HOUSEKEEPING_BATCH = 2000
 
 
 def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
@@ -486,10 +488,24 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
             if dead_nodes:  # after the requeue above: their tasks are recovered by now
                 conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:
-                for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
-                    conn.execute(SQL[name], housekeeping_params)
                 conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
+        if housekeeping:
+            self._expire(now)
         return RecoverReport(requeued=requeued, dead=dead)
+
+    def _expire(self, now: float) -> None:
+        """Delete expired results and chords in batches, one short write transaction each.
+
+        A single delete of a backlog (after downtime) would hold the only write lock past
+        other writers' busy timeout, and they would fail with "database is locked".
+        """
+        params = {"now": now, "limit": HOUSEKEEPING_BATCH}
+        for names in (("housekeeping_results",), ("housekeeping_chord_parts", "housekeeping_chords")):
+            while True:
+                with self._write() as conn:
+                    deleted = [conn.execute(SQL[name], params).rowcount for name in names]
+                if deleted[-1] < HOUSEKEEPING_BATCH:
+                    break
 
     @staticmethod
     def _lost_result(task_id: str, task: str | None, reason: str, now: float) -> ResultRecord:

@@ -1,0 +1,51 @@
+"""SQLite at scale: housekeeping of a large backlog in short write transactions."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from potatoq.brokers import create_broker
+from potatoq.brokers.base import BrokerConfig
+from potatoq.brokers.sqlite import SQLiteBroker
+from potatoq.brokers.sqlite.broker import HOUSEKEEPING_BATCH
+
+
+def test_an_expired_backlog_goes_in_one_recover_call_one_short_transaction_per_batch(tmp_path: Path) -> None:
+    path = tmp_path / "broker.sqlite3"
+    broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
+    assert isinstance(broker, SQLiteBroker)
+    broker.migrate()
+    expired = 2 * HOUSEKEEPING_BATCH + 7
+    now = time.time()
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO potatoq_results (task_id, state, payload, expires_at) VALUES (?, 'SUCCESS', x'00', ?)",
+            [(f"old-{i}", now - 60) for i in range(expired)] + [(f"live-{i}", now + 3600) for i in range(5)],
+        )
+        conn.executemany(
+            "INSERT INTO potatoq_chords (group_id, size, expires_at) VALUES (?, 2, ?)",
+            [(f"g-{i}", now - 60) for i in range(HOUSEKEEPING_BATCH + 1)],
+        )
+        conn.executemany(
+            "INSERT INTO potatoq_chord_parts (group_id, idx, value) VALUES (?, 0, x'00')",
+            [(f"g-{i}",) for i in range(HOUSEKEEPING_BATCH + 1)],
+        )
+    conn.close()
+    statements: list[str] = []
+    broker._conn().conn.set_trace_callback(statements.append)
+    try:
+        broker.recover(60.0, 5)
+    finally:
+        broker._conn().conn.set_trace_callback(None)
+        broker.close()
+    with sqlite3.connect(path) as conn:
+        left = conn.execute("SELECT task_id FROM potatoq_results ORDER BY task_id").fetchall()
+        chords = conn.execute("SELECT count(*) FROM potatoq_chords").fetchone()
+        parts = conn.execute("SELECT count(*) FROM potatoq_chord_parts").fetchone()
+    conn.close()
+    assert [r[0] for r in left] == [f"live-{i}" for i in range(5)]
+    assert chords == (0,) and parts == (0,)
+    # results in three batches, chords in two: each its own write transaction
+    assert sum(s.startswith("BEGIN IMMEDIATE") for s in statements) >= 3 + 2, statements
