@@ -392,19 +392,16 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         """
         local = self._conn()
         names = self._queue_list(queues)
-        start = time.monotonic()
-        deadline = start + max(0.0, timeout)
+        deadline = time.monotonic() + max(0.0, timeout)
         interrupts = local.interrupts
         try:
             baseline = local.data_version()
         except sqlite3.OperationalError as exc:
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
-        ready, due = self._read("job_peek", {"queues": names, "now": self.clock()})[0]
-        if ready or due:
+        first_deadline = self._work_or_deadline(names, deadline)
+        if first_deadline is None:
             return
-        next_due = self._read("job_next_due", {"queues": names})[0][0]
-        if next_due is not None:
-            deadline = min(deadline, start + max(0.0, float(next_due) - self.clock()))
+        deadline = first_deadline
         delay = WAIT_MIN
         try:
             while True:
@@ -413,11 +410,30 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
                     return
                 if not self._sleep(min(delay, remaining), interrupts):
                     return
-                if local.data_version() != baseline:
-                    return
+                version = local.data_version()
+                if version != baseline:
+                    # Another connection committed: return only if it concerns these queues.
+                    # A commit elsewhere (any busy database has them every few ms) costs one
+                    # cheap read, and the backoff goes on, so idle threads don't poll.
+                    baseline = version
+                    new_deadline = self._work_or_deadline(names, deadline)
+                    if new_deadline is None:
+                        return
+                    deadline = new_deadline
                 delay = min(delay * 2, WAIT_MAX)
         finally:
             local.interrupts = self._interrupts
+
+    def _work_or_deadline(self, names: str, deadline: float) -> float | None:
+        """None if work is ready or due in ``names``; else ``deadline``, brought forward to
+        when the earliest scheduled task of ``names`` falls due."""
+        ready, due = self._read("job_peek", {"queues": names, "now": self.clock()})[0]
+        if ready or due:
+            return None
+        next_due = self._read("job_next_due", {"queues": names})[0][0]
+        if next_due is not None:
+            deadline = min(deadline, time.monotonic() + max(0.0, float(next_due) - self.clock()))
+        return deadline
 
     def interrupt(self) -> None:
         wake = self._wake_condition()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig
 from potatoq.brokers.sqlite import SQLiteBroker
 from potatoq.brokers.sqlite.broker import HOUSEKEEPING_BATCH
+from potatoq.message import Message, new_id
 
 
 def test_an_expired_backlog_goes_in_one_recover_call_one_short_transaction_per_batch(tmp_path: Path) -> None:
@@ -49,3 +52,44 @@ def test_an_expired_backlog_goes_in_one_recover_call_one_short_transaction_per_b
     assert chords == (0,) and parts == (0,)
     # results in three batches, chords in two: each its own write transaction
     assert sum(s.startswith("BEGIN IMMEDIATE") for s in statements) >= 3 + 2, statements
+
+
+def test_an_idle_wait_outlasts_commits_to_other_queues(tmp_path: Path) -> None:
+    """Commits elsewhere cost the waiter one cheap read each; it returns for its own queue."""
+    url = f"sqlite:///{tmp_path / 'broker.sqlite3'}"
+    waiter = create_broker(BrokerConfig(url=url))
+    other = create_broker(BrokerConfig(url=url))
+    assert isinstance(waiter, SQLiteBroker) and isinstance(other, SQLiteBroker)
+    looks = threading.Semaphore(0)
+    read = waiter._read
+
+    def counting_read(name: str, params: Any = None) -> list[Any]:
+        if name == "job_peek":
+            looks.release()
+        return read(name, params)
+
+    waiter._read = counting_read  # type: ignore[method-assign]
+    returned = threading.Event()
+
+    def wait() -> None:
+        waiter.wait(["mine"], 60.0)
+        returned.set()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    try:
+        assert looks.acquire(timeout=20)  # the first look, before sleeping
+        for _ in range(5):
+            other.enqueue([Message(id=new_id(), task="tests.noop", queue="elsewhere")])
+            # the waiter either looks again (and goes on waiting) or, without the fix, returns
+            deadline = time.monotonic() + 20
+            while not looks.acquire(timeout=0.05) and not returned.is_set():
+                assert time.monotonic() < deadline, "the waiter never noticed the commit"
+            assert not returned.is_set(), "a commit to another queue ended the wait"
+        other.enqueue([Message(id=new_id(), task="tests.noop", queue="mine")])
+        assert returned.wait(20)
+    finally:
+        waiter.interrupt()
+        thread.join(20)
+        waiter.close()
+        other.close()
