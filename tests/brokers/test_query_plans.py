@@ -118,7 +118,9 @@ def test_no_postgres_statement_scans_the_jobs_or_results_table(pg_schema: tuple[
             conn.execute(sql.SQL("VACUUM ANALYZE {}.{}").format(s, sql.Identifier(table)))
         stmts = statements.Statements(schema)
         offenders: dict[str, str] = {}
-        names = [n for n, body in statements.queries().items() if not SETUP.match(n) and "{channel}" not in body]
+        names = [
+            n for n, body in statements.queries().items() if not SETUP.match(n) and "{channel}" not in body
+        ]
         assert {"job_claim", "job_finish", "queue_stats", "maintenance_sweep", "jobs_purge"} <= set(names)
         for name in names:
             row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmts[name].query, PG_PARAMS).fetchone()
@@ -165,7 +167,9 @@ def test_no_sqlite_statement_scans_the_jobs_or_results_table(tmp_path: Path) -> 
         conn.execute("ANALYZE")
         offenders: dict[str, str] = {}
         names = [n for n in SQL if not SETUP.match(n)]
-        assert {"job_claim", "job_promote_due", "job_stats", "housekeeping_results", "job_purge"} <= set(names)
+        assert {"job_claim", "job_promote_due", "job_stats", "housekeeping_results", "job_purge"} <= set(
+            names
+        )
         table_scan = re.compile(r"^SCAN (?P<table>\w+)(?: AS \w+)?$")
         for name in names:
             for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], SQLITE_PARAMS):

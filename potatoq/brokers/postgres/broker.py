@@ -37,7 +37,7 @@ from ..base import (
     decode_delivery,
     validate_queue_name,
 )
-from . import migrate, statements, wakeups
+from . import migrate, statements, sweep, wakeups
 from .admin import PostgresAdmin
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
 from .options import PostgresOptions, libpq_url
@@ -47,13 +47,6 @@ __all__ = ["PostgresBroker", "PostgresOptions"]
 
 log = logging.getLogger("potatoq.brokers.postgres")
 
-SWEEP_BATCH = 5000
-# Sweep rounds per housekeeping call: each round is its own short transaction deleting up to
-# SWEEP_BATCH rows per table, repeated while a table still had a full batch. 400 rounds is
-# 2,000,000 expired results per call, so one process alone keeps pace with 30,000 results/s
-# at one call a minute; a larger backlog is worked off over the next calls.
-SWEEP_ROUNDS = 400
-PERIODIC_RETENTION = 7 * 86400.0  # claimed fire times remembered this long
 NEVER = 100 * 365 * 86400.0  # result_expires <= 0: keep results (a century)
 POLL_MIN = 0.01  # notify=False: first poll after 10 ms, doubling up to poll_interval
 INT32 = 2**31
@@ -585,18 +578,8 @@ class PostgresBroker(PostgresResults, PostgresAdmin, Broker):
         return RecoverReport(requeued=requeued, dead=dead)
 
     def _housekeeping(self) -> None:
-        """Delete expired results, chords and old periodic fire times; trim dead letters.
-
-        Batched deletes repeated until done (or SWEEP_ROUNDS): short transactions that never
-        hold many row locks, rather than a partitioned results table, which would change the
-        table every other statement reads and needs partitions created ahead of time.
-        """
-        params = {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION}
-        for _ in range(SWEEP_ROUNDS):
-            rows = self._run("maintenance_sweep", params)
-            results, chords, _parts, periodic = rows[0] if rows else (0, 0, 0, 0)
-            if max(results, chords, periodic) < SWEEP_BATCH:
-                break
+        """Delete expired results, chords and old periodic fire times; trim dead letters."""
+        sweep.sweep_expired(self._run)
         self._run(
             "dead_trim",
             {"max": self._dead_max, "ttl": self._dead_ttl},

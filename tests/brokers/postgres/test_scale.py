@@ -12,7 +12,7 @@ from psycopg import sql
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig
 from potatoq.brokers.postgres import PostgresBroker
-from potatoq.brokers.postgres.broker import SWEEP_BATCH
+from potatoq.brokers.postgres.sweep import SWEEP_BATCH
 from tests import services
 from tests.factories.postgres import drop_schema
 
@@ -49,5 +49,7 @@ def test_one_housekeeping_call_deletes_an_expired_backlog_of_several_batches(bro
             ).format(table)
         )
         broker._housekeeping()
-        left = conn.execute(sql.SQL("SELECT task_id LIKE 'live-%%', count(*) FROM {} GROUP BY 1").format(table))
+        left = conn.execute(
+            sql.SQL("SELECT task_id LIKE 'live-%%', count(*) FROM {} GROUP BY 1").format(table)
+        )
         assert dict(left.fetchall()) == {True: 10}

@@ -24,7 +24,8 @@ def test_an_expired_backlog_goes_in_one_recover_call_one_short_transaction_per_b
     now = time.time()
     with sqlite3.connect(path) as conn:
         conn.executemany(
-            "INSERT INTO potatoq_results (task_id, state, payload, expires_at) VALUES (?, 'SUCCESS', x'00', ?)",
+            "INSERT INTO potatoq_results (task_id, state, payload, expires_at)"
+            " VALUES (?, 'SUCCESS', x'00', ?)",
             [(f"old-{i}", now - 60) for i in range(expired)] + [(f"live-{i}", now + 3600) for i in range(5)],
         )
         conn.executemany(
