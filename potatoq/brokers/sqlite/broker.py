@@ -54,6 +54,8 @@ __all__ = ["SQLiteBroker", "SQLiteOptions"]
 PERIODIC_RETENTION = 7 * 86400.0
 # Rows deleted per housekeeping write transaction: a few milliseconds of the write lock.
 HOUSEKEEPING_BATCH = 2000
+# Due scheduled tasks made ready per claim transaction (the rest by the next claims).
+PROMOTE_BATCH = 1000
 
 
 def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
@@ -228,7 +230,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, Broker):
         self, conn: sqlite3.Connection, queues: Sequence[str], worker: WorkerRef, now: float
     ) -> Delivery | None:
         """Promote due tasks and claim the best ready one, inside an open write transaction."""
-        conn.execute(SQL["job_promote_due"], {"queues": self._queue_list(queues), "now": now})
+        promote = {"queues": self._queue_list(queues), "now": now, "limit": PROMOTE_BATCH}
+        conn.execute(SQL["job_promote_due"], promote)
         token = random.getrandbits(63)
         params = {"token": token, "node": worker.node, "pid": worker.pid, "now": now, "queue": ""}
         for queue in queues:

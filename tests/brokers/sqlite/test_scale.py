@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from potatoq.brokers import create_broker
-from potatoq.brokers.base import BrokerConfig
+from potatoq.brokers.base import BrokerConfig, WorkerRef
 from potatoq.brokers.sqlite import SQLiteBroker
-from potatoq.brokers.sqlite.broker import HOUSEKEEPING_BATCH
+from potatoq.brokers.sqlite.broker import HOUSEKEEPING_BATCH, PROMOTE_BATCH
 from potatoq.message import Message, new_id
 
 
@@ -94,3 +94,32 @@ def test_an_idle_wait_outlasts_commits_to_other_queues(tmp_path: Path) -> None:
         thread.join(20)
         waiter.close()
         other.close()
+
+
+def test_a_due_backlog_is_promoted_a_batch_per_claim_earliest_first(tmp_path: Path) -> None:
+    path = tmp_path / "broker.sqlite3"
+    broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
+    assert isinstance(broker, SQLiteBroker)
+    broker.migrate()
+    due = 2 * PROMOTE_BATCH + 3
+    now = time.time()
+    messages = [Message(id=f"due-{i:05d}", task="tests.noop", queue="q") for i in range(due)]
+    with sqlite3.connect(path) as conn:  # a mass ETA that fell due while nothing ran
+        conn.executemany(
+            "INSERT INTO potatoq_jobs (id, queue, state, run_at, payload) VALUES (?, 'q', 0, ?, ?)",
+            [(m.id, now - 3600 + i, m.encode()) for i, m in enumerate(messages)],
+        )
+    conn.close()
+    try:
+        first = broker.claim(["q"], WorkerRef("node", 1))
+        assert first is not None and first.id == "due-00000"
+        with sqlite3.connect(path) as conn:
+            states = dict(conn.execute("SELECT state, count(*) FROM potatoq_jobs GROUP BY state").fetchall())
+        conn.close()
+        assert states == {0: due - PROMOTE_BATCH, 1: PROMOTE_BATCH - 1, 2: 1}
+        claimed = [first.id]
+        while (delivery := broker.claim(["q"], WorkerRef("node", 1))) is not None:
+            claimed.append(delivery.id)
+        assert claimed == [m.id for m in messages]  # every one, in due order
+    finally:
+        broker.close()

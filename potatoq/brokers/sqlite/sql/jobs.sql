@@ -24,7 +24,10 @@ UPDATE potatoq_jobs SET state = 1, seq = due.new_seq
 FROM (SELECT seq AS old_seq,
              (SELECT max(seq) FROM potatoq_jobs) + row_number() OVER (ORDER BY run_at, seq) AS new_seq
       FROM potatoq_jobs
-      WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:queues))) AS due
+      WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:queues))
+      -- at most :limit per claim: a backlog of due tasks (after downtime, a mass ETA) is
+      -- promoted over the next claims, never in one long write transaction
+      ORDER BY run_at, seq LIMIT :limit) AS due
 WHERE potatoq_jobs.seq = due.old_seq;
 
 -- name: job_claim
