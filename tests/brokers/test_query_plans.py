@@ -33,6 +33,9 @@ NOW = time.time()
 # Schema set-up and bookkeeping run once per process, on tables that aren't the big ones.
 SETUP = re.compile(r"^(schema_|listen$|notify_channels$)")
 
+# Statements the broker runs after a SET LOCAL statement in the same transaction.
+PG_SETTINGS = {"queue_stats": ("queue_stats_no_seqscan",)}
+
 # One sample value per parameter name, shared by every statement (extra keys are ignored).
 PG_PARAMS: dict[str, Any] = {
     "all": False, "batch": 5000, "cb_channels": ["c"], "cb_etas": [None], "cb_ids": ["cb-1"],
@@ -48,6 +51,22 @@ PG_PARAMS: dict[str, Any] = {
     "task_id": "job-17", "token": str(uuid.uuid4()), "ttl": 86400.0, "uncount": 1,
     "worker": "node-3",
 }  # fmt: skip
+
+# A pass over the running index is allowed everywhere: running tasks are bounded by the
+# workers' concurrency, not by the backlog (recovery walks them).
+# Statements allowed a full pass over another partial index, and the plan steps that do it:
+# queue stats count the waiting/delayed/running entries (index-only, never the table).
+INDEX_ONLY_COUNTS = {
+    "job_stats": {
+        "SCAN potatoq_jobs USING INDEX potatoq_jobs_ready",
+        "SCAN potatoq_jobs USING INDEX potatoq_jobs_scheduled",
+        "SCAN potatoq_jobs USING INDEX potatoq_jobs_running",
+    },
+}
+
+_ALIAS = re.compile(r"\b(potatoq_jobs|potatoq_results)\s+(?:AS\s+)?(\w+)", re.IGNORECASE)
+_KEYWORDS = {"WHERE", "SET", "ON", "JOIN", "CROSS", "LEFT", "INNER", "GROUP", "ORDER", "LIMIT", "VALUES", "USING",
+             "INDEXED", "NOT", "WHEN", "UNION", "RETURNING", "DEFAULT", "AND", "OR"}  # fmt: skip
 
 SQLITE_PARAMS: dict[str, Any] = {
     "cutoff": NOW - 86400, "dead_cutoff": NOW - 86400, "deliveries": 0, "expires_at": NOW,
@@ -90,16 +109,16 @@ def test_no_postgres_statement_scans_the_jobs_or_results_table(pg_schema: tuple[
         broker.close()
     s = sql.Identifier(schema)
     with psycopg.connect(url, autocommit=True) as conn:
-        # a backlog: 12,000 ready in fifty queues, 6,000 far-future delayed, 2,000 running;
+        # a backlog of 300-byte messages: 12,000 ready, all but 1 % in one queue (an outage), 6,000 far-future delayed, 2,000 running;
         # 20,000 results, half of them expired
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.potatoq_jobs (id, queue, priority, state, run_at, payload, token,"
                 " worker, pid, claimed_at, deliveries)"
-                " SELECT 'job-' || i, 'q' || (i % 50), 0,"
+                " SELECT 'job-' || i, CASE WHEN i % 100 = 0 THEN 'q1' ELSE 'q0' END, 0,"
                 "  CASE WHEN i < 12000 THEN 1 WHEN i < 18000 THEN 0 ELSE 2 END,"
                 "  CASE WHEN i BETWEEN 12000 AND 17999 THEN now() + interval '30 days' ELSE now() END,"
-                "  '\\x00'::bytea, CASE WHEN i >= 18000 THEN gen_random_uuid() END,"
+                "  convert_to(repeat('x', 300), 'UTF8'), CASE WHEN i >= 18000 THEN gen_random_uuid() END,"
                 "  CASE WHEN i >= 18000 THEN 'node-' || (i % 10) END,"
                 "  CASE WHEN i >= 18000 THEN i % 7 END, CASE WHEN i >= 18000 THEN now() END,"
                 "  CASE WHEN i >= 18000 THEN 1 ELSE 0 END"
@@ -109,7 +128,7 @@ def test_no_postgres_statement_scans_the_jobs_or_results_table(pg_schema: tuple[
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.potatoq_results (task_id, state, record, expires_at)"
-                " SELECT 'res-' || i, 'SUCCESS', '\\x00'::bytea,"
+                " SELECT 'res-' || i, 'SUCCESS', convert_to(repeat('x', 300), 'UTF8'),"
                 "  now() + (CASE WHEN i % 2 = 0 THEN -1 ELSE 1 END) * interval '1 hour'"
                 " FROM generate_series(0, 19999) AS i"
             ).format(s)
@@ -118,12 +137,18 @@ def test_no_postgres_statement_scans_the_jobs_or_results_table(pg_schema: tuple[
             conn.execute(sql.SQL("VACUUM ANALYZE {}.{}").format(s, sql.Identifier(table)))
         stmts = statements.Statements(schema)
         offenders: dict[str, str] = {}
+        settings = {s for run_first in PG_SETTINGS.values() for s in run_first}
         names = [
-            n for n, body in statements.queries().items() if not SETUP.match(n) and "{channel}" not in body
+            n
+            for n, body in statements.queries().items()
+            if not SETUP.match(n) and "{channel}" not in body and n not in settings
         ]
         assert {"job_claim", "job_finish", "queue_stats", "maintenance_sweep", "jobs_purge"} <= set(names)
         for name in names:
-            row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmts[name].query, PG_PARAMS).fetchone()
+            with conn.transaction():  # planned with the settings the broker runs it with
+                for setting in PG_SETTINGS.get(name, ()):
+                    conn.execute(stmts[setting].query)
+                row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmts[name].query, PG_PARAMS).fetchone()
             assert row is not None
             plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
             scanned = sorted(set(_pg_seq_scans(plan[0]["Plan"])))
@@ -150,9 +175,9 @@ def test_no_sqlite_statement_scans_the_jobs_or_results_table(tmp_path: Path) -> 
                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 19999)"
                 " INSERT INTO potatoq_jobs (id, queue, priority, state, run_at, payload, token, worker,"
                 " pid, claimed_at)"
-                " SELECT 'job-' || i, 'q' || (i % 50), 0,"
+                " SELECT 'job-' || i, CASE WHEN i % 100 = 0 THEN 'q1' ELSE 'q0' END, 0,"
                 "  CASE WHEN i < 12000 THEN 1 WHEN i < 18000 THEN 0 ELSE 2 END,"
-                "  CASE WHEN i BETWEEN 12000 AND 17999 THEN :now + 2592000 ELSE :now END, x'00',"
+                "  CASE WHEN i BETWEEN 12000 AND 17999 THEN :now + 2592000 ELSE :now END, zeroblob(300),"
                 "  CASE WHEN i >= 18000 THEN i END, CASE WHEN i >= 18000 THEN 'node-' || (i % 10) END,"
                 "  CASE WHEN i >= 18000 THEN i % 7 END, CASE WHEN i >= 18000 THEN :now END FROM n",
                 {"now": NOW},
@@ -160,7 +185,7 @@ def test_no_sqlite_statement_scans_the_jobs_or_results_table(tmp_path: Path) -> 
             conn.execute(
                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 19999)"
                 " INSERT INTO potatoq_results (task_id, state, payload, expires_at)"
-                " SELECT 'res-' || i, 'SUCCESS', x'00', :now + (CASE WHEN i % 2 = 0 THEN -3600 ELSE 3600 END)"
+                " SELECT 'res-' || i, 'SUCCESS', zeroblob(300), :now + (CASE WHEN i % 2 = 0 THEN -3600 ELSE 3600 END)"
                 " FROM n",
                 {"now": NOW},
             )
@@ -170,11 +195,21 @@ def test_no_sqlite_statement_scans_the_jobs_or_results_table(tmp_path: Path) -> 
         assert {"job_claim", "job_promote_due", "job_stats", "housekeeping_results", "job_purge"} <= set(
             names
         )
-        table_scan = re.compile(r"^SCAN (?P<table>\w+)(?: AS \w+)?$")
+        # a full scan of the table, or of one of its indexes (O(N) just the same)
+        full_scan = re.compile(r"^SCAN (?P<table>\w+)(?: AS \w+)?(?: USING (?:COVERING )?INDEX .*)?$")
         for name in names:
+            # the plan names a table by its alias when it has one
+            guarded = set(GUARDED) | {
+                m[2] for m in _ALIAS.finditer(SQL[name]) if m[2].upper() not in _KEYWORDS
+            }
             for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], SQLITE_PARAMS):
-                match = table_scan.match(row[3])
-                if match and match["table"] in GUARDED:
+                match = full_scan.match(row[3])
+                if (
+                    match
+                    and match["table"] in guarded
+                    and row[3] not in INDEX_ONLY_COUNTS.get(name, ())
+                    and not row[3].endswith("USING INDEX potatoq_jobs_running")
+                ):
                     offenders[name] = row[3]
     finally:
         conn.close()

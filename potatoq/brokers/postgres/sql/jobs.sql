@@ -301,6 +301,12 @@ DELETE FROM {schema}.potatoq_jobs
 WHERE (state = 1 AND queue = ANY (%(queues)s::text[]))
    OR (state = 0 AND queue = ANY (%(queues)s::text[]));
 
+-- name: queue_stats_no_seqscan
+-- Run before queue_stats in its transaction. Counting a queue that holds most of the table,
+-- the planner may prefer a sequential scan of the heap (payloads and all) to the partial
+-- index, notably while the visibility map lags; the index is never the slower choice here.
+SET LOCAL enable_seqscan = off;
+
 -- name: queue_stats
 -- Exact counts without reading the table: waiting and delayed are index-only counts of the
 -- partial ready and scheduled-by-queue indexes (the jobs table's aggressive autovacuum keeps

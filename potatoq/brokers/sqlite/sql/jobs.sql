@@ -8,11 +8,13 @@ ON CONFLICT (id) DO NOTHING;
 
 -- name: job_peek
 -- The cheap read before the write lock: is anything ready, or scheduled and due, in :queues?
+-- CROSS JOIN makes SQLite loop over the queue names and probe the index for each: with
+-- statistics of one huge queue it would otherwise walk the whole ready index (or table).
 SELECT
-    EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
-            WHERE j.state = 1),
-    EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
-            WHERE j.state = 0 AND j.run_at <= :now);
+    EXISTS (SELECT 1 FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+            WHERE j.queue = q.value AND j.state = 1),
+    EXISTS (SELECT 1 FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+            WHERE j.queue = q.value AND j.state = 0 AND j.run_at <= :now);
 
 -- name: job_promote_due
 -- Scheduled tasks whose time has come become ready, inside the claim's transaction. Each
@@ -65,9 +67,13 @@ DELETE FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
 -- name: job_purge
 -- Through the ready and scheduled indexes (both lead with queue): other queues' rows are
 -- never read.
+-- (CROSS JOIN: an index probe per queue name, as in job_peek).
 DELETE FROM potatoq_jobs
-WHERE (state = 1 AND queue IN (SELECT value FROM json_each(:queues)))
-   OR (state = 0 AND queue IN (SELECT value FROM json_each(:queues)));
+WHERE seq IN (SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+              WHERE j.queue = q.value AND j.state = 1
+              UNION ALL
+              SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+              WHERE j.queue = q.value AND j.state = 0);
 
 -- name: job_stats
 -- Exact counts without reading the table: index-only counts of the partial ready and
