@@ -65,8 +65,10 @@ INDEX_ONLY_COUNTS = {
 }
 
 _ALIAS = re.compile(r"\b(potatoq_jobs|potatoq_results)\s+(?:AS\s+)?(\w+)", re.IGNORECASE)
-_KEYWORDS = {"WHERE", "SET", "ON", "JOIN", "CROSS", "LEFT", "INNER", "GROUP", "ORDER", "LIMIT", "VALUES", "USING",
-             "INDEXED", "NOT", "WHEN", "UNION", "RETURNING", "DEFAULT", "AND", "OR"}  # fmt: skip
+_KEYWORDS = {
+    "WHERE", "SET", "ON", "JOIN", "CROSS", "LEFT", "INNER", "GROUP", "ORDER", "LIMIT", "VALUES",
+    "USING", "INDEXED", "NOT", "WHEN", "UNION", "RETURNING", "DEFAULT", "AND", "OR",
+}  # fmt: skip
 
 SQLITE_PARAMS: dict[str, Any] = {
     "cutoff": NOW - 86400, "dead_cutoff": NOW - 86400, "deliveries": 0, "expires_at": NOW,
@@ -109,8 +111,8 @@ def test_no_postgres_statement_scans_the_jobs_or_results_table(pg_schema: tuple[
         broker.close()
     s = sql.Identifier(schema)
     with psycopg.connect(url, autocommit=True) as conn:
-        # a backlog of 300-byte messages: 12,000 ready, all but 1 % in one queue (an outage), 6,000 far-future delayed, 2,000 running;
-        # 20,000 results, half of them expired
+        # a backlog of 300-byte messages: 12,000 ready, all but 1 % in one queue (an outage),
+        # 6,000 far-future delayed, 2,000 running; 20,000 results, half of them expired
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.potatoq_jobs (id, queue, priority, state, run_at, payload, token,"
@@ -185,7 +187,8 @@ def test_no_sqlite_statement_scans_the_jobs_or_results_table(tmp_path: Path) -> 
             conn.execute(
                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 19999)"
                 " INSERT INTO potatoq_results (task_id, state, payload, expires_at)"
-                " SELECT 'res-' || i, 'SUCCESS', zeroblob(300), :now + (CASE WHEN i % 2 = 0 THEN -3600 ELSE 3600 END)"
+                " SELECT 'res-' || i, 'SUCCESS', zeroblob(300),"
+                "  :now + (CASE WHEN i % 2 = 0 THEN -3600 ELSE 3600 END)"
                 " FROM n",
                 {"now": NOW},
             )
