@@ -49,7 +49,8 @@ Why it is built this way:
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
 ``admin`` and ``results`` (its inspection/admin and result-store halves), ``options``,
 ``statements`` (the SQL of ``sql/`` rendered for a schema), ``wakeups`` (LISTEN/NOTIFY),
-``clocks`` (per-process promotion/sweep pacing) and ``migrate`` (schema install/upgrade).
+``clocks`` (per-process promotion/sweep pacing), ``sweep`` (batched housekeeping deletes)
+and ``migrate`` (schema install/upgrade).
 """
 
 from __future__ import annotations

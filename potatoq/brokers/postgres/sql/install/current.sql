@@ -40,6 +40,10 @@ CREATE INDEX potatoq_jobs_ready ON {schema}.potatoq_jobs (queue, priority DESC, 
 -- name: index_jobs_scheduled
 CREATE INDEX potatoq_jobs_scheduled ON {schema}.potatoq_jobs (run_at) WHERE state = 0;
 
+-- name: index_jobs_scheduled_queue
+-- A queue's delayed tasks, for queue stats and purge (migration 0003).
+CREATE INDEX potatoq_jobs_scheduled_queue ON {schema}.potatoq_jobs (queue) WHERE state = 0;
+
 -- name: index_jobs_running
 CREATE INDEX potatoq_jobs_running ON {schema}.potatoq_jobs (worker, pid) WHERE state = 2;
 
