@@ -33,6 +33,9 @@ NOW = time.time()
 # Schema set-up and bookkeeping run once per process, on tables that aren't the big ones.
 SETUP = re.compile(r"^(schema_|listen$|notify_channels$)")
 
+# Statements that take every parameter as an array (one element per row they insert).
+PG_ARRAYS = {"history_insert"}
+
 # Statements the broker runs after a SET LOCAL statement in the same transaction.
 PG_SETTINGS = {"queue_stats": ("queue_stats_no_seqscan",)}
 
@@ -50,6 +53,12 @@ PG_PARAMS: dict[str, Any] = {
     "result_expires": 86400.0, "result_state": "SUCCESS", "state": "SUCCESS", "task": "t",
     "task_id": "job-17", "token": str(uuid.uuid4()), "ttl": 86400.0, "uncount": 1,
     "worker": "node-3",
+    # task history, fenced results, due-time announcements
+    "args_preview": "()", "cursor": 10**9, "cutoff": NOW - 86400, "deliveries": 1, "due_at": NOW,
+    "due_channels": ["c"], "enqueued_at": NOW, "exc_message": "m", "exc_type": "E", "fence": 1,
+    "finished_at": NOW, "group_id": None, "keep": 1000, "keep_ready": False, "parent_id": None,
+    "ready": ["SUCCESS"], "result_preview": "1", "retries": 0, "root_id": None, "runtime": 0.1,
+    "since": NOW - 3600, "started_at": NOW, "text": "boom", "until": NOW,
 }  # fmt: skip
 
 # A pass over the running index is allowed everywhere: running tasks are bounded by the
@@ -79,6 +88,24 @@ SQLITE_PARAMS: dict[str, Any] = {
     "seq": 17, "size": 2, "state": "SUCCESS", "task": "t", "task_id": "job-17", "token": 1,
     "uncount": 1, "value": b"v", "version": 1,
 }  # fmt: skip
+
+
+class Samples(dict[str, Any]):
+    """The sample parameters, with a stand-in for a parameter a newer statement added (a plan
+    doesn't depend on a bound value's content, only on the statement's shape)."""
+
+    def __init__(self, values: dict[str, Any], missing: Any) -> None:
+        super().__init__(values)
+        self.missing = missing
+
+    def __missing__(self, key: str) -> Any:
+        return self.missing
+
+
+def _pg_params(statement: str) -> Samples:
+    if statement in PG_ARRAYS:
+        return Samples({key: [value] for key, value in PG_PARAMS.items()}, [None])
+    return Samples(PG_PARAMS, None)
 
 
 def _pg_seq_scans(node: dict[str, Any]) -> Iterator[str]:
@@ -150,7 +177,7 @@ def test_no_postgres_statement_scans_the_jobs_or_results_table(pg_schema: tuple[
             with conn.transaction():  # planned with the settings the broker runs it with
                 for setting in PG_SETTINGS.get(name, ()):
                     conn.execute(stmts[setting].query)
-                row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmts[name].query, PG_PARAMS).fetchone()
+                row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmts[name].query, _pg_params(name)).fetchone()
             assert row is not None
             plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
             scanned = sorted(set(_pg_seq_scans(plan[0]["Plan"])))
@@ -205,7 +232,7 @@ def test_no_sqlite_statement_scans_the_jobs_or_results_table(tmp_path: Path) -> 
             guarded = set(GUARDED) | {
                 m[2] for m in _ALIAS.finditer(SQL[name]) if m[2].upper() not in _KEYWORDS
             }
-            for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], SQLITE_PARAMS):
+            for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], Samples(SQLITE_PARAMS, NOW)):
                 match = full_scan.match(row[3])
                 if (
                     match

@@ -41,7 +41,7 @@ CREATE INDEX potatoq_jobs_ready ON {schema}.potatoq_jobs (queue, priority DESC, 
 CREATE INDEX potatoq_jobs_scheduled ON {schema}.potatoq_jobs (run_at) WHERE state = 0;
 
 -- name: index_jobs_scheduled_queue
--- A queue's delayed tasks, for queue stats and purge (migration 0003).
+-- A queue's delayed tasks, for queue stats and purge (migration 0005).
 CREATE INDEX potatoq_jobs_scheduled_queue ON {schema}.potatoq_jobs (queue) WHERE state = 0;
 
 -- name: index_jobs_running
