@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.potatoq-installed
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-scale reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -106,6 +106,12 @@ format: $(STAMP)
 # e.g. BENCH_ARGS="--brokers redis,postgres -n 2000".
 bench: $(BENCH_STAMP) $(BENCH_ARQ_STAMP)
 	$(BENCH_VENV)/bin/python -m benchmarks.run --arq-python $(BENCH_ARQ_VENV)/bin/python $(BENCH_ARGS)
+
+# Cost behind a backlog (SQLite, PostgreSQL), broker level; not in CI. Defaults are the full
+# sizes (1M ready + 1M delayed + 10M results); e.g.
+# SCALE_ARGS="--ready 100000 --delayed 100000 --results 1000000 --drain-seconds 60".
+bench-scale: $(STAMP)
+	$(PY) -m benchmarks.scale $(SCALE_ARGS)
 
 # The fault-injection suite at full size (a 2,000-task kill storm per broker, broker restarts,
 # fencing, bad input, SQLite faults): rewrites docs/reliability-figures.md. Needs root (a

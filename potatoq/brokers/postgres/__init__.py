@@ -46,7 +46,7 @@ Why it is built this way:
   process and thread), the listener and the debouncer in a per-process holder; a child
   never uses, closes or garbage-collects its parent's connections.
 
-Concurrency limits (``potatoq/brokers/limits.py``, migration 0005): a BEFORE trigger
+Concurrency limits (``potatoq/brokers/limits.py``, migration 0006): a BEFORE trigger
 reads a payload's ``cl`` header into ``limit_key``/``limit_max`` (a byte search in its
 WHEN clause keeps it off unlimited rows), so no enqueue statement passes it. The claim
 skips ready rows whose key is full and takes a slot with an upsert on the key's
@@ -63,7 +63,8 @@ the key's best parked row back.
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
 ``admin`` and ``results`` (its inspection/admin and result-store halves), ``options``,
 ``statements`` (the SQL of ``sql/`` rendered for a schema), ``wakeups`` (LISTEN/NOTIFY),
-``clocks`` (per-process promotion/sweep pacing) and ``migrate`` (schema install/upgrade).
+``clocks`` (per-process promotion/sweep pacing), ``sweep`` (batched housekeeping deletes)
+and ``migrate`` (schema install/upgrade).
 """
 
 from __future__ import annotations

@@ -92,9 +92,13 @@ class PostgresAdmin(Broker):
             return conn.execute(stmt.query).rowcount
 
     def queue_stats(self) -> list[QueueStats]:
+        stmts = self._statements()
+        with self._connection() as conn, conn.transaction():
+            conn.execute(stmts["queue_stats_no_seqscan"].query)
+            rows = conn.execute(stmts["queue_stats"].query).fetchall()
         return [
             QueueStats(queue=queue, waiting=waiting, delayed=delayed, running=running, oldest_waiting_age=age)
-            for queue, waiting, delayed, running, age in self._run("queue_stats")
+            for queue, waiting, delayed, running, age in rows
         ]
 
     def purge(self, queues: Sequence[str]) -> int:

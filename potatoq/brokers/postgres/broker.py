@@ -34,7 +34,7 @@ from ..base import (
     decode_delivery,
     validate_queue_name,
 )
-from . import migrate, statements, wakeups
+from . import migrate, statements, sweep, wakeups
 from .admin import PostgresAdmin
 from .announce import DueAnnouncer
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
@@ -49,8 +49,6 @@ __all__ = ["PostgresBroker", "PostgresOptions"]
 
 log = logging.getLogger("potatoq.brokers.postgres")
 
-SWEEP_BATCH = 5000
-PERIODIC_RETENTION = 7 * 86400.0  # claimed fire times remembered this long
 NEVER = 100 * 365 * 86400.0  # result_expires <= 0: keep results (a century)
 POLL_MIN = 0.01  # notify=False: first poll after 10 ms, doubling up to poll_interval
 INT32 = 2**31
@@ -554,7 +552,7 @@ class PostgresBroker(
 
     def _housekeeping(self) -> None:
         """Delete expired results, chords and old periodic fire times; trim dead letters."""
-        self._run("maintenance_sweep", {"batch": SWEEP_BATCH, "periodic_keep": PERIODIC_RETENTION})
+        sweep.sweep_expired(self._run)
         self._run(
             "dead_trim",
             {"max": self._dead_max, "ttl": self._dead_ttl},

@@ -56,6 +56,10 @@ __all__ = ["SQLiteBroker", "SQLiteOptions"]
 
 # How long claimed periodic fire times are remembered (nobody races for older ones).
 PERIODIC_RETENTION = 7 * 86400.0
+# Rows deleted per housekeeping write transaction: a few milliseconds of the write lock.
+HOUSEKEEPING_BATCH = 2000
+# Due scheduled tasks made ready per claim transaction (the rest by the next claims).
+PROMOTE_BATCH = 1000
 
 
 def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
@@ -235,7 +239,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         self, conn: sqlite3.Connection, queues: Sequence[str], worker: WorkerRef, now: float
     ) -> Delivery | None:
         """Promote due tasks and claim the best ready one, inside an open write transaction."""
-        conn.execute(SQL["job_promote_due"], {"queues": self._queue_list(queues), "now": now})
+        promote = {"queues": self._queue_list(queues), "now": now, "limit": PROMOTE_BATCH}
+        conn.execute(SQL["job_promote_due"], promote)
         if self._limits_seen:
             conn.execute(SQL["limit_park_full"], {"queues": self._queue_list(queues)})
         token = random.getrandbits(63)
@@ -407,19 +412,16 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         """
         local = self._conn()
         names = self._queue_list(queues)
-        start = time.monotonic()
-        deadline = start + max(0.0, timeout)
+        deadline = time.monotonic() + max(0.0, timeout)
         interrupts = local.interrupts
         try:
             baseline = local.data_version()
         except sqlite3.OperationalError as exc:
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
-        ready, due = self._read("job_peek", {"queues": names, "now": self.clock()})[0]
-        if ready or due:
+        first_deadline = self._work_or_deadline(names, deadline)
+        if first_deadline is None:
             return
-        next_due = self._read("job_next_due", {"queues": names})[0][0]
-        if next_due is not None:
-            deadline = min(deadline, start + max(0.0, float(next_due) - self.clock()))
+        deadline = first_deadline
         delay = WAIT_MIN
         try:
             while True:
@@ -428,11 +430,30 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                     return
                 if not self._sleep(min(delay, remaining), interrupts):
                     return
-                if local.data_version() != baseline:
-                    return
+                version = local.data_version()
+                if version != baseline:
+                    # Another connection committed: return only if it concerns these queues.
+                    # A commit elsewhere (any busy database has them every few ms) costs one
+                    # cheap read, and the backoff goes on, so idle threads don't poll.
+                    baseline = version
+                    new_deadline = self._work_or_deadline(names, deadline)
+                    if new_deadline is None:
+                        return
+                    deadline = new_deadline
                 delay = min(delay * 2, WAIT_MAX)
         finally:
             local.interrupts = self._interrupts
+
+    def _work_or_deadline(self, names: str, deadline: float) -> float | None:
+        """None if work is ready or due in ``names``; else ``deadline``, brought forward to
+        when the earliest scheduled task of ``names`` falls due."""
+        ready, due = self._read("job_peek", {"queues": names, "now": self.clock()})[0]
+        if ready or due:
+            return None
+        next_due = self._read("job_next_due", {"queues": names})[0][0]
+        if next_due is not None:
+            deadline = min(deadline, time.monotonic() + max(0.0, float(next_due) - self.clock()))
+        return deadline
 
     def interrupt(self) -> None:
         wake = self._wake_condition()
@@ -504,10 +525,24 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             if dead_nodes:  # after the requeue above: their tasks are recovered by now
                 conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:
-                for name in ("housekeeping_results", "housekeeping_chord_parts", "housekeeping_chords"):
-                    conn.execute(SQL[name], housekeeping_params)
                 conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
+        if housekeeping:
+            self._expire(now)
         return RecoverReport(requeued=requeued, dead=dead)
+
+    def _expire(self, now: float) -> None:
+        """Delete expired results and chords in batches, one short write transaction each.
+
+        A single delete of a backlog (after downtime) would hold the only write lock past
+        other writers' busy timeout, and they would fail with "database is locked".
+        """
+        params = {"now": now, "limit": HOUSEKEEPING_BATCH}
+        for names in (("housekeeping_results",), ("housekeeping_chord_parts", "housekeeping_chords")):
+            while True:
+                with self._write() as conn:
+                    deleted = [conn.execute(SQL[name], params).rowcount for name in names]
+                if deleted[-1] < HOUSEKEEPING_BATCH:
+                    break
 
     @staticmethod
     def _lost_result(task_id: str, task: str | None, reason: str, now: float) -> ResultRecord:

@@ -379,7 +379,15 @@ def test_claim_promotes_due_scheduled_tasks(broker: SQLiteBroker) -> None:
 def test_hot_queries_use_the_partial_indexes(broker: SQLiteBroker) -> None:
     broker.migrate()
     conn = broker._conn().conn
-    params = {"queues": '["default"]', "queue": "default", "now": 0.0, "token": 1, "node": "n", "pid": 1}
+    params = {
+        "queues": '["default"]',
+        "queue": "default",
+        "now": 0.0,
+        "token": 1,
+        "node": "n",
+        "pid": 1,
+        "limit": 9,
+    }
 
     def plan(name: str) -> str:
         rows = conn.execute("EXPLAIN QUERY PLAN " + sqlite_setup.SQL[name], params).fetchall()

@@ -14,18 +14,21 @@ WHERE state = 1 AND parked AND limit_key = (SELECT key FROM set);
 
 -- name: limit_usage
 -- (key, limit, running, waiting, overridden) for every key with a row.
-SELECT l.key, coalesce(l.concurrency, l.carried, (SELECT max(j.limit_max) FROM {schema}.potatoq_jobs AS j
-                                                 WHERE j.limit_key = l.key)),
-       l.running,
-       (SELECT count(*) FROM {schema}.potatoq_jobs AS j WHERE j.state = 1 AND j.limit_key = l.key),
+-- The waiting tasks are read through two partial indexes: ready in line, and parked.
+WITH waiting AS MATERIALIZED (
+    SELECT limit_key, limit_max FROM {schema}.potatoq_jobs
+    WHERE state = 1 AND parked IS NULL AND limit_key IS NOT NULL
+    UNION ALL
+    SELECT limit_key, limit_max FROM {schema}.potatoq_jobs WHERE state = 1 AND parked
+), per_key AS (
+    SELECT limit_key AS key, max(limit_max) AS carried, count(*) AS waiting FROM waiting GROUP BY limit_key
+)
+SELECT l.key, coalesce(l.concurrency, l.carried, w.carried), l.running, coalesce(w.waiting, 0),
        l.concurrency IS NOT NULL
-FROM {schema}.potatoq_limits AS l
-WHERE l.running > 0 OR l.concurrency IS NOT NULL
-   OR EXISTS (SELECT FROM {schema}.potatoq_jobs AS j WHERE j.state = 1 AND j.limit_key = l.key)
+FROM {schema}.potatoq_limits AS l LEFT JOIN per_key AS w ON w.key = l.key
+WHERE l.running > 0 OR l.concurrency IS NOT NULL OR w.key IS NOT NULL
 UNION ALL
-SELECT j.limit_key, max(j.limit_max), 0, count(*), false
-FROM {schema}.potatoq_jobs AS j
-WHERE j.state = 1 AND j.limit_key IS NOT NULL
-  AND NOT EXISTS (SELECT FROM {schema}.potatoq_limits AS l WHERE l.key = j.limit_key)
-GROUP BY j.limit_key
+SELECT w.key, w.carried, 0, w.waiting, false
+FROM per_key AS w
+WHERE NOT EXISTS (SELECT FROM {schema}.potatoq_limits AS l WHERE l.key = w.key)
 ORDER BY 1;

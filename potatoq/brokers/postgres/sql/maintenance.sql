@@ -4,8 +4,13 @@
 -- name: maintenance_sweep
 WITH results AS (
     DELETE FROM {schema}.potatoq_results
-    WHERE task_id IN (SELECT task_id FROM {schema}.potatoq_results
-                      WHERE expires_at < now() ORDER BY expires_at LIMIT %(batch)s)
+    -- = ANY (ARRAY(...)): primary-key probes, never a join that reads the whole table.
+    -- The expiry is checked again in case the result was stored anew meanwhile, written as
+    -- an expression the expiry index can't serve: as a plain "expires_at < now()" the
+    -- planner may walk the expiry index and test each row against the whole array.
+    WHERE task_id = ANY (ARRAY(SELECT task_id FROM {schema}.potatoq_results
+                               WHERE expires_at < now() ORDER BY expires_at LIMIT %(batch)s))
+      AND extract(epoch FROM expires_at) < extract(epoch FROM now())
     RETURNING 1
 ), chords AS (
     DELETE FROM {schema}.potatoq_chords

@@ -8,17 +8,19 @@ ON CONFLICT (id) DO NOTHING;
 
 -- name: job_peek
 -- The cheap read before the write lock: is anything ready, or scheduled and due, in :queues?
+-- CROSS JOIN makes SQLite loop over the queue names and probe the index for each: with
+-- statistics of one huge queue it would otherwise walk the whole ready index (or table).
 -- Ready tasks held back by a concurrency limit don't count: they wait for a settle, whose
 -- commit wakes wait() up (limits.sql, job_claimable says the same).
 SELECT
-    EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
-            WHERE j.state = 1 AND j.parked IS NULL
+    EXISTS (SELECT 1 FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+            WHERE j.queue = q.value AND j.state = 1 AND j.parked IS NULL
               AND (j.limit_key IS NULL
                    OR (SELECT count(*) FROM potatoq_jobs AS r WHERE r.state = 2 AND r.limit_key = j.limit_key)
                       < coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = j.limit_key),
                                  j.limit_max))),
-    EXISTS (SELECT 1 FROM json_each(:queues) AS q JOIN potatoq_jobs AS j ON j.queue = q.value
-            WHERE j.state = 0 AND j.run_at <= :now);
+    EXISTS (SELECT 1 FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+            WHERE j.queue = q.value AND j.state = 0 AND j.run_at <= :now);
 
 -- name: job_promote_due
 -- Scheduled tasks whose time has come become ready, inside the claim's transaction. Each
@@ -30,7 +32,10 @@ UPDATE potatoq_jobs SET state = 1, seq = due.new_seq
 FROM (SELECT seq AS old_seq,
              (SELECT max(seq) FROM potatoq_jobs) + row_number() OVER (ORDER BY run_at, seq) AS new_seq
       FROM potatoq_jobs
-      WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:queues))) AS due
+      WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:queues))
+      -- at most :limit per claim: a backlog of due tasks (after downtime, a mass ETA) is
+      -- promoted over the next claims, never in one long write transaction
+      ORDER BY run_at, seq LIMIT :limit) AS due
 WHERE potatoq_jobs.seq = due.old_seq;
 
 -- name: job_claim
@@ -73,15 +78,48 @@ WHERE id = :id AND token = :token AND state = 2;
 DELETE FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
 
 -- name: job_purge
-DELETE FROM potatoq_jobs WHERE state IN (0, 1) AND queue IN (SELECT value FROM json_each(:queues));
+-- Through the ready and scheduled indexes (both lead with queue): other queues' rows are
+-- never read.
+-- (CROSS JOIN: an index probe per queue name, as in job_peek).
+DELETE FROM potatoq_jobs
+WHERE seq IN (SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+              WHERE j.queue = q.value AND j.state = 1 AND j.parked IS NULL
+              UNION ALL
+              SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+              WHERE j.queue = q.value AND j.state = 1 AND j.parked = 1
+              UNION ALL
+              SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+              WHERE j.queue = q.value AND j.state = 0);
 
 -- name: job_stats
-SELECT queue,
-       sum(state = 1 OR (state = 0 AND run_at <= :now)),
-       sum(state = 0 AND run_at > :now),
-       sum(state = 2),
-       min(CASE WHEN state = 1 OR (state = 0 AND run_at <= :now) THEN run_at END)
-FROM potatoq_jobs GROUP BY queue ORDER BY queue;
+-- Exact counts without reading the table: index-only counts of the partial ready and
+-- scheduled indexes, and the small running index. A due scheduled task counts as waiting
+-- (the next claim promotes it). The oldest waiting time is the earlier of the task at the
+-- head of each queue (one index probe) and the longest-due scheduled task: the oldest
+-- waiting task unless a newer one has a higher priority.
+WITH counts AS (
+    SELECT queue, count(*) AS waiting, 0 AS delayed, 0 AS running, NULL AS oldest
+    FROM potatoq_jobs WHERE state = 1 AND parked IS NULL GROUP BY queue
+    UNION ALL
+    -- tasks parked behind a full concurrency limit wait too (their own index)
+    SELECT queue, count(*), 0, 0, NULL FROM potatoq_jobs WHERE state = 1 AND parked = 1 GROUP BY queue
+    UNION ALL
+    SELECT queue, sum(run_at <= :now), sum(run_at > :now), 0,
+           min(CASE WHEN run_at <= :now THEN run_at END)
+    FROM potatoq_jobs WHERE state = 0 GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*), NULL FROM potatoq_jobs WHERE state = 2 GROUP BY queue
+), queues AS (
+    SELECT queue, sum(waiting) AS waiting, sum(delayed) AS delayed, sum(running) AS running,
+           min(oldest) AS oldest
+    FROM counts GROUP BY queue
+)
+SELECT queue, waiting, delayed, running, min(coalesce(oldest, head), coalesce(head, oldest))
+FROM (SELECT q.*, (SELECT run_at FROM potatoq_jobs
+                   WHERE state = 1 AND parked IS NULL AND queue = q.queue
+                   ORDER BY priority DESC, seq LIMIT 1) AS head
+      FROM queues AS q)
+ORDER BY queue;
 
 -- name: job_held_by
 -- The claims of one holder (a worker child), read by its supervisor after the child died:

@@ -31,15 +31,25 @@ DELETE FROM potatoq_limits WHERE key = :key;
 -- name: limit_usage
 -- Every key with waiting or running tasks, or an override: (key, limit, running, waiting,
 -- overridden).
+-- Each part reads one partial index: running, ready in line, parked.
 WITH keys AS (
-    SELECT limit_key AS key FROM potatoq_jobs WHERE limit_key IS NOT NULL AND state IN (1, 2)
+    SELECT limit_key AS key FROM potatoq_jobs WHERE state = 2 AND limit_key IS NOT NULL
+    UNION SELECT limit_key FROM potatoq_jobs WHERE state = 1 AND parked IS NULL AND limit_key IS NOT NULL
+    UNION SELECT limit_key FROM potatoq_jobs WHERE state = 1 AND parked = 1
     UNION SELECT key FROM potatoq_limits
 )
 SELECT k.key,
        coalesce(l.concurrency,
-                (SELECT max(j.limit_max) FROM potatoq_jobs AS j WHERE j.limit_key = k.key)),
+                (SELECT max(m) FROM (
+                    SELECT j.limit_max AS m FROM potatoq_jobs AS j WHERE j.state = 2 AND j.limit_key = k.key
+                    UNION ALL
+                    SELECT j.limit_max FROM potatoq_jobs AS j
+                    WHERE j.state = 1 AND j.parked IS NULL AND j.limit_key = k.key
+                    UNION ALL
+                    SELECT j.limit_max FROM potatoq_jobs AS j WHERE j.state = 1 AND j.parked = 1 AND j.limit_key = k.key))),
        (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 2 AND j.limit_key = k.key),
-       (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 1 AND j.limit_key = k.key),
+       (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 1 AND j.parked IS NULL AND j.limit_key = k.key)
+       + (SELECT count(*) FROM potatoq_jobs AS j WHERE j.state = 1 AND j.parked = 1 AND j.limit_key = k.key),
        l.concurrency IS NOT NULL
 FROM keys AS k LEFT JOIN potatoq_limits AS l ON l.key = k.key
 ORDER BY k.key;

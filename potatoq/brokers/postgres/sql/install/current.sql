@@ -53,8 +53,16 @@ WHERE state = 1 AND parked IS NULL AND limit_key IS NOT NULL;
 CREATE INDEX potatoq_jobs_parked ON {schema}.potatoq_jobs (limit_key, priority DESC, seq)
 WHERE state = 1 AND parked;
 
+-- name: create_jobs_parked_queue_index
+-- Parked tasks per queue: they still wait, so queue stats count them and purge deletes them.
+CREATE INDEX potatoq_jobs_parked_queue ON {schema}.potatoq_jobs (queue) WHERE state = 1 AND parked;
+
 -- name: index_jobs_scheduled
 CREATE INDEX potatoq_jobs_scheduled ON {schema}.potatoq_jobs (run_at) WHERE state = 0;
+
+-- name: index_jobs_scheduled_queue
+-- A queue's delayed tasks, for queue stats and purge (migration 0005).
+CREATE INDEX potatoq_jobs_scheduled_queue ON {schema}.potatoq_jobs (queue) WHERE state = 0;
 
 -- name: index_jobs_running
 CREATE INDEX potatoq_jobs_running ON {schema}.potatoq_jobs (worker, pid) WHERE state = 2;
@@ -186,7 +194,7 @@ CREATE INDEX potatoq_history_queue ON {schema}.potatoq_history (queue, seq);
 -- name: index_history_finished
 CREATE INDEX potatoq_history_finished ON {schema}.potatoq_history (finished_at);
 
--- Concurrency limits (migration 0005).
+-- Concurrency limits (migration 0006).
 
 -- name: create_limits
 -- One row per concurrency limit key: the slots in use (running), the max its tasks carry

@@ -29,6 +29,10 @@ WHERE state = 1 AND parked IS NULL AND limit_key IS NOT NULL;
 -- Parked tasks per key, in the order they go back to the ready line.
 CREATE INDEX potatoq_jobs_parked ON potatoq_jobs (limit_key, priority DESC, seq) WHERE state = 1 AND parked = 1;
 
+-- name: create_jobs_parked_queue_index
+-- Parked tasks per queue: they still wait, so queue stats count them and purge deletes them.
+CREATE INDEX potatoq_jobs_parked_queue ON potatoq_jobs (queue) WHERE state = 1 AND parked = 1;
+
 -- name: create_slot_freed_update_trigger
 -- A running limited task that becomes ready or scheduled again (requeue, retry, recovery)
 -- frees a slot: its key's best parked task goes back to the ready line, in this transaction.

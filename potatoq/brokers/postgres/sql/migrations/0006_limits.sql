@@ -1,4 +1,4 @@
--- Migration 0005: cluster-wide concurrency limits (potatoq/brokers/limits.py).
+-- Migration 0006: cluster-wide concurrency limits (potatoq/brokers/limits.py).
 
 -- name: add_jobs_limit_columns
 ALTER TABLE {schema}.potatoq_jobs
@@ -22,6 +22,10 @@ WHERE state = 1 AND parked IS NULL AND limit_key IS NOT NULL;
 -- Parked tasks per key, in the order they go back to the ready line.
 CREATE INDEX potatoq_jobs_parked ON {schema}.potatoq_jobs (limit_key, priority DESC, seq)
 WHERE state = 1 AND parked;
+
+-- name: create_jobs_parked_queue_index
+-- Parked tasks per queue: they still wait, so queue stats count them and purge deletes them.
+CREATE INDEX potatoq_jobs_parked_queue ON {schema}.potatoq_jobs (queue) WHERE state = 1 AND parked;
 
 -- name: create_limits
 -- One row per concurrency limit key: the slots in use (running), the max its tasks carry
