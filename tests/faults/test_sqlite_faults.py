@@ -181,7 +181,7 @@ def test_full_disk_gives_a_clear_error_and_no_corruption(small_disk: Path) -> No
         proj.app.conf.update(broker_url=f"sqlite:///{path}", broker_connection_timeout=0.5)
         try:
             with pytest.raises(OperationalError, match="disk is full") as raised:
-                proj.add.delay(1, "z" * 100_000)
+                proj.add.delay(1, "z" * 4_000_000)  # more than the whole disk has left
         finally:
             proj.app.close()
             proj.app.conf.update(saved)
