@@ -45,5 +45,7 @@ def test_the_scheduler_token_moves_as_soon_as_its_holders_shutdown_starts(fault_
         assert holder.alive(), "the token moved only when the worker exited"
         env.mark("go")
         assert result.get(timeout=30) > 0
-        assert holder.stop() == 0
+        # it exits on its own once the task is done: a second SIGTERM (stop()) could land
+        # after the handlers are reset and make the exit status -15
+        assert holder.proc.wait(60) == 0
         broker.release_scheduler_lease()

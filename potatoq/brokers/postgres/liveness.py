@@ -70,6 +70,7 @@ class PostgresLiveness(Broker):
         }
         rows = self._run("job_recover", params)
         requeued = statements.first_int(rows[0] if rows else None)
+        self._run("limit_unpark", {"channel_prefix": params["channel_prefix"], "notify": params["notify"]})
         dead = 0
         for task_id, queue, token, deliveries, payload, node, pid in self._run("job_lost", params):
             delivery = decode_delivery(
