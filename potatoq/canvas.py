@@ -217,9 +217,11 @@ class Signature(dict[str, Any]):
         if sig.options.pop("_check_arguments", True) and sig.subtask_type is None:
             check_arguments(app, sig)
         result = sig.freeze()
-        app.send_messages(
-            build_messages(app, sig), connection=connection, retry=retry, retry_policy=retry_policy
-        )
+        messages = build_messages(app, sig)
+        app.send_messages(messages, connection=connection, retry=retry, retry_policy=retry_policy)
+        holder = messages[0].duplicate_of if sig.subtask_type is None and messages else None
+        if holder is not None:  # a unique task whose key is held: the holder's result
+            return app.AsyncResult(holder, task_name=sig.task)
         return result
 
     def delay(self, *args: Any, **kwargs: Any) -> Any:
@@ -651,6 +653,8 @@ _CALL_OPTIONS = (
     "routing_key",
     "concurrency_limit",
     "concurrency_key",
+    "unique_key",
+    "unique_for",
 )
 
 
