@@ -41,7 +41,6 @@ from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
 from .history import SQLiteHistory
 from .limits import SQLiteLimits
-from .unique import insert_jobs
 from .pause import SQLitePause
 from .results import SQLiteResults
 from .setup import (
@@ -53,6 +52,7 @@ from .setup import (
     enable_wal,
     migrate,
 )
+from .unique import insert_jobs
 
 __all__ = ["SQLiteBroker", "SQLiteOptions"]
 
