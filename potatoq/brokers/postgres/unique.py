@@ -50,7 +50,8 @@ def run_through(connection: Any, stmt: Statement, params: dict[str, Any]) -> lis
     cursor_factory = getattr(raw, "cursor", None)
     if cursor_factory is None:
         raise TypeError(
-            f"enqueue(connection=...) needs a DB-API connection (psycopg 3 or psycopg 2), got {type(connection)!r}"
+            "enqueue(connection=...) needs a DB-API connection (psycopg 3 or psycopg 2), "
+            f"got {type(connection)!r}"
         )
     cur = cursor_factory()  # psycopg 2 and other pyformat DB-API drivers take the text form
     try:
