@@ -192,3 +192,15 @@ def test_in_a_callers_transaction_the_key_commits_with_the_task(ubroker: Broker)
     assert sent_as(ubroker, unique("tx")) == committed.id
     assert claim_soon(ubroker, ["default"]).id == committed.id
     assert_nothing_claimable(ubroker, ["default"])
+
+
+def test_a_retried_dead_letter_takes_its_key_again_or_waits_while_another_holds_it(ubroker: Broker) -> None:
+    dead = unique("k")
+    ubroker.enqueue([dead])
+    assert ubroker.settle(claim_soon(ubroker, ["default"]), DeadLetter(reason="boom")) is True
+    holder = unique("k")
+    ubroker.enqueue([holder])
+    assert ubroker.retry_dead() == 0  # the key is held by another task: still a dead letter
+    assert ubroker.settle(claim_soon(ubroker, ["default"]), Complete()) is True
+    assert ubroker.retry_dead() == 1
+    assert sent_as(ubroker, unique("k")) == dead.id

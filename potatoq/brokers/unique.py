@@ -32,6 +32,7 @@ __all__ = [
     "UNIQUE_KEY_MAX",
     "UniqueSpec",
     "unique_columns",
+    "unique_columns_raw",
     "unique_of",
     "unique_of_raw",
     "validate_unique",
@@ -89,6 +90,15 @@ def unique_columns(headers: Mapping[str, Any], now: float) -> dict[str, Any]:
     """``{"unique_key", "unique_until", "unique_running"}`` for a database row (all None
     when the message isn't unique); ``unique_until`` is epoch seconds or None."""
     spec = unique_of(headers)
+    if spec is None:
+        return {"unique_key": None, "unique_until": None, "unique_running": None}
+    until = None if spec.seconds is None else now + spec.seconds
+    return {"unique_key": spec.key, "unique_until": until, "unique_running": int(spec.running)}
+
+
+def unique_columns_raw(raw: bytes, now: float) -> dict[str, Any]:
+    """:func:`unique_columns` of an encoded payload (a dead letter being retried)."""
+    spec = unique_of_raw(raw)
     if spec is None:
         return {"unique_key": None, "unique_until": None, "unique_running": None}
     until = None if spec.seconds is None else now + spec.seconds

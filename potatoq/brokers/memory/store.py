@@ -109,11 +109,13 @@ class Store:
     ) -> bool:
         if task_id in self.jobs:  # already waiting or running: enqueue is a no-op
             return False
-        job = Job(task_id, queue, priority, raw, self.next_seq(), READY, run_at)
         spec = unique_of_raw(raw)
-        if spec is not None and self.unique_holder(spec.key, now) is None:
+        if spec is not None:
+            if self.unique_holder(spec.key, now) not in (None, task_id):
+                return False  # another task holds its unique key: not stored
             until = None if spec.seconds is None else now + spec.seconds
             self.unique[spec.key] = (task_id, until, spec.running)
+        job = Job(task_id, queue, priority, raw, self.next_seq(), READY, run_at)
         limit = concurrency_of_raw(raw)
         if limit is not None:
             job.limit_key, job.limit_max = limit
