@@ -547,7 +547,8 @@ class Potatoq:
             if unique.HEADER in message.headers and not self.broker.capabilities.unique_tasks:
                 raise ImproperlyConfigured(
                     f"task {message.task!r} is unique, but {type(self.broker).__name__} doesn't "
-                    "support unique tasks (see docs/unique.md)"
+                    "support unique tasks yet: they need a broker that holds the key with the task "
+                    "(SQLite, PostgreSQL, Redis/Valkey or memory; see docs/unique.md)"
                 )
         if connection is None and use_hooks:
             for hook in list(self.publish_hooks):

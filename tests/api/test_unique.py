@@ -14,6 +14,7 @@ from potatoq.brokers.unique import HEADER
 from potatoq.exceptions import ImproperlyConfigured, InvalidName
 from potatoq.testing import drain
 from potatoq.unique import default_key
+from tests import services
 
 
 @pytest.fixture
@@ -99,3 +100,13 @@ def test_a_broker_without_unique_tasks_refuses_a_unique_task(monkeypatch: pytest
     monkeypatch.setattr(type(app.broker), "capabilities", without)
     with pytest.raises(ImproperlyConfigured, match="doesn't support unique tasks"):
         app.send_task("proj.x", unique_key="k")
+
+
+def test_rabbitmq_refuses_a_unique_task_at_send() -> None:
+    app = Potatoq("proj", broker=services.require("rabbitmq"))
+    try:
+        assert app.broker.capabilities.unique_tasks is False
+        with pytest.raises(ImproperlyConfigured, match="RabbitMQBroker doesn't support unique tasks yet"):
+            app.send_task("proj.x", unique_key="k")
+    finally:
+        app.close()
