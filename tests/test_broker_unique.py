@@ -76,6 +76,7 @@ def test_complete_dead_letter_and_revoke_release_the_key(ubroker: Broker) -> Non
         held = unique("k")
         assert sent_as(ubroker, held) == held.id
         delivery = claim_soon(ubroker, ["default"])
+        assert sent_as(ubroker, unique("k")) == held.id
         assert ubroker.settle(delivery, outcome) is True
         again = unique("k")
         assert sent_as(ubroker, again) == again.id, f"key still held after {type(outcome).__name__}"
@@ -83,6 +84,7 @@ def test_complete_dead_letter_and_revoke_release_the_key(ubroker: Broker) -> Non
     if ubroker.capabilities.revoke_deletes:
         waiting = unique("k")
         ubroker.enqueue([waiting])
+        assert sent_as(ubroker, unique("k")) == waiting.id
         ubroker.revoke(waiting.id)
         fresh = unique("k")
         assert sent_as(ubroker, fresh) == fresh.id, "key still held after revoke"
@@ -112,6 +114,9 @@ def test_a_key_released_at_start_lets_a_new_task_wait_while_one_runs(ubroker: Br
 
 
 def test_unique_for_releases_a_key_whatever_holds_it(ubroker: Broker) -> None:
+    bounded = unique("long", seconds=3600)
+    ubroker.enqueue([bounded])
+    assert sent_as(ubroker, unique("long", seconds=3600)) == bounded.id
     held = unique("k", seconds=0.5)
     ubroker.enqueue([held])
     poll(lambda: sent_as(ubroker, unique("k", seconds=0.5)) != held.id, "the key to be released", every=0.1)
