@@ -209,3 +209,16 @@ def test_a_retried_dead_letter_takes_its_key_again_or_waits_while_another_holds_
     assert ubroker.settle(claim_soon(ubroker, ["default"]), Complete()) is True
     assert ubroker.retry_dead() == 1
     assert sent_as(ubroker, unique("k")) == dead.id
+
+
+def test_a_periodic_run_whose_key_is_held_is_not_queued_again(ubroker: Broker) -> None:
+    running = unique("nightly")
+    ubroker.enqueue([running])
+    delivery = claim_soon(ubroker, ["default"])
+    now = time.time()
+    assert ubroker.claim_fire_time("nightly", now, unique("nightly")) is True  # the fire time is taken
+    assert_nothing_claimable(ubroker, ["default"])  # ... but no second run piles up
+    assert ubroker.settle(delivery, Complete()) is True
+    later = unique("nightly")
+    assert ubroker.claim_fire_time("nightly", now + 60, later) is True
+    assert claim_soon(ubroker, ["default"]).id == later.id

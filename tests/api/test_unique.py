@@ -110,3 +110,14 @@ def test_rabbitmq_refuses_a_unique_task_at_send() -> None:
             app.send_task("proj.x", unique_key="k")
     finally:
         app.close()
+
+
+def test_a_unique_task_in_a_group_or_chain_is_refused_naming_it(app: Potatoq) -> None:
+    from potatoq import chain, group
+
+    sync, plain = app.tasks["proj.sync"], app.tasks["proj.plain"]
+    with pytest.raises(ValueError, match="task 'proj.sync' is unique and can't be sent in a group"):
+        group(sync.s("a"), sync.s("b")).apply_async()
+    with pytest.raises(ValueError, match="task 'proj.sync' is unique and can't be sent in a chain"):
+        chain(sync.s("a"), plain.si()).apply_async()
+    assert drain(app) == 0
