@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Literal, overload
 
-from . import limits, routing, sendchecks, signals
+from . import limits, routing, sendchecks, signals, unique
 from .brokers import create_broker, scheme_of
 from .brokers.base import Broker, BrokerConfig, HistorySettings
 from .canvas import Signature, resolve_eta, resolve_expires
@@ -450,6 +450,8 @@ class Potatoq:
         retries: int = 0,
         concurrency_limit: int | None = None,
         concurrency_key: str | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
         **_: Any,
     ) -> Message:
         """The message for one call: routing, defaults and argument checks applied."""
@@ -484,6 +486,11 @@ class Potatoq:
         )
         if limited is not None:
             headers[limits.HEADER] = limited
+        held = unique.unique_header(
+            task, task_name, args, kwargs, {"unique_key": unique_key, "unique_for": unique_for}
+        )
+        if held is not None:
+            headers[unique.HEADER] = held
         return Message(
             id=task_id or new_id(),
             task=sendchecks.check_task_name(task_name),
@@ -536,6 +543,12 @@ class Potatoq:
                 raise ImproperlyConfigured(
                     f"task {message.task!r} has a concurrency limit, but {type(self.broker).__name__} "
                     "doesn't enforce concurrency limits (see docs/limits.md)"
+                )
+            if unique.HEADER in message.headers and not self.broker.capabilities.unique_tasks:
+                raise ImproperlyConfigured(
+                    f"task {message.task!r} is unique, but {type(self.broker).__name__} doesn't "
+                    "support unique tasks yet: they need a broker that holds the key with the task "
+                    "(SQLite, PostgreSQL, Redis/Valkey or memory; see docs/unique.md)"
                 )
         if connection is None and use_hooks:
             for hook in list(self.publish_hooks):

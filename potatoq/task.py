@@ -53,6 +53,7 @@ class Task(Generic[P, R]):
     rate_limit: str | None = None  # Celery's: per worker node (potatoq.worker.ratelimit)
     concurrency_limit: int | None = None  # cluster-wide, held by the broker (potatoq.limits)
     concurrency_key: Callable[..., object] | None = None  # per-key slots: fn(*args, **kwargs)
+    unique: bool | dict[str, Any] | None = None  # one task per unique key (potatoq.unique)
     ignore_result: bool | None = None
     store_errors_even_if_ignored: bool | None = None
     time_limit: float | None = None
@@ -157,7 +158,8 @@ class Task(Generic[P, R]):
     ) -> AsyncResult[R]:
         """Send the task. Options: countdown, eta, expires, priority, queue, task_id, link,
         link_error, ignore_result, time_limit, soft_time_limit, headers, connection,
-        concurrency_limit, concurrency_key (see docs/limits.md)."""
+        concurrency_limit, concurrency_key (see docs/limits.md), unique_key, unique_for
+        (see docs/unique.md)."""
         result: AsyncResult[R] = self.signature(args, kwargs, **options).apply_async()
         return result
 

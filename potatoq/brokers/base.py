@@ -252,7 +252,10 @@ class Broker(abc.ABC):
         With ``connection`` (a DB-API connection of the same database, brokers with
         ``capabilities.transactional_enqueue`` only) the rows are written inside the
         caller's open transaction: rolled back means never run, committed means always run.
-        Enqueueing an id that is already waiting or running is a no-op.
+        Enqueueing an id that is already waiting or running is a no-op. With
+        ``capabilities.unique_tasks``, a message whose unique key (``uq`` header, see
+        :mod:`potatoq.brokers.unique`) is held by another task is not stored either, and
+        :meth:`Message.mark_duplicate` names that task on it, in the same atomic step.
         """
 
     @abc.abstractmethod

@@ -59,7 +59,11 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
     """All tasks, results and heartbeats in this process's memory; see the module docstring."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        multiprocess=False, crash_safe_storage=False, transactional_enqueue=False, concurrency_limits=True
+        multiprocess=False,
+        crash_safe_storage=False,
+        transactional_enqueue=False,
+        concurrency_limits=True,
+        unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -79,6 +83,10 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
         with store.lock:
             now = time.time()
             for message, raw in encoded:
+                holder = store.duplicate_of(message, raw, now)
+                if holder is not None:
+                    message.mark_duplicate(holder)
+                    continue
                 store.add_message(message, raw, now)
             store.enqueued.notify_all()
 

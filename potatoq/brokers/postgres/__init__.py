@@ -60,6 +60,12 @@ keys (``parked``: out of the ready index, SKIP LOCKED), and the slot-freeing tri
 the key's best parked row back.
 ``concurrency`` on the same row is the run-time override (``sql/limits.sql``).
 
+Unique tasks (``potatoq/brokers/unique.py``, migration 0007): a BEFORE INSERT trigger
+reads a message's ``uq`` header into ``unique_key`` (under a unique partial index), so
+every job insert's ``ON CONFLICT DO NOTHING`` keeps one task per key, atomically, in the
+enqueue's transaction or the caller's; deleting the row releases the key, ``unique_until``
+is the backstop (module ``unique``).
+
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
 ``admin`` and ``results`` (its inspection/admin and result-store halves), ``options``,
 ``statements`` (the SQL of ``sql/`` rendered for a schema), ``wakeups`` (LISTEN/NOTIFY),

@@ -50,6 +50,12 @@ retry, recovery) frees the slot by changing that row, in the same transaction; t
 changes ``data_version``, which wakes the waiters. ``potatoq_limits`` holds run-time
 overrides (``sql/limits.sql``, module ``limits``).
 
+Unique tasks (``potatoq/brokers/unique.py``, migration 0005): a unique task's row holds
+its key in ``unique_key`` under a unique partial index, so the insert (``ON CONFLICT DO
+NOTHING``) is the atomic check, in the enqueue's transaction or the caller's; deleting the
+row (settle, dead-letter, revoke, purge) releases it, and ``unique_until`` is the backstop
+(``sql/unique.sql``, module ``unique``).
+
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
 ``admin`` and ``results`` (its inspection/admin and result-store halves), ``connection``
 (a thread's connection, the state literals, the ``data_version`` backoff) and ``setup``

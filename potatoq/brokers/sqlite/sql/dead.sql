@@ -35,7 +35,10 @@ DELETE FROM potatoq_dead WHERE seq = :seq;
 DELETE FROM potatoq_dead;
 
 -- name: dead_restore
--- Back to ready with the payload unchanged; an id already waiting or running is left alone.
-INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max)
-VALUES (:id, :queue, :task, :priority, 1, :now, :payload, :limit_key, :limit_max)
-ON CONFLICT (id) DO NOTHING;
+-- Back to ready with the payload unchanged; an id already waiting or running is left alone,
+-- and so is a unique task whose key another task holds (both stay dead letters).
+INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max,
+                          unique_key, unique_until, unique_running)
+VALUES (:id, :queue, :task, :priority, 1, :now, :payload, :limit_key, :limit_max,
+        :unique_key, :unique_until, :unique_running)
+ON CONFLICT DO NOTHING;

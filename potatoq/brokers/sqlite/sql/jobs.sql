@@ -2,9 +2,12 @@
 -- State literals are written in the SQL (not bound) so the planner matches the partial indexes.
 
 -- name: job_insert
-INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max)
-VALUES (:id, :queue, :task, :priority, :state, :run_at, :payload, :limit_key, :limit_max)
-ON CONFLICT (id) DO NOTHING;
+-- A second task with a unique key already held isn't stored either (unique.sql).
+INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max,
+                          unique_key, unique_until, unique_running)
+VALUES (:id, :queue, :task, :priority, :state, :run_at, :payload, :limit_key, :limit_max,
+        :unique_key, :unique_until, :unique_running)
+ON CONFLICT DO NOTHING;
 
 -- name: job_peek
 -- The cheap read before the write lock: is anything ready, or scheduled and due, in :queues?
