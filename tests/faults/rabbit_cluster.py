@@ -190,6 +190,9 @@ class RabbitCluster:
 
     def restart(self, index: int) -> None:
         """Start a stopped node again on its data folder; wait until the cluster runs it."""
+        node = self.nodes[index]
+        if node.proc is not None and node.proc.poll() is None:
+            return
         self.nodes[index].start()
         wait_for(lambda: len(self.running()) == len(self.nodes), 60, "the restarted node to rejoin")
 
