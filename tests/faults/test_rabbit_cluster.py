@@ -108,7 +108,7 @@ def test_a_killed_node_loses_no_task(cluster: RabbitCluster, kill: str, tmp_path
             assert cluster.leader(queue) == cluster.nodes[leader_node].node
             env.url = cluster.url(first=worker_node)  # the worker's $POTATOQ_BROKER_URL
             worker = env.worker("-c", str(CHILDREN), "-l", "info", conf={"beat_schedule": HOURLY})
-            wait_for(lambda: env.executions(), 60, "the first run")
+            wait_for(env.executions, 60, "the first run")
             first_at = time.monotonic()
             wait_for(lambda: len(env.executions()) >= KILL_AT, 120, f"{KILL_AT} runs")
             token_before = token_held(probe_url, broker.topology.scheduler)
