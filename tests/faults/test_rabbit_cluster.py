@@ -81,6 +81,7 @@ def token_held(url: str, queue: str) -> bool:
             connection.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill", ["connected", "leader"])
 def test_a_killed_node_loses_no_task(cluster: RabbitCluster, kill: str, tmp_path: Path) -> None:
     leader_node, worker_node = 1, 0  # the producer declares on node 1; the worker uses node 0
