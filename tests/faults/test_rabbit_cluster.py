@@ -22,10 +22,12 @@ worker process (prefetch 1, one band queue). The killed node is started again at
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -33,6 +35,7 @@ import pytest
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig
 from potatoq.brokers.rabbitmq import RabbitMQBroker
+from potatoq.exceptions import OperationalError
 from tests import services
 
 from . import servers
@@ -63,6 +66,33 @@ def cluster() -> Iterator[RabbitCluster]:
         raise
     finally:
         instance.close()
+
+
+class Producer(threading.Thread):
+    """Sends ``faults.record`` tasks one ``.delay()`` at a time until stopped; notes what each did."""
+
+    def __init__(self, proj: Any, every: float) -> None:
+        super().__init__(daemon=True)
+        self.proj, self.every = proj, every
+        self.stopping = threading.Event()
+        self.sent: list[tuple[str, float]] = []  # (task id, when its .delay() returned)
+        self.refused: list[str] = []
+        self.other: list[BaseException] = []
+        self.slowest = 0.0
+
+    def run(self) -> None:
+        n = TASKS
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            try:
+                self.sent.append((self.proj.record.delay(n, WORK_MS).id, time.monotonic()))
+            except OperationalError as exc:
+                self.refused.append(str(exc))
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                self.other.append(exc)
+            self.slowest = max(self.slowest, time.monotonic() - started)
+            n += 1
+            self.stopping.wait(self.every)
 
 
 def token_held(url: str, queue: str) -> bool:
@@ -111,6 +141,8 @@ def test_a_killed_node_loses_no_task(cluster: RabbitCluster, kill: str, tmp_path
             worker = env.worker("-c", str(CHILDREN), "-l", "info", conf={"beat_schedule": HOURLY})
             wait_for(env.executions, 60, "the first run")
             first_at = time.monotonic()
+            producer = Producer(proj, every=0.01)  # goes on sending through the kill
+            producer.start()
             wait_for(lambda: len(env.executions()) >= KILL_AT, 120, f"{KILL_AT} runs")
             token_before = token_held(probe_url, broker.topology.scheduler)
             held_before = worker.output().count(HOLDS)
@@ -124,6 +156,15 @@ def test_a_killed_node_loses_no_task(cluster: RabbitCluster, kill: str, tmp_path
                 60,
                 "runs after the kill",
             )
+            wait_for(
+                lambda: any(at > killed_at for _, at in producer.sent),
+                60,
+                "a .delay() returning after the kill",
+            )
+            producer.stopping.set()
+            producer.join(60)
+            assert not producer.is_alive(), "the producer is stuck"
+            sent += [task_id for task_id, _ in producer.sent]
             token_at = None
             if kill == "connected":
                 # The token held on the killed node's channel may come back to the queue only
@@ -152,6 +193,9 @@ def test_a_killed_node_loses_no_task(cluster: RabbitCluster, kill: str, tmp_path
             figures = {
                 "killed": kill,
                 "tasks_sent": len(sent),
+                "sent_during_run": len(producer.sent),
+                "delay_refused": len(producer.refused),
+                "slowest_delay_seconds": round(producer.slowest, 2),
                 "lost": len(missing()),
                 "tasks_run_twice": len(twice),
                 "extra_executions": sum(n - 1 for n in twice.values()),
@@ -174,6 +218,7 @@ def test_a_killed_node_loses_no_task(cluster: RabbitCluster, kill: str, tmp_path
         backend.close()
         cluster.restart(killed)
 
+    assert not producer.other, producer.other[:3]
     assert not missing(), f"{len(missing())} sent tasks never ran: {figures}"
     assert not dead, [(d.id, d.reason) for d in dead[:5]]
     assert alive, "the worker died"
