@@ -163,6 +163,12 @@ class Intake:
             # waits for it). A basic.get now would race that push, and the pushed message
             # would then sit here while the task got runs.
             return None
+        if pending is None and self.link.prefetch > 1:
+            # A process that holds more than one delivery per consumer (a worker's threads,
+            # or a prefetch multiplier) takes them only as pushed: a basic.get on top would
+            # make it hold one more than its prefetch. The caller waits for the push.
+            self._resume(queues)
+            return None
         if pending is None:
             try:
                 pending = yield from self._get_first(order)
@@ -240,6 +246,18 @@ class Intake:
             self._by_tag[tag] = (queue, band, amqp)
         self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
 
+    def set_prefetch_op(self, prefetch: int) -> Op[None]:
+        """Hold up to ``prefetch`` unacked deliveries per consumer from now on. A consumer
+        keeps the prefetch it started with, so running ones are paused (what they pushed
+        stays buffered) and the next ``wait`` or settle starts them again with it."""
+        if prefetch == self.link.prefetch:
+            return
+        self.link.prefetch = prefetch
+        work = self.link.work
+        if work is not None and work.is_open:
+            yield self.link.rpc(work.basic_qos, prefetch_count=prefetch)
+            self._pause()
+
     def stop_consuming_op(self) -> Op[None]:
         """Cancel every consumer and give back what they pushed (the worker's set of
         claimable queues changed: a queue was paused or resumed), as at shutdown; the next
@@ -291,10 +309,10 @@ class Intake:
         with self.cond:
             self._buffer.append(pending)
             self.cond.notify_all()
-            idle_waiters = self._waiting
-        if self._handed and idle_waiters == 0 and self._consumers:
-            # A task of this process runs and nobody here waits: this delivery waits for it
-            # to end. Pause every consumer so no more pile up here while other workers idle.
+        if self._consumers and len(self._handed) + len(self._buffer) > self.link.prefetch:
+            # More held here than the prefetch allows one consumer: this one came from
+            # another band or queue while the process is full, and waits for a task to end.
+            # Pause every consumer so no more pile up here while other workers idle.
             self._pause()
 
     def on_work_channel_lost(self) -> None:
