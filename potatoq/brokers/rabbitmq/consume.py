@@ -1,25 +1,29 @@
 """Taking deliveries: ``claim()``, ``wait()`` and ``settle_and_claim()`` mapped onto AMQP
 for one process.
 
-* Consumers with prefetch 1 run on every band queue of the queues a worker asks for (started
-  by ``wait``, and by ``settle_and_claim`` on a busy worker), on the work channel. Pushed
+* Consumers run on every band queue of the queues a worker asks for (started by ``wait``,
+  and by ``settle_and_claim`` on a busy worker), on the work channel, each with the link's
+  prefetch (``worker_prefetch_multiplier`` x the process's slots; 1 by default). Pushed
   deliveries go to this process's buffer; a claim takes the best one there: potatoq queues
   in the order given, bands highest first, then arrival order.
-* A busy worker's cycle is ``settle_and_claim``: publish follow-ups (confirmed), ack,
-  then the best buffered delivery. Acking frees the consumer's prefetch slot, so RabbitMQ
-  pushes that band's next message once it has processed the ack (the push proves it: no
-  barrier round trip); if it isn't there yet, the worker waits for it (``wait`` returns
-  as soon as it is pushed). With nothing to publish, the ack is posted to the I/O thread
-  without waiting for it. No ready counts, no ``basic.get``.
+* A busy worker's cycle is ``settle_and_claim``: publish follow-ups (confirmed), ack, then
+  the best buffered delivery. Acking frees a prefetch slot, so RabbitMQ pushes that band's
+  next message once it has processed the ack (no barrier round trip); if it isn't there yet,
+  the worker waits for it (``wait`` returns as soon as it is pushed). With nothing to
+  publish, the ack is posted to the I/O thread without waiting for it. No ready counts, no
+  ``basic.get``.
 * ``claim`` on an empty buffer of a process not consuming yet (a worker's first claim, a
-  test) is exact: it asks the band queues' ready counts (passive declares, all at once)
-  and takes one with ``basic.get``. While consumers run for the queues asked, a claim
-  takes only what was pushed (a ``basic.get`` would race the push, whose message would
+  test) with a prefetch of 1 is exact: it asks the band queues' ready counts (passive
+  declares, all at once) and takes one with ``basic.get``. With a larger prefetch it starts
+  the consumers instead and returns None (the caller waits for the push): a ``basic.get`` on
+  top would hold one more than the prefetch. While consumers run for the queues asked, a
+  claim takes only what was pushed (a ``basic.get`` would race the push, whose message would
   then wait here while the task runs); ``wait`` returns on the next push.
-* Nothing waits in a local buffer while a task runs: the running task's message fills its
-  consumer's prefetch, so that consumer gets nothing more until the ack. When another
-  consumer (another band or -Q queue) pushes a delivery while this process's task runs and
-  no thread of it waits, every consumer is *paused* (cancelled): that one delivery (at most
+* Nothing waits in a local buffer beyond the prefetch: the held deliveries (running and,
+  with a multiplier above 1, prefetched) fill their consumer's prefetch, so that consumer
+  gets nothing more until an ack. When another consumer (another band or -Q queue) pushes
+  a delivery that takes this process above its prefetch, every consumer is *paused*
+  (cancelled): that one delivery (at most
   one per consumer, from the same instant) stays buffered and is the next claim's (giving it
   back would count towards its delivery limit on RabbitMQ 4.0); the consumers start again
   at the next ``settle_and_claim`` or ``wait`` that finds the buffer empty.
@@ -415,8 +419,9 @@ class Intake:
         then waits for the push).
 
         No barrier after the ack: with prefetch 1, RabbitMQ pushes the band's next message
-        only once it has processed the ack, so that delivery proves it. An ack lost with
-        the connection only means a redelivery (a settle of it is fenced); a process
+        only once it has processed the ack, so that delivery proves it (with a larger
+        prefetch nothing proves it, and nothing needs to). An ack lost with the connection
+        only means a redelivery (a settle of it is fenced); a process
         exiting right after its settle uses :meth:`settle_op`, which keeps the barrier."""
         work = yield from self._settle(token, publishes, action, 0)
         for queue in queues:
