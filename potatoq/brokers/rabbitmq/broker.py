@@ -172,6 +172,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         _BROKERS.add(self)
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
+        self._not_revoked: OrderedDict[str, float] = OrderedDict()  # task id -> monotonic read time
         # Chord parts (group id, index) whose join in this process hasn't finished
         # publishing the callback it may owe (a settle that failed and will be retried).
         self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
@@ -283,7 +284,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             if pending is None:
                 return None
             delivery = self._delivery(state, pending, worker)
-            if not self._skipped(state, delivery, _once(pending)):
+            if not self._skipped(state, delivery, pending):
                 return delivery
 
     def _delivery(self, state: _ProcessState, pending: Pending, worker: WorkerRef) -> Delivery:
@@ -304,7 +305,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             max_size=self.config.max_message_size,
         )
 
-    def _skipped(self, state: _ProcessState, delivery: Delivery, once: bool) -> bool:
+    def _skipped(self, state: _ProcessState, delivery: Delivery, pending: Pending) -> bool:
         """Deliveries that must not run: one past the delivery limit (possible only after a
         graceful requeue re-published it, see ``Intake.settle_op``), a copy of one whose
         process the supervisor killed, a revoked task, or a duplicate of a message sent
@@ -315,7 +316,8 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             reason = f"WorkerLostError: delivered {delivery.deliveries - 1} times without finishing"
             self.settle(delivery, DeadLetter(reason, result=_worker_lost(delivery, reason)))
             return True
-        if delivery.deliveries > 1:
+        once = _once(pending)
+        if pending.redelivered:  # returned by RabbitMQ: maybe by a child the supervisor killed
             action: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
             if action == "requeue":  # killed at shutdown: back in the queue, uncounted
                 state.link.run(state.intake.settle_op, delivery.token, [], "republish", 1)
@@ -334,6 +336,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             if record is not None and once and record.state in READY_STATES:
                 self.settle(delivery, Complete())
                 return True
+            self._read_not_revoked(delivery.id)
         return False
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
@@ -381,7 +384,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         if pending is None:
             return applied, None
         following = self._delivery(state, pending, worker)
-        if self._skipped(state, following, _once(pending)):
+        if self._skipped(state, following, pending):
             return applied, self.claim(queues, worker)
         return applied, following
 

@@ -16,7 +16,7 @@ import pika
 from potatoq import serialization
 from potatoq.brokers.base import Broker, Delivery
 from potatoq.brokers.rabbitmq import declare
-from potatoq.brokers.rabbitmq.ops import Await, Op, Publish
+from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
 from potatoq.brokers.rabbitmq.session import Outgoing
 
 if TYPE_CHECKING:
@@ -57,45 +57,47 @@ class RabbitMQKills(Broker):
         action = "requeue" if reason is None else "drop"
         body = serialization.dumps({"action": action}, where="kill tombstone").encode()
         letters = [] if reason is None else [self._dead_letter_publish(delivery, reason, time.time())]
-        self._run(self._prepare_kill_op, decl, body, letters)
+        self._run(self._prepare_kill_op, decl, [body] * TOMBSTONES[action], letters)
 
-    def _prepare_kill_op(self, decl: Any, body: bytes, letters: list[Outgoing]) -> Op[None]:
+    def _prepare_kill_op(self, decl: Any, bodies: list[bytes], letters: list[Outgoing]) -> Op[None]:
         state = self._process_state_unchecked()
         channel = yield state.link.open_channel()
         try:
             channel = yield from declare.declare_queue(state.link, channel, decl)
         finally:
             declare.close_quietly(channel)
-        tombstone = Publish("", decl.name, body, pika.BasicProperties(delivery_mode=2))
-        yield from state.session.publish_all([*letters, Outgoing(tombstone, "", delayed=False)])
+        marks = [
+            Outgoing(Publish("", decl.name, body, pika.BasicProperties(delivery_mode=2)), "", delayed=False)
+            for body in bodies
+        ]
+        yield from state.session.publish_all([*letters, *marks])
 
     def _killed_op(self, task_id: str, deliveries: int) -> Op[str | None]:
         """The action ("drop", "requeue") of the tombstone :meth:`prepare_kill` left for
-        this delivery (None: there is none), consumed.
-
-        The tombstone is declared (not passively probed: a missing queue would close the
-        channel and log an error each time), so a probe that finds none deletes the empty
-        queue it just made.
+        this delivery (None: there is none), consumed: one ``queue.delete`` on the admin
+        channel, whose reply says how many messages the tombstone held (deleting a queue
+        that doesn't exist is not an error on RabbitMQ 4). Called only for a copy that
+        RabbitMQ returned (a killed child's), never for a first delivery.
         """
-        state = self._process_state_unchecked()
-        link = state.link
-        decl = self.topology.killed_queue(task_id, deliveries)
-        channel = yield link.open_channel()
+        link = self._process_state_unchecked().link
+        name = self.topology.killed(task_id, deliveries)
+        admin = link.admin
+        own = admin is None or not admin.is_open
+        channel = (yield link.open_channel()) if own else admin
         try:
-            frame = yield link.rpc(channel.queue_declare, decl.name, durable=True, arguments=decl.arguments)
-            action: str | None = None
-            if frame.method.message_count:
-                got = yield Await(
-                    channel,
-                    lambda resume: channel.basic_get(
-                        decl.name, lambda _c, _m, _p, body: resume(body), auto_ack=True
-                    ),
-                )
-                try:
-                    action = str(serialization.loads(bytes(got)).get("action") or "drop")
-                except (ValueError, AttributeError):
-                    action = "drop"
-            yield link.rpc(channel.queue_delete, decl.name)
+            frame = yield link.rpc(channel.queue_delete, name)
+        except ChannelLost as exc:
+            if exc.reply_code != declare.NOT_FOUND:
+                raise
+            return None
         finally:
-            declare.close_quietly(channel)
-        return action
+            if own:
+                declare.close_quietly(channel)
+        held = int(frame.method.message_count or 0)
+        return None if held == 0 else _ACTIONS.get(held, "drop")
+
+
+#: Messages a tombstone holds for each action: the count, read back from ``queue.delete``,
+#: is the action, so the probe of a returned copy is one round trip.
+TOMBSTONES = {"drop": 1, "requeue": 2}
+_ACTIONS = {count: action for action, count in TOMBSTONES.items()}
