@@ -48,6 +48,12 @@ def rclient(rabbit_env: Env) -> Iterator[Any]:
     yield from _client(rabbit_env)
 
 
+def holding(env: Env, multiplier: int, hold: float = 3600.0) -> dict[str, Any]:
+    """Worker settings: ``multiplier``, and prefetched deliveries given back after ``hold`` s."""
+    options = {**env.conf.get("broker_transport_options", {}), "prefetch_hold": hold}
+    return {"worker_prefetch_multiplier": multiplier, "broker_transport_options": options}
+
+
 def ready(client: Any, queue: str = "default") -> int:
     """Messages ready (not held by any consumer) in ``queue``'s lowest band."""
     broker = client.app.broker
@@ -64,7 +70,7 @@ def test_prefetch_multiplier_4_holds_4_per_busy_child(rabbit_env: Env, rclient: 
     three more unacked; the rest stay ready for other workers."""
     long = rclient.block.delay("long", release="go")
     rest = [rclient.block.delay(f"p{i}", release="go") for i in range(7)]
-    worker = rabbit_env.worker("-c", "1", conf={"worker_prefetch_multiplier": 4})
+    worker = rabbit_env.worker("-c", "1", conf=holding(rabbit_env, 4))
     rabbit_env.wait_marker("started-long")
     wait_for(lambda: ready(rclient) == 4, what="the busy child to hold 4 (4 of 8 left ready)")
     rabbit_env.mark("go")
@@ -123,7 +129,7 @@ def test_a_crash_counts_a_delivery_against_every_prefetched_message(rabbit_env: 
     and RabbitMQ counts a delivery against each (``self.request.deliveries`` says 2 when they
     finally run)."""
     held = [rclient.block.delay(f"h{i}", release="go") for i in range(4)]
-    worker = rabbit_env.worker("-c", "1", conf={"worker_prefetch_multiplier": 4})
+    worker = rabbit_env.worker("-c", "1", conf=holding(rabbit_env, 4))
     first = rabbit_env.wait_marker("started-h0")
     wait_for(lambda: ready(rclient) == 0, what="the child to hold all four")
     os.kill(first["pid"], signal.SIGKILL)  # the child dies; the supervisor starts another
@@ -133,3 +139,23 @@ def test_a_crash_counts_a_delivery_against_every_prefetched_message(rabbit_env: 
     deliveries = sorted(rabbit_env.marker(f"started-h{i}")["delivery"] for i in range(4))
     assert deliveries == [2, 2, 2, 2]
     assert worker.stop() == 0
+
+
+def test_prefetched_messages_behind_a_long_task_go_to_an_idle_worker(rabbit_env: Env, rclient: Any) -> None:
+    """Multiplier 4 and the default prefetch_hold (1 s): the three messages prefetched behind
+    a long task are given back (uncounted) and run by another worker while it still runs."""
+    long = rclient.block.delay("long", release="go")
+    behind = [rclient.block.delay(f"b{i}", release=None, timeout=0) for i in range(3)]
+    busy = rabbit_env.worker("-c", "1", conf={"worker_prefetch_multiplier": 4})
+    rabbit_env.wait_marker("started-long")
+    idle = rabbit_env.worker("-c", "1")
+    for result in behind:
+        result.get(timeout=30)
+    assert rabbit_env.marker("done-long") is None
+    starts = [rabbit_env.marker(f"started-b{i}") for i in range(3)]
+    long_pid = rabbit_env.marker("started-long")["pid"]
+    assert all(s["pid"] != long_pid for s in starts), "ran by the busy child"
+    assert [s["delivery"] for s in starts] == [1, 1, 1], "given back without counting a delivery"
+    rabbit_env.mark("go")
+    long.get(timeout=30)
+    assert busy.stop() == 0 and idle.stop() == 0

@@ -102,7 +102,8 @@ class _ProcessState:
             prefetch=broker.prefetch,
         )
         self.session = Session(self.link, broker.topology, cascade_key=broker.config.url)
-        self.intake = Intake(self.session)
+        self.intake = Intake(self.session, hold=broker.options.prefetch_hold)
+        self.link.on_tick = self.intake.hand_back_stale
         self.lease = SchedulerLease(self.session)
 
     def _on_connected(self, _link: AmqpLink) -> None:

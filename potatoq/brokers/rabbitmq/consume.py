@@ -71,6 +71,7 @@ class Pending:
     redelivered: bool
     seq: int = dataclasses.field(default_factory=lambda: next(_arrival))
     handed_at: float = 0.0  # monotonic, when a claim handed it out
+    pushed_at: float = 0.0  # monotonic, when a consumer pushed it (0: taken with basic.get)
     # Wall clock (epoch s) of that hand-out: the fence of its result (see brokers.records, fenced writes).
     # A later claim of the same message follows the loss of this one's channel, so it is
     # later by at least that, on any host whose clock agrees to within it.
@@ -90,9 +91,13 @@ class Pending:
 class Intake:
     """Consumers, the local buffer and handed-out deliveries of one process."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, hold: float = 1.0) -> None:
         self.session = session
         self.link: AmqpLink = session.link
+        # Seconds a prefetched delivery may wait while every thread here is busy, before
+        # it is given back for another worker (see hand_back_stale).
+        self.hold = hold
+        self._handing_back = False
         self.cond = threading.Condition()
         # Guarded by cond (read by waiting threads, written on the I/O thread):
         self._buffer: list[Pending] = []
@@ -309,6 +314,7 @@ class Intake:
             properties=properties,
             body=body,
             redelivered=bool(method.redelivered),
+            pushed_at=time.monotonic(),
         )
         with self.cond:
             self._buffer.append(pending)
@@ -489,6 +495,30 @@ class Intake:
             properties_for(getattr(pending.properties, "message_id", None) or "", headers),
         )
         return Outgoing(again, pending.queue, delayed=False)
+
+    def hand_back_stale(self) -> None:
+        """I/O thread, at every tick: with a prefetch above 1, a delivery that has waited
+        here ``hold`` seconds while no thread of this process was free (they all run tasks,
+        a long one among them) is given back, re-published at the tail of its queue and
+        acked, uncounted, so an idle worker elsewhere runs it instead; the consumers are
+        paused until a thread settles (as when the process is full). A crash would
+        otherwise count a delivery against it, and a long task would hold it back."""
+        if self.link.prefetch <= 1 or self._draining or self._handing_back or not self._consumers:
+            return
+        with self.cond:
+            if self._waiting or not self._buffer:
+                return
+            oldest = min(p.pushed_at for p in self._buffer)
+        if time.monotonic() - oldest < self.hold:
+            return
+        self._handing_back = True
+        self.link.spawn(self._hand_back_op())
+
+    def _hand_back_op(self) -> Op[None]:
+        try:
+            yield from self._give_back()
+        finally:
+            self._handing_back = False
 
     def _give_back(self) -> Op[None]:
         """Shutdown: pause the consumers and hand back what they pushed that never ran,

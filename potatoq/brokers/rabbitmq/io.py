@@ -108,6 +108,8 @@ class AmqpLink(LinkSteps):
         self.connect_timeout = connect_timeout
         self.on_connected = on_connected
         self.on_work_channel_lost = on_work_channel_lost
+        #: Called on the I/O thread at every tick (TICK seconds) while connected.
+        self.on_tick: Callable[[], None] | None = None
         self.pid = os.getpid()
         #: Distinguishes this link's delivery tokens from any other process's.
         self.nonce = f"{random.getrandbits(40):010x}"
@@ -287,6 +289,11 @@ class AmqpLink(LinkSteps):
             self.stalled_at = now
         self._last_tick = now
         self._ioloop.call_later(TICK, self._tick)
+        if self.on_tick is not None and self._ready.is_set() and not self._closing:
+            try:
+                self.on_tick()
+            except Exception:  # must not stop the tick (or the I/O thread)
+                log.exception("the RabbitMQ tick callback failed")
 
     def stalled_since(self, moment: float) -> bool:
         """I/O thread: whether this thread may have stalled after ``moment`` (monotonic),

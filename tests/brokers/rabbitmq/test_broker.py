@@ -176,6 +176,9 @@ def test_a_prefetch_multiplier_below_1_is_refused_naming_the_setting() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ImproperlyConfigured, match="worker_prefetch_multiplier must be a whole number"):
             create_broker(BrokerConfig(url=url, prefetch_multiplier=bad))  # type: ignore[arg-type]
+    for hold in (0, -1, "soon", True):
+        with pytest.raises(ImproperlyConfigured, match="prefetch_hold"):
+            create_broker(BrokerConfig(url=url, transport_options={"prefetch_hold": hold}))
 
 
 def test_prefetch_is_the_multiplier_times_the_slots_and_1_by_default(rabbit: Rabbit) -> None:
