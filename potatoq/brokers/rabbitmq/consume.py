@@ -503,7 +503,7 @@ class Intake:
         acked, uncounted, so an idle worker elsewhere runs it instead; the consumers are
         paused until a thread settles (as when the process is full). A crash would
         otherwise count a delivery against it, and a long task would hold it back."""
-        if self.link.prefetch <= 1 or self._draining or self._handing_back or not self._consumers:
+        if self.link.prefetch <= 1 or self._draining or self._handing_back or self.link.work is None:
             return
         with self.cond:
             if self._waiting or not self._buffer:
