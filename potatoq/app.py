@@ -601,6 +601,7 @@ class Potatoq:
             max_message_size=int(conf.task_max_message_size) if conf.task_max_message_size else None,
             result_backend=result_backend,
             history=HistorySettings.from_settings(conf),
+            prefetch_multiplier=_prefetch_multiplier(conf),
         )
 
     @property
@@ -723,6 +724,20 @@ def _publish_attempts(
         yield min(pause, left)  # the last attempt is made at the deadline
         pause = min(pause * 2, 1.0)
     yield None
+
+
+def _prefetch_multiplier(conf: Any) -> int:
+    """``worker_prefetch_multiplier`` when the project set it, else 1: Celery's default of 4
+    (what the setting reads as until set) would let long tasks wait behind each other."""
+    if "worker_prefetch_multiplier" not in conf.changes():
+        return 1
+    value = conf.worker_prefetch_multiplier
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(
+            f"worker_prefetch_multiplier must be a whole number, not {value!r}"
+        ) from None
 
 
 def _seconds(value: Any) -> float:

@@ -152,6 +152,9 @@ class BrokerConfig:
     # size is the error) and dead-lettered, without being parsed. None: no limit.
     max_message_size: int | None = None
     history: HistorySettings = dataclasses.field(default_factory=HistorySettings)
+    # worker_prefetch_multiplier, honoured by brokers that push deliveries (RabbitMQ): a
+    # process holds up to this many unacked deliveries per task it can run at once.
+    prefetch_multiplier: int = 1
 
 
 # ----------------------------------------------------------------------------- fork safety
@@ -301,6 +304,11 @@ class Broker(abc.ABC):
 
     def interrupt(self) -> None:  # noqa: B027 - optional hook
         """Wake up a thread blocked in :meth:`wait` (used at shutdown). Optional."""
+
+    def serve_slots(self, slots: int) -> None:  # noqa: B027 - optional hook
+        """This process runs up to ``slots`` tasks at once (a worker child's threads), from
+        now on. Brokers that push deliveries to a process (RabbitMQ) size what it may hold
+        by it; the others ignore it. Optional; call it before the first claim."""
 
     # -- liveness ---------------------------------------------------------------------------
 

@@ -25,12 +25,14 @@ owned by an I/O thread; ``claim``/``wait``/``settle`` marshal their work onto it
 delivery's token names the process and the work channel's generation; a settle after the
 channel or connection was replaced is refused (returns False).
 
-Claim, settle, wake-up (details in :mod:`.consume`): consumers with prefetch 1 run on every
-band queue a worker asks for; RabbitMQ pushes deliveries into this process's buffer and a
-claim takes the best one there (queues in the order given, bands highest first). That push
-is the wake-up: ``wait`` returns when a delivery arrives. A settle publishes the follow-ups
-and the result hand-off (confirmed), then acks. The first claim of a process not consuming
-yet asks the ready counts and takes one with ``basic.get``.
+Claim, settle, wake-up (details in :mod:`.consume`): consumers run on every band queue a
+worker asks for, with a prefetch of ``worker_prefetch_multiplier`` (1 unless set) times the
+tasks the process runs at once (``serve_slots``: a worker child's threads); RabbitMQ pushes
+deliveries into this process's buffer and a claim takes the best one there (queues in the
+order given, bands highest first). That push is the wake-up: ``wait`` returns when a
+delivery arrives. A settle publishes the follow-ups and the result hand-off (confirmed),
+then acks. The first claim of a process not consuming yet, with a prefetch of 1, asks the
+ready counts and takes one with ``basic.get``.
 
 Concurrency limits are not supported yet (``capabilities.concurrency_limits`` is False;
 the app refuses a limited task): the slots would live in the result store and a task over
@@ -43,7 +45,8 @@ Modules: ``broker`` (the class), ``backed`` (what lives in the result backend), 
 (dead letters, stats, purges), ``options``,
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
 declarations and reads), ``io`` (the per-process connection and its I/O thread),
-``session`` (confirmed publishes), ``consume`` (claims) and ``lease`` (the scheduler lease).
+``session`` (confirmed publishes), ``consume`` (claims), ``kills`` (the supervisor's kill
+tombstones) and ``lease`` (the scheduler lease).
 """
 
 from __future__ import annotations

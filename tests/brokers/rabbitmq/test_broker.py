@@ -171,6 +171,33 @@ def test_unknown_transport_option_is_refused_naming_it() -> None:
         create_broker(BrokerConfig(url="amqp://127.0.0.1:1/", transport_options={"queue_prefx": "x"}))
 
 
+def test_a_prefetch_multiplier_below_1_is_refused_naming_the_setting() -> None:
+    url = services.require("rabbitmq")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ImproperlyConfigured, match="worker_prefetch_multiplier must be a whole number"):
+            create_broker(BrokerConfig(url=url, prefetch_multiplier=bad))  # type: ignore[arg-type]
+    for hold in (0, -1, "soon", True):
+        with pytest.raises(ImproperlyConfigured, match="prefetch_hold"):
+            create_broker(BrokerConfig(url=url, transport_options={"prefetch_hold": hold}))
+
+
+def test_prefetch_is_the_multiplier_times_the_slots_and_1_by_default(rabbit: Rabbit) -> None:
+    """The app passes worker_prefetch_multiplier only when the project set it (Celery's 4
+    is what the setting reads as until then); a worker child tells the broker its slots."""
+    from potatoq import Potatoq
+
+    assert Potatoq("p", broker=rabbit.url).broker_config().prefetch_multiplier == 1
+    assert (
+        Potatoq("p", broker=rabbit.url, worker_prefetch_multiplier=4).broker_config().prefetch_multiplier == 4
+    )
+    with pytest.raises(ImproperlyConfigured, match="worker_prefetch_multiplier must be a whole number"):
+        Potatoq("p", broker=rabbit.url, worker_prefetch_multiplier="many").broker_config()
+    broker = rabbit()
+    assert broker.prefetch == 1
+    broker.serve_slots(3)
+    assert broker.prefetch == 3 and broker._process().link.prefetch == 3
+
+
 def test_queue_names_with_a_dot_are_refused(rabbit: Rabbit) -> None:
     broker = rabbit()
     with pytest.raises(InvalidName, match=r"'a\.b'.*no '\.'"):
