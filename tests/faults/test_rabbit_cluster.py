@@ -4,17 +4,19 @@ One three-node cluster (``rabbit_cluster.py``) serves the module. Each test send
 through a producer connected to one node, which therefore leads the quorum queue (RabbitMQ
 places a new queue's leader on the declaring client's node); the queue has a member on
 every node. A worker of two processes is given the cluster's three URLs with *another*
-node first, so its connections land there. When a third of the tasks have run, one node
-is SIGKILLed:
+node first, so its connections land there. From the worker's first run on, the producer
+goes on sending a task every 10 ms, through the kill. When a third of the tasks have run,
+one node is SIGKILLed:
 
 * ``connected``: the node the worker's connections are on (not the queue's leader). The
   worker's deliveries in flight return to the queue; its link goes on to the next URL,
   re-declares its queues and restarts its consumers; the scheduler token (held by this
   worker, the only one) is held again once it is back;
 * ``leader``: the node that leads the queue (the worker is connected elsewhere). The two
-  other members elect a new leader; the worker's connection stays up.
+  other members elect a new leader; the worker's connection stays up. The producer's
+  connection was on that node: its ``.delay()`` calls go on to the next node.
 
-Afterwards: lost = 0 (every task sent ran), nothing dead-lettered, the worker process never
+Afterwards: lost = 0 (every task whose ``.delay()`` returned ran), nothing dead-lettered, the worker process never
 restarted, and a task ran twice only if it was in flight at the kill: at most one per
 worker process (prefetch 1, one band queue). The killed node is started again at the end
 (it rejoins from its data folder), so each test begins with three running nodes.
