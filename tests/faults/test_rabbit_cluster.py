@@ -16,10 +16,11 @@ one node is SIGKILLed:
   other members elect a new leader; the worker's connection stays up. The producer's
   connection was on that node: its ``.delay()`` calls go on to the next node.
 
-Afterwards: lost = 0 (every task whose ``.delay()`` returned ran), nothing dead-lettered, the worker process never
-restarted, and a task ran twice only if it was in flight at the kill: at most one per
-worker process (prefetch 1, one band queue). The killed node is started again at the end
-(it rejoins from its data folder), so each test begins with three running nodes.
+Afterwards: lost = 0 (every task whose ``.delay()`` returned ran), nothing dead-lettered,
+the worker process never restarted, and a task ran twice only if it was in flight at the
+kill: at most one per worker process (prefetch 1, one band queue). The killed node is
+started again at the end (it rejoins from its data folder), so each test begins with
+three running nodes.
 """
 
 from __future__ import annotations
