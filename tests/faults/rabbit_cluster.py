@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -200,6 +201,12 @@ class RabbitCluster:
         for node in self.nodes:
             node.close()
         if self.epmd is not None and self.epmd.poll() is None:
+            # epmd is its namespace's init: killing it ends the namespace. (unshare's
+            # --kill-child doesn't reach it: chroot --userspec changes its user, which
+            # clears the parent-death signal.)
+            children = Path(f"/proc/{self.epmd.pid}/task/{self.epmd.pid}/children")
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                os.kill(int(children.read_text().split()[0]), signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
                 self.epmd.send_signal(signal.SIGKILL)
             self.epmd.wait(10)
