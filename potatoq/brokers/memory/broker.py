@@ -59,7 +59,11 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
     """All tasks, results and heartbeats in this process's memory; see the module docstring."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        multiprocess=False, crash_safe_storage=False, transactional_enqueue=False, concurrency_limits=True
+        multiprocess=False,
+        crash_safe_storage=False,
+        transactional_enqueue=False,
+        concurrency_limits=True,
+        rate_limits=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -90,7 +94,7 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
             now = time.time()
             store.promote_due(now)
             for queue in queues:
-                job = store.pop_ready(queue)
+                job = store.pop_ready(queue, now)
                 if job is None:
                     continue
                 job.state = RUNNING
