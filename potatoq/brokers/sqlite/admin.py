@@ -16,7 +16,7 @@ from ..base import (
     QueueStats,
     decode_queued,
 )
-from ..limits import concurrency_of_raw
+from ..limits import concurrency_of_raw, rate_of_raw
 from .connection import STATE_NAMES
 from .setup import (
     SQL,
@@ -88,6 +88,10 @@ class SQLiteAdmin(Broker):
                 job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
                 limit = concurrency_of_raw(payload)  # a retried letter keeps its limit
                 job["limit_key"], job["limit_max"] = limit if limit is not None else (None, None)
+                rate = rate_of_raw(payload)
+                job["rate_key"], job["rate_interval"], job["rate_burst"] = (
+                    (rate[0], 1.0 / rate[1], rate[2]) if rate is not None else (None, None, None)
+                )
                 if conn.execute(SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
                     conn.execute(SQL["dead_delete"], {"seq": seq})
                     restored += 1

@@ -35,7 +35,7 @@ from ..base import (
     decode_delivery,
     validate_queue_name,
 )
-from ..limits import limit_columns
+from ..limits import limit_columns, rate_columns
 from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
 from .history import SQLiteHistory
@@ -69,7 +69,9 @@ def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
 class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLiteLimits, Broker):
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(transactional_enqueue=True, concurrency_limits=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        transactional_enqueue=True, concurrency_limits=True, rate_limits=True
+    )
     schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
     # Most calls turn sqlite3 errors into OperationalError; "database is locked" from a raw
     # read (busy_timeout ran out) is just as retryable.
@@ -207,6 +209,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             "run_at": now if message.eta is None else float(message.eta),
             "payload": message.encode(),
             **limit_columns(message.headers),
+            **rate_columns(message.headers),
         }
 
     def _insert(self, conn: sqlite3.Connection, messages: Sequence[Message], now: float) -> None:
@@ -242,15 +245,22 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         promote = {"queues": self._queue_list(queues), "now": now, "limit": PROMOTE_BATCH}
         conn.execute(SQL["job_promote_due"], promote)
         if self._limits_seen:
-            conn.execute(SQL["limit_park_full"], {"queues": self._queue_list(queues)})
+            conn.execute(SQL["limit_park_full"], {"queues": promote["queues"]})
+        waiting = conn.execute(SQL["rate_defer"], {"queues": promote["queues"], "now": now}).fetchall()
+        if waiting:
+            keys = json.dumps(sorted({key for (key,) in waiting}))
+            conn.execute(SQL["rate_defer_mark"], {"keys": keys})
         token = random.getrandbits(63)
         params = {"token": token, "node": worker.node, "pid": worker.pid, "now": now, "queue": ""}
         for queue in queues:
             params["queue"] = queue
             rows = conn.execute(SQL["job_claim"], params).fetchall()
             if rows:
-                task_id, queue_name, deliveries, payload, limit_key = rows[0]
+                task_id, queue_name, deliveries, payload, limit_key, rate_key, interval, burst = rows[0]
                 self._limits_seen = self._limits_seen or limit_key is not None
+                if rate_key is not None:
+                    take = {"key": rate_key, "now": now, "interval": interval, "burst": burst}
+                    conn.execute(SQL["rate_take"], take)
                 return _held(
                     (task_id, queue_name, token, deliveries, payload, now),
                     worker,
@@ -526,6 +536,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                 conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:
                 conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
+                conn.execute(SQL["rate_forget_idle"], {"now": now})
         if housekeeping:
             self._expire(now)
         return RecoverReport(requeued=requeued, dead=dead)

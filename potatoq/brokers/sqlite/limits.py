@@ -1,5 +1,5 @@
-"""The SQLite broker's concurrency-limit calls: run-time overrides and usage. The limit
-itself is enforced by the claim statement (``sql/jobs.sql``, ``job_claim``)."""
+"""The SQLite broker's concurrency- and rate-limit calls: run-time overrides and usage. The
+limits themselves are enforced in the claim (``sql/jobs.sql``, ``job_claim``; ``sql/rates.sql``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..base import Broker
-from ..limits import LimitUsage, usage_row, validate_limit
+from ..limits import LimitUsage, RateUsage, rate_usage_row, usage_row, validate_limit, validate_rate
 from .setup import SQL
 
 
@@ -20,6 +20,7 @@ class SQLiteLimits(Broker):
 
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
         def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+        def clock(self) -> float: ...
 
     def set_limit(self, key: str, limit: int | None) -> None:
         key, limit = validate_limit(key, limit)
@@ -32,3 +33,17 @@ class SQLiteLimits(Broker):
 
     def limits(self) -> list[LimitUsage]:
         return [usage_row(row) for row in self._read("limit_usage")]
+
+    def set_rate(self, key: str, rate: str | float | None, burst: int | None = None) -> None:
+        key, per_second, checked = validate_rate(key, rate, burst)
+        now = self.clock()
+        with self._write() as conn:
+            conn.execute(
+                SQL["rate_set"],
+                {"key": key, "rate": per_second, "burst": None if per_second is None else checked},
+            )
+            conn.execute(SQL["rate_unwait"], {"key": key, "now": now})
+
+    def rates(self) -> list[RateUsage]:
+        now = self.clock()
+        return [rate_usage_row(row, now) for row in self._read("rate_usage", {"now": now})]

@@ -36,6 +36,8 @@ DELETE FROM potatoq_dead;
 
 -- name: dead_restore
 -- Back to ready with the payload unchanged; an id already waiting or running is left alone.
-INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max)
-VALUES (:id, :queue, :task, :priority, 1, :now, :payload, :limit_key, :limit_max)
+INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max,
+                          rate_key, rate_interval, rate_burst)
+VALUES (:id, :queue, :task, :priority, 1, :now, :payload, :limit_key, :limit_max,
+        :rate_key, :rate_interval, :rate_burst)
 ON CONFLICT (id) DO NOTHING;
