@@ -19,8 +19,10 @@ in its claim (see :mod:`potatoq.brokers.limits`).
 Global rate limits come from the same three places: ``apply_async(global_rate_limit="10/s",
 rate_key="acme", rate_burst=5)``, ``task_limits = {"proj.call": {"rate": "100/s", "burst":
 10, "rate_key": fn}}`` and ``@app.task(global_rate_limit="100/s", rate_key=fn,
-rate_burst=10)``. They give an ``rl`` header ``[key, per_second, burst]``. Celery's ``rate_limit`` stays what Celery
-defines it as: a per-worker-node limit, enforced by the worker supervisor.
+rate_burst=10)``. They give an ``rl`` header ``[key, per_second, burst]``.
+
+Celery's ``rate_limit`` stays what Celery defines it as: a per-worker-node limit, enforced
+by the worker supervisor.
 """
 
 from __future__ import annotations

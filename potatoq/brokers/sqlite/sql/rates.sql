@@ -23,18 +23,18 @@ RETURNING rate_key;
 UPDATE potatoq_rates
 SET defer_at = (SELECT max(j.run_at) FROM potatoq_jobs AS j
                 WHERE j.rate_key = potatoq_rates.key AND j.state = 0 AND j.rate_wait = 1)
-               + coalesce(1.0 / override_rate, interval, 0)
+               + coalesce(1.0 / override_rate, token_secs, 0)
 WHERE key IN (SELECT value FROM json_each(:keys));
 
 -- name: rate_take
 -- The claimed task takes its key's token (the claim only picks keys with one).
-INSERT INTO potatoq_rates (key, tat, next_at, interval, burst)
+INSERT INTO potatoq_rates (key, tat, next_at, token_secs, burst)
 VALUES (:key, :now + :interval, :now + :interval - (:burst - 1) * :interval, :interval, :burst)
 ON CONFLICT (key) DO UPDATE SET
     tat = max(tat, :now) + coalesce(1.0 / override_rate, :interval),
     next_at = max(tat, :now) + coalesce(1.0 / override_rate, :interval)
               - (coalesce(override_burst, :burst) - 1) * coalesce(1.0 / override_rate, :interval),
-    interval = :interval,
+    token_secs = :interval,
     burst = :burst;
 
 -- name: rate_set
@@ -62,7 +62,7 @@ WITH keys AS (
     UNION SELECT key FROM potatoq_rates WHERE override_rate IS NOT NULL OR tat > :now
 )
 SELECT k.key,
-       coalesce(r.override_rate, 1.0 / r.interval,
+       coalesce(r.override_rate, 1.0 / r.token_secs,
                 (SELECT 1.0 / j.rate_interval FROM potatoq_jobs AS j WHERE j.rate_key = k.key LIMIT 1)),
        coalesce(r.override_burst, r.burst,
                 (SELECT j.rate_burst FROM potatoq_jobs AS j WHERE j.rate_key = k.key LIMIT 1)),

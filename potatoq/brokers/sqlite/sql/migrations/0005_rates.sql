@@ -27,7 +27,7 @@ CREATE TABLE potatoq_rates (
     tat            REAL NOT NULL DEFAULT 0,  -- GCRA theoretical arrival time (epoch seconds)
     next_at        REAL NOT NULL DEFAULT 0,  -- when the next token is due: tat - (burst - 1) * interval
     defer_at       REAL NOT NULL DEFAULT 0,  -- where the next task moved to wait for a token goes
-    interval       REAL,                     -- seconds per token and burst at the last take
+    token_secs     REAL,                     -- seconds per token and burst at the last take
     burst          INTEGER,
     override_rate  REAL,                     -- potatoq limits set-rate: tasks per second ...
     override_burst INTEGER                   -- ... and burst, over what the tasks carry
