@@ -99,6 +99,7 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
         exact_priorities=True,
         interruptible_wait=True,
         concurrency_limits=True,
+        rate_limits=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
 
