@@ -32,9 +32,10 @@ is the wake-up: ``wait`` returns when a delivery arrives. A settle publishes the
 and the result hand-off (confirmed), then acks. The first claim of a process not consuming
 yet asks the ready counts and takes one with ``basic.get``.
 
-Concurrency limits are not supported yet (``capabilities.concurrency_limits`` is False;
-the app refuses a limited task): the slots would live in the result store and a task over
-its limit would be re-published through the delay cascade, which is still to be built.
+Concurrency and rate limits are not supported yet (``capabilities.concurrency_limits`` and
+``capabilities.rate_limits`` are False; the app refuses a limited task when it is sent):
+the slots and tokens would live in the result store and a task over its limit would be
+re-published through the delay cascade, which is still to be built.
 
 Modules: ``broker`` (the class), ``backed`` (what lives in the result backend), ``admin``
 (dead letters, stats, purges), ``options``,

@@ -12,8 +12,10 @@ FROM (SELECT j.seq AS s,
              max(r.next_at, r.defer_at)
              + (row_number() OVER (PARTITION BY j.rate_key ORDER BY j.priority DESC, j.seq) - 1)
                * coalesce(1.0 / r.override_rate, j.rate_interval) AS at
-      FROM potatoq_rates AS r JOIN potatoq_jobs AS j ON j.rate_key = r.key AND j.state = 1
-      WHERE r.next_at > :now AND j.parked IS NULL
+      -- CROSS JOIN: SQLite loops over the keys without a token (potatoq_rates_next) and
+      -- probes each key's ready rows, never the other way round.
+      FROM potatoq_rates AS r CROSS JOIN potatoq_jobs AS j
+      WHERE r.next_at > :now AND j.rate_key = r.key AND j.state = 1 AND j.parked IS NULL
         AND j.queue IN (SELECT value FROM json_each(:queues))) AS w
 WHERE potatoq_jobs.seq = w.s
 RETURNING rate_key;
