@@ -151,16 +151,17 @@ def parse_rate(rate: str | float | int, what: str = "rate limit") -> float:
     return value
 
 
-def validate_rate(key: str, per_second: float | None, burst: int | None) -> tuple[str, float | None, int]:
+def validate_rate(
+    key: str, per_second: str | float | None, burst: int | None
+) -> tuple[str, float | None, int]:
     """Check a rate key, rate and burst before they reach SQL, Lua or a header."""
     validate_limit(key, None)
-    if per_second is not None:
-        per_second = parse_rate(per_second, f"rate limit of {key!r}")
+    rate = None if per_second is None else parse_rate(per_second, f"rate limit of {key!r}")
     if burst is None:
         burst = 1
     if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
         raise ValueError(f"rate burst of {key!r} must be a positive integer, got {burst!r}")
-    return key, per_second, burst
+    return key, rate, burst
 
 
 def rate_of(headers: Mapping[str, Any]) -> tuple[str, float, int] | None:

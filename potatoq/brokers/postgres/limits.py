@@ -56,7 +56,7 @@ class PostgresLimits(Broker):
     def rates(self) -> list[RateUsage]:
         return [rate_usage_row(row[:6], row[6]) for row in self._run("rate_usage")]
 
-    def _rate_defer_in(self, conn: Any, stmts: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+    def _rate_defer_in(self, conn: Any, stmts: Any, params: Mapping[str, Any]) -> Any:
         """Queue ``rate_defer`` in the claim's pipeline, once this process has claimed a
         rate-limited task (until then no key it knows of can be without a token, and the
         claim skips those of other processes' keys anyway)."""
