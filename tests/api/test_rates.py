@@ -92,3 +92,9 @@ def test_a_broker_without_rate_limits_refuses_a_rate_limited_task(monkeypatch: p
     monkeypatch.setattr(type(app.broker), "capabilities", without)
     with pytest.raises(ImproperlyConfigured, match="doesn't enforce global rate limits"):
         app.send_task("proj.x", global_rate_limit="1/s")
+
+
+def test_rabbitmq_refuses_a_rate_limited_task_when_it_is_sent() -> None:
+    app = Potatoq("proj", broker="amqp://guest:guest@127.0.0.1:1//")  # refused before connecting
+    with pytest.raises(ImproperlyConfigured, match="RabbitMQBroker doesn't enforce global rate limits"):
+        app.send_task("proj.x", global_rate_limit="1/s")
