@@ -201,9 +201,11 @@ class Store:
             state[0] = max(tat, now) + interval
             job.rate_wait = False
             return True
-        # Tasks of one key wait one interval apart, in the order they were found.
-        job.run_at = max(next_at, defer_at)
-        state[1] = job.run_at + interval
+        # Tasks of one key wait one interval apart, in the order they were found; one that
+        # came back a little before its token (the claim before it was late) takes the
+        # next token rather than going to the back of the line.
+        job.run_at = next_at if job.rate_wait else max(next_at, defer_at)
+        state[1] = max(defer_at, job.run_at + interval)
         job.rate_wait = True
         job.state = SCHEDULED
         heapq.heappush(self.scheduled, (job.run_at, job.seq, job.id))

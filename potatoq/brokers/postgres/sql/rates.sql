@@ -9,7 +9,7 @@
 -- makes them ready when due. Only keys without a token are visited (potatoq_rates_next).
 -- Returns, per queue, the seconds until its first moved task is due (for the wake-ups).
 WITH blocked AS MATERIALIZED (
-    SELECT b.id, b.rate_key, b.priority, b.seq, b.rate_interval, b.queue
+    SELECT b.id, b.rate_key, b.priority, b.seq, b.rate_interval, b.queue, b.rate_wait
     FROM {schema}.potatoq_rates AS r
     JOIN {schema}.potatoq_jobs AS b ON b.rate_key = r.key AND b.state = 1
     WHERE r.next_at > extract(epoch FROM now()) AND b.parked IS NULL
@@ -17,15 +17,19 @@ WITH blocked AS MATERIALIZED (
     FOR UPDATE OF b SKIP LOCKED
 ), placed AS MATERIALIZED (
     SELECT b.id, b.rate_key, b.queue, coalesce(1 / r.override_rate, b.rate_interval) AS step,
-           greatest(r.next_at, r.defer_at)
-           + (row_number() OVER (PARTITION BY b.rate_key ORDER BY b.priority DESC, b.seq) - 1)
-             * coalesce(1 / r.override_rate, b.rate_interval) AS at
+           -- one that waited already and came back a little before its token (the claim
+           -- before it was late) takes the next token, not the back of the line
+           CASE WHEN b.rate_wait THEN r.next_at
+                ELSE greatest(r.next_at, r.defer_at)
+                     + (row_number() OVER (PARTITION BY b.rate_key, b.rate_wait
+                                           ORDER BY b.priority DESC, b.seq) - 1)
+                       * coalesce(1 / r.override_rate, b.rate_interval) END AS at
     FROM blocked AS b JOIN {schema}.potatoq_rates AS r ON r.key = b.rate_key
 ), moved AS (
     UPDATE {schema}.potatoq_jobs AS j SET state = 0, rate_wait = true, run_at = to_timestamp(p.at)
     FROM placed AS p WHERE j.id = p.id
 ), marked AS (
-    UPDATE {schema}.potatoq_rates AS r SET defer_at = m.last
+    UPDATE {schema}.potatoq_rates AS r SET defer_at = greatest(r.defer_at, m.last)
     FROM (SELECT rate_key, max(at + step) AS last FROM placed GROUP BY rate_key) AS m
     WHERE r.key = m.rate_key
 )

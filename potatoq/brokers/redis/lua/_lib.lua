@@ -234,9 +234,12 @@ end
 -- Job id of queue q has no token of key rk now: it moves to q's delayed set at the time
 -- its token is expected, one token after the last task moved (no delivery is counted),
 -- and the queue's waiters are woken when it is now the first due (as enqueue_one does).
-local function rate_wait(id, q, rk, next_at, step)
-  local at = math.max(next_at, tonumber(redis.call('HGET', P .. 'rates:defer', rk)) or 0)
-  redis.call('HSET', P .. 'rates:defer', rk, ms_text(at + step))
+-- A job that waited already (`waited`) and came back a little before its token (the claim
+-- before it was late) takes the next token rather than going to the back of the line.
+local function rate_wait(id, q, rk, next_at, step, waited)
+  local defer = tonumber(redis.call('HGET', P .. 'rates:defer', rk)) or 0
+  local at = waited and next_at or math.max(next_at, defer)
+  redis.call('HSET', P .. 'rates:defer', rk, ms_text(math.max(defer, at + step)))
   redis.call('HSET', k_job(id), 'state', 'delayed', 'due', ms_text(at), 'rw', 1)
   redis.call('ZADD', k_delayed(q), ms_text(at), id)
   redis.call('SADD', P .. 'rate:' .. rk .. ':waiting', id)
@@ -330,7 +333,7 @@ local function claim(queues, token, lease_ms, node, pid, now, chain)
       -- A task whose rate key has no token now waits in its queue's delayed set until
       -- the token is due, so it holds back no other task.
       if rate_key and next_at > now then
-        rate_wait(id, q, rate_key, next_at, step)
+        rate_wait(id, q, rate_key, next_at, step, job[9])
       -- A task whose key has every slot running waits in its key's parked set (keeping
       -- its score), so it holds back no other task; free_slot moves it back.
       elseif lk and not take_slot(lk, lm) then

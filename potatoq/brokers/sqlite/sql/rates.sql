@@ -7,11 +7,15 @@
 -- their tokens are expected, one interval apart in line order, after those already moved
 -- (defer_at): they leave the ready index, no delivery is counted, and wait() sleeps until
 -- the first is due (job_next_due). Only keys without a token are visited (potatoq_rates_next).
+-- A task that waited already and came back a little before its token (the claim before it
+-- was late) takes the next token rather than going to the back of the line.
 UPDATE potatoq_jobs SET state = 0, rate_wait = 1, run_at = w.at
 FROM (SELECT j.seq AS s,
-             max(r.next_at, r.defer_at)
-             + (row_number() OVER (PARTITION BY j.rate_key ORDER BY j.priority DESC, j.seq) - 1)
-               * coalesce(1.0 / r.override_rate, j.rate_interval) AS at
+             CASE WHEN j.rate_wait = 1 THEN r.next_at
+                  ELSE max(r.next_at, r.defer_at)
+                       + (row_number() OVER (PARTITION BY j.rate_key, j.rate_wait
+                                             ORDER BY j.priority DESC, j.seq) - 1)
+                         * coalesce(1.0 / r.override_rate, j.rate_interval) END AS at
       -- CROSS JOIN: SQLite loops over the keys without a token (potatoq_rates_next) and
       -- probes each key's ready rows, never the other way round.
       FROM potatoq_rates AS r CROSS JOIN potatoq_jobs AS j
@@ -23,9 +27,10 @@ RETURNING rate_key;
 -- name: rate_defer_mark
 -- After rate_defer: the next task of each of :keys to wait goes after the last one moved.
 UPDATE potatoq_rates
-SET defer_at = (SELECT max(j.run_at) FROM potatoq_jobs AS j
-                WHERE j.rate_key = potatoq_rates.key AND j.state = 0 AND j.rate_wait = 1)
-               + coalesce(1.0 / override_rate, token_secs, 0)
+SET defer_at = max(defer_at,
+                   (SELECT max(j.run_at) FROM potatoq_jobs AS j
+                    WHERE j.rate_key = potatoq_rates.key AND j.state = 0 AND j.rate_wait = 1)
+                   + coalesce(1.0 / override_rate, token_secs, 0))
 WHERE key IN (SELECT value FROM json_each(:keys));
 
 -- name: rate_take
