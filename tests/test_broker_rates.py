@@ -103,3 +103,14 @@ def test_rates_list_nothing_when_no_rate_is_used(rbroker: Broker) -> None:
     rbroker.enqueue([msg()])
     claim_soon(rbroker, ["default"])
     assert rbroker.rates() == []
+
+
+def test_revoke_and_purge_reach_tasks_waiting_for_a_token(rbroker: Broker) -> None:
+    sent = [rated("api", SLOW) for _ in range(3)]
+    rbroker.enqueue(sent)
+    claim_soon(rbroker, ["default"])
+    assert_nothing_claimable(rbroker, ["default"])  # the other two now wait for a token
+    assert rbroker.revoke(sent[1].id) is True
+    assert rbroker.purge(["default"]) == 1
+    usage = {u.key: u for u in rbroker.rates()}.get("api")
+    assert usage is None or usage.waiting == 0
