@@ -31,7 +31,10 @@ On PostgreSQL potatoq runs a second time with 10,000 far-future ETAs waiting in 
 (sent before the N ready tasks), to show that they don't slow the claims of ready tasks.
 After the PostgreSQL systems, ``benchmarks.pg_floor`` measures the idle latency of a bare
 psycopg producer and LISTEN consumer on the same server; after the RabbitMQ systems,
-``benchmarks.ceiling`` the rate of bare prefetch-1 consumers: what no system can beat here.
+``benchmarks.ceiling`` the rate of bare prefetch-1 and prefetch-4 consumers: what no system
+can beat here. On RabbitMQ two configuration variants run beside the defaults (``VARIANTS``;
+``--no-variants`` skips them): potatoq with ``worker_prefetch_multiplier=4`` and Celery with
+``task_acks_late=True, worker_prefetch_multiplier=1`` (the guarantee potatoq gives by default).
 
 Every case runs ``--rounds`` times (3 by default), the rounds of one broker in turn (round
 1 of every system, then round 2 of every system, ...): this VM's speed drifts by tens of
@@ -86,9 +89,17 @@ FAR_FUTURE_SECONDS = 365 * 24 * 3600.0
 PROCESSES = 2
 RABBITMQ_NOTE = (
     "potatoq confirms every publish (publisher confirms, mandatory) and acks late (after the task "
-    "and its follow-ups are settled); Celery with its defaults publishes without confirms and acks "
-    "early (before the task runs, prefetching 4 messages per process)."
+    "and its follow-ups are settled), with prefetch 1 per process by default and "
+    '`worker_prefetch_multiplier=4` in the "prefetch 4" row; Celery with its defaults publishes '
+    "without confirms and acks early (before the task runs, prefetching 4 messages per process), "
+    "and with `task_acks_late=True, worker_prefetch_multiplier=1` acks late with prefetch 1 (still "
+    "without publisher confirms)."
 )
+#: Configuration variants run beside a system's defaults on RabbitMQ: label, environment.
+VARIANTS = {
+    "potatoq": ("potatoq, prefetch 4", {"BENCH_PREFETCH_MULTIPLIER": "4"}),
+    "celery": ("celery, acks late, prefetch 1", {"BENCH_CELERY_ACKS_LATE": "1"}),
+}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STAGES = ("peers", "eta")
 
@@ -100,6 +111,8 @@ class Case:
     label: str
     python: str
     far_future: int = 0
+    #: extra environment for the system's processes: a configuration variant (see plan())
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def module(self) -> str:
@@ -253,7 +266,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 def run_case(case: Case, server: Server, args: argparse.Namespace, tmp: Path) -> Result:
     result = Result(case.broker, case.system, case.label, n=args.n, load=os.getloadavg()[0])
-    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+    base = {**os.environ, "PYTHONPATH": str(ROOT), **case.env}
     base.pop("BENCH_URL", None)
     with contextlib.suppress(Exception):
         result.version = _drive(case, base, "version", case.system, timeout=60)
@@ -636,27 +649,29 @@ def report(
             )
         ours = next((r for r in rows if r.label == "potatoq" and not r.error), None)
         peers = [r for r in rows if r.system != "potatoq" and not r.error]
+        variants = [r for r in rows if r.label in {v[0] for v in VARIANTS.values()} and r.system == "potatoq"]
+        pairs = [(o, r) for o in [ours, *variants] if o is not None and not o.error for r in peers]
         if ours and peers:
             out += [
                 "",
                 "potatoq ÷ peer (above 1 is potatoq ahead for rates; for latency below 1 is potatoq ahead):",
                 "",
                 (
-                    "| peer | enqueue | batched enqueue | processed | processed, round by round "
+                    "| potatoq ÷ peer | enqueue | batched enqueue | processed | processed, round by round "
                     "| latency p50 | latency p99 |"
                 ),
                 "|---|---:|---:|---:|---:|---:|---:|",
             ]
-            for r in peers:
+            for mine, r in pairs:
                 out.append(
-                    f"| {r.label} | {_ratio(ours.enqueue_per_s, r.enqueue_per_s)} "
-                    f"| {_ratio(ours.batch_per_s, r.batch_per_s)} "
-                    f"| {_ratio(ours.processed_per_s, r.processed_per_s)} "
-                    f"| {_round_ratios(runs.get((broker, ours.label), []), runs.get((broker, r.label), []))} "
-                    f"| {_ratio(ours.latency_p50_ms, r.latency_p50_ms)} "
-                    f"| {_ratio(ours.latency_p99_ms, r.latency_p99_ms)} |"
+                    f"| {mine.label} ÷ {r.label} | {_ratio(mine.enqueue_per_s, r.enqueue_per_s)} "
+                    f"| {_ratio(mine.batch_per_s, r.batch_per_s)} "
+                    f"| {_ratio(mine.processed_per_s, r.processed_per_s)} "
+                    f"| {_round_ratios(runs.get((broker, mine.label), []), runs.get((broker, r.label), []))} "
+                    f"| {_ratio(mine.latency_p50_ms, r.latency_p50_ms)} "
+                    f"| {_ratio(mine.latency_p99_ms, r.latency_p99_ms)} |"
                 )
-        eta = next((r for r in rows if r.system == "potatoq" and r.label != "potatoq" and not r.error), None)
+        eta = next((r for r in rows if "far-future" in r.label and not r.error), None)
         if ours and eta:
             out += [
                 "",
@@ -690,11 +705,12 @@ def report(
                     f"reach {_rate(ceiling.get('1'))}/s with prefetch 1 and {_rate(ceiling.get('4'))}/s "
                     "with prefetch 4"
                 )
-                if ours:
-                    line += (
-                        f"; potatoq's processed/s is {_ratio(ours.processed_per_s, ceiling.get('1'))} "
-                        "the prefetch-1 ceiling"
-                    )
+                for mine, key in ((ours, "1"), *((v, "4") for v in variants if not v.error)):
+                    if mine is not None:
+                        line += (
+                            f"; {mine.label}'s processed/s is "
+                            f"{_ratio(mine.processed_per_s, ceiling.get(key))} the prefetch-{key} ceiling"
+                        )
                 out.append(line + ".")
         notes = [f"{r.label}: {note}" for r in rows for note in r.notes]
         errors = [f"{r.label}: {r.error}" for r in rows if r.error]
@@ -751,6 +767,12 @@ def plan(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
                     continue
                 python = args.arq_python
             cases.append(Case(broker, system, system, python))
+            if broker == "rabbitmq" and not args.no_variants:
+                # The same guarantee side by side: potatoq with a prefetch multiplier (acks
+                # still late, publishes confirmed), and Celery acking late with prefetch 1.
+                variant = VARIANTS.get(system)
+                if variant is not None:
+                    cases.append(Case(broker, system, variant[0], python, env=variant[1]))
             if broker == "postgres" and system == "potatoq" and not args.no_far_future:
                 label = f"potatoq, {FAR_FUTURE_ETAS:,} far-future ETAs"
                 cases.append(Case(broker, system, label, python, far_future=FAR_FUTURE_ETAS))
@@ -825,6 +847,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-seconds", type=float, default=60.0, help="bound on worker start-up")
     parser.add_argument("--potatoq-args", default="", help='extra potatoq worker options, e.g. "-l warning"')
     parser.add_argument("--no-far-future", action="store_true", help="skip the PostgreSQL ETA run")
+    parser.add_argument(
+        "--no-variants", action="store_true", help="skip the RabbitMQ configuration variants (VARIANTS)"
+    )
     parser.add_argument(
         "--stages", default=",".join(STAGES), help="peers (potatoq beside its peers), eta (ETA lateness)"
     )

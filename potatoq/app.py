@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Literal, overload
 
-from . import limits, routing, sendchecks, signals
+from . import limits, routing, sendchecks, signals, unique
 from .brokers import create_broker, scheme_of
 from .brokers.base import Broker, BrokerConfig, HistorySettings
 from .canvas import Signature, resolve_eta, resolve_expires
@@ -453,6 +453,8 @@ class Potatoq:
         global_rate_limit: str | float | None = None,
         rate_key: str | None = None,
         rate_burst: int | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
         **_: Any,
     ) -> Message:
         """The message for one call: routing, defaults and argument checks applied."""
@@ -497,6 +499,11 @@ class Potatoq:
         )
         if rated is not None:
             headers[limits.RATE_HEADER] = rated
+        held = unique.unique_header(
+            task, task_name, args, kwargs, {"unique_key": unique_key, "unique_for": unique_for}
+        )
+        if held is not None:
+            headers[unique.HEADER] = held
         return Message(
             id=task_id or new_id(),
             task=sendchecks.check_task_name(task_name),
@@ -555,6 +562,12 @@ class Potatoq:
                     f"task {message.task!r} has a global rate limit, but {type(self.broker).__name__} "
                     "doesn't enforce global rate limits (see docs/limits.md)"
                 )
+            if unique.HEADER in message.headers and not self.broker.capabilities.unique_tasks:
+                raise ImproperlyConfigured(
+                    f"task {message.task!r} is unique, but {type(self.broker).__name__} doesn't "
+                    "support unique tasks yet: they need a broker that holds the key with the task "
+                    "(SQLite, PostgreSQL, Redis/Valkey or memory; see docs/unique.md)"
+                )
         if connection is None and use_hooks:
             for hook in list(self.publish_hooks):
                 messages = hook(messages)
@@ -606,6 +619,7 @@ class Potatoq:
             max_message_size=int(conf.task_max_message_size) if conf.task_max_message_size else None,
             result_backend=result_backend,
             history=HistorySettings.from_settings(conf),
+            prefetch_multiplier=_prefetch_multiplier(conf),
         )
 
     @property
@@ -728,6 +742,20 @@ def _publish_attempts(
         yield min(pause, left)  # the last attempt is made at the deadline
         pause = min(pause * 2, 1.0)
     yield None
+
+
+def _prefetch_multiplier(conf: Any) -> int:
+    """``worker_prefetch_multiplier`` when the project set it, else 1: Celery's default of 4
+    (what the setting reads as until set) would let long tasks wait behind each other."""
+    if "worker_prefetch_multiplier" not in conf.changes():
+        return 1
+    value = conf.worker_prefetch_multiplier
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(
+            f"worker_prefetch_multiplier must be a whole number, not {value!r}"
+        ) from None
 
 
 def _seconds(value: Any) -> float:

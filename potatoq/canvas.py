@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .message import Message, new_id
+from .unique import HEADER as UNIQUE_HEADER
 
 if TYPE_CHECKING:
     from .app import Potatoq
@@ -217,9 +218,19 @@ class Signature(dict[str, Any]):
         if sig.options.pop("_check_arguments", True) and sig.subtask_type is None:
             check_arguments(app, sig)
         result = sig.freeze()
-        app.send_messages(
-            build_messages(app, sig), connection=connection, retry=retry, retry_policy=retry_policy
-        )
+        messages = build_messages(app, sig)
+        if sig.subtask_type is not None:
+            for message in messages:
+                if UNIQUE_HEADER in message.headers:
+                    raise ValueError(
+                        f"task {message.task!r} is unique and can't be sent in a {sig.subtask_type}: "
+                        "a duplicate isn't queued, so its place would never get a result "
+                        "(send unique tasks on their own; see docs/unique.md)"
+                    )
+        app.send_messages(messages, connection=connection, retry=retry, retry_policy=retry_policy)
+        holder = messages[0].duplicate_of if sig.subtask_type is None and messages else None
+        if holder is not None:  # a unique task whose key is held: the holder's result
+            return app.AsyncResult(holder, task_name=sig.task)
         return result
 
     def delay(self, *args: Any, **kwargs: Any) -> Any:
@@ -654,6 +665,8 @@ _CALL_OPTIONS = (
     "global_rate_limit",
     "rate_key",
     "rate_burst",
+    "unique_key",
+    "unique_for",
 )
 
 

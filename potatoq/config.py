@@ -215,7 +215,9 @@ class Settings(MutableMapping[str, Any]):
 
     def __setitem__(self, key: str, value: Any) -> None:
         name = translate(key) or key
-        if name in IGNORED:
+        if name == "worker_prefetch_multiplier":
+            logger.debug("setting %s=%r: honoured on RabbitMQ, ignored by the other brokers", key, value)
+        elif name in IGNORED:
             logger.debug("setting %s=%r is not needed with potatoq and is ignored", key, value)
         self._data[name] = value
         self._changed.add(name)

@@ -49,6 +49,18 @@ class Message:
     # again in the broker, so the second costs nothing. Not an init field, so
     # dataclasses.replace() starts the copy without it.
     _encoded: bytes | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    # Set by a broker's enqueue when this unique message wasn't stored because the task
+    # holding its unique key is still waiting, scheduled or running (potatoq/brokers/unique.py).
+    _duplicate_of: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def duplicate_of(self) -> str | None:
+        """The id of the task holding this unique message's key, when enqueue didn't store it."""
+        return self._duplicate_of
+
+    def mark_duplicate(self, holder_id: str) -> None:
+        """Record (in a broker's enqueue) that the task ``holder_id`` holds this message's key."""
+        object.__setattr__(self, "_duplicate_of", holder_id)
 
     def encode(self) -> bytes:
         """The message as compact UTF-8 JSON bytes (computed once, then reused)."""
@@ -124,7 +136,7 @@ class Message:
         # Every field checked above: built without the dataclass __init__ (a worker decodes
         # one message per task). The bytes decoded aren't kept as the encoding: encode()
         # writes its own canonical form.
-        return _build_message(*fields, None)
+        return _build_message(*fields, None, None)
 
     def replace(self, **changes: Any) -> Message:
         """A copy with some fields changed."""

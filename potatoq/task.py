@@ -56,6 +56,7 @@ class Task(Generic[P, R]):
     global_rate_limit: str | float | None = None  # "100/s": cluster-wide, held by the broker
     rate_key: Callable[..., object] | None = None  # per-key rate: fn(*args, **kwargs)
     rate_burst: int | None = None  # how many may start at once (default 1)
+    unique: bool | dict[str, Any] | None = None  # one task per unique key (potatoq.unique)
     ignore_result: bool | None = None
     store_errors_even_if_ignored: bool | None = None
     time_limit: float | None = None
@@ -161,7 +162,7 @@ class Task(Generic[P, R]):
         """Send the task. Options: countdown, eta, expires, priority, queue, task_id, link,
         link_error, ignore_result, time_limit, soft_time_limit, headers, connection,
         concurrency_limit, concurrency_key, global_rate_limit, rate_key, rate_burst (see
-        docs/limits.md)."""
+        docs/limits.md), unique_key, unique_for (see docs/unique.md)."""
         result: AsyncResult[R] = self.signature(args, kwargs, **options).apply_async()
         return result
 

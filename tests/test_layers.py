@@ -6,8 +6,8 @@ import is still a dependency), and resolved to the potatoq module it names:
 * a broker (``potatoq.brokers.<name>`` and everything in its package) imports only its own
   package, the contract (``brokers.base`` and the value types it re-exports from
   ``brokers.records``, ``brokers.history``; ``brokers.limits``, the concurrency-limit header
-  and usage record), the shared SQL helpers ``brokers.sqlfiles`` and ``brokers.history_sql``,
-  and the bottom layer:
+  and usage record; ``brokers.unique``, the unique-task header), the shared SQL helpers
+  ``brokers.sqlfiles`` and ``brokers.history_sql``, and the bottom layer:
   ``message``, ``serialization``, ``exceptions`` and the leaf helpers ``states`` and
   ``utils``. Never the worker, the app, tasks, canvas or another broker;
 * that bottom layer imports nothing above it, so a broker can't reach the app through it;
@@ -34,6 +34,7 @@ CONTRACT = (
     "potatoq.brokers.base",
     "potatoq.brokers.records",
     "potatoq.brokers.limits",
+    "potatoq.brokers.unique",
     "potatoq.brokers.sqlfiles",
     "potatoq.brokers.history",
     "potatoq.brokers.sqlfiles",

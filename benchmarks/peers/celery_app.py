@@ -1,8 +1,12 @@
 """Celery with its defaults (prefork pool, early acks, prefetch multiplier 4, no result
-backend), on Redis or RabbitMQ: ``celery -A benchmarks.peers.celery_app worker -c 2``."""
+backend), on Redis or RabbitMQ: ``celery -A benchmarks.peers.celery_app worker -c 2``.
+
+``BENCH_CELERY_ACKS_LATE=1`` configures the guarantee potatoq gives by default instead:
+``task_acks_late=True, worker_prefetch_multiplier=1`` (still no publisher confirms)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +18,9 @@ from . import url
 app = Celery("bench", broker=url())
 # Not "celery": on a shared server that queue may be someone else's. Nothing else changes.
 app.conf.task_default_queue = "potatoq_bench"
+if os.environ.get("BENCH_CELERY_ACKS_LATE") == "1":
+    app.conf.task_acks_late = True
+    app.conf.worker_prefetch_multiplier = 1
 
 
 @app.task(name="noop")

@@ -4,6 +4,7 @@
 ``BENCH_TRANSPORT_OPTIONS`` (JSON) passes ``broker_transport_options``, e.g. a RabbitMQ
 queue prefix so the harness can remove everything it declared afterwards.
 ``BENCH_TASK_HISTORY=0`` turns task history off (to measure what it costs).
+``BENCH_PREFETCH_MULTIPLIER`` sets ``worker_prefetch_multiplier`` (honoured on RabbitMQ).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ app = Potatoq(
     broker_transport_options=json.loads(os.environ.get("BENCH_TRANSPORT_OPTIONS") or "{}"),
     task_history=os.environ.get("BENCH_TASK_HISTORY", "1") != "0",
 )
+if os.environ.get("BENCH_PREFETCH_MULTIPLIER"):
+    app.conf.worker_prefetch_multiplier = int(os.environ["BENCH_PREFETCH_MULTIPLIER"])
 
 
 @app.task(name="noop")

@@ -153,6 +153,9 @@ class BrokerConfig:
     # size is the error) and dead-lettered, without being parsed. None: no limit.
     max_message_size: int | None = None
     history: HistorySettings = dataclasses.field(default_factory=HistorySettings)
+    # worker_prefetch_multiplier, honoured by brokers that push deliveries (RabbitMQ): a
+    # process holds up to this many unacked deliveries per task it can run at once.
+    prefetch_multiplier: int = 1
 
 
 # ----------------------------------------------------------------------------- fork safety
@@ -253,7 +256,10 @@ class Broker(abc.ABC):
         With ``connection`` (a DB-API connection of the same database, brokers with
         ``capabilities.transactional_enqueue`` only) the rows are written inside the
         caller's open transaction: rolled back means never run, committed means always run.
-        Enqueueing an id that is already waiting or running is a no-op.
+        Enqueueing an id that is already waiting or running is a no-op. With
+        ``capabilities.unique_tasks``, a message whose unique key (``uq`` header, see
+        :mod:`potatoq.brokers.unique`) is held by another task is not stored either, and
+        :meth:`Message.mark_duplicate` names that task on it, in the same atomic step.
         """
 
     @abc.abstractmethod
@@ -299,6 +305,11 @@ class Broker(abc.ABC):
 
     def interrupt(self) -> None:  # noqa: B027 - optional hook
         """Wake up a thread blocked in :meth:`wait` (used at shutdown). Optional."""
+
+    def serve_slots(self, slots: int) -> None:  # noqa: B027 - optional hook
+        """This process runs up to ``slots`` tasks at once (a worker child's threads), from
+        now on. Brokers that push deliveries to a process (RabbitMQ) size what it may hold
+        by it; the others ignore it. Optional; call it before the first claim."""
 
     # -- liveness ---------------------------------------------------------------------------
 

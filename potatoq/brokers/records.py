@@ -351,6 +351,8 @@ class Capabilities:
     concurrency_limits: bool = False
     # The claim enforces the cluster-wide rate limit a message carries (brokers/limits.py).
     rate_limits: bool = False
+    # enqueue keeps one task per unique key, atomically (brokers/unique.py).
+    unique_tasks: bool = False
 
 
 # -- fenced result writes ---------------------------------------------------------------------

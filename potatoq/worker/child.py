@@ -113,6 +113,11 @@ class ChildRunner:
 
     def run(self) -> None:
         """Run every slot; return when all are stopped."""
+        try:
+            # A broker that pushes deliveries (RabbitMQ) sizes its prefetch by the slots.
+            self.broker.serve_slots(self.options.threads)
+        except Exception:
+            logger.exception("can't tell the broker this process runs %d tasks at once", self.options.threads)
         if self.options.threads == 1:
             self._slot(0)
             return

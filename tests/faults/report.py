@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.faults.servers import RABBITMQ_ROOTFS
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "docs" / "reliability-figures.md"
 
@@ -74,7 +76,7 @@ def machine() -> list[tuple[str, str]]:
         for line in info:
             if line.startswith("MemTotal"):
                 memory = f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB"
-    rootfs = Path(os.environ.get("POTATOQ_CI_CACHE", "/var/cache/potatoq-ci")) / "trixie-rootfs"
+    rootfs = RABBITMQ_ROOTFS
     rabbit = _version(
         ["dpkg-query", f"--admindir={rootfs}/var/lib/dpkg", "-W", "-f=${Version}", "rabbitmq-server"],
         r"^(\S+)",

@@ -30,7 +30,18 @@ from pathlib import Path
 from .harness import free_port, wait_for
 
 PG_BIN = Path(os.environ.get("POTATOQ_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
-RABBITMQ_ROOTFS = Path(os.environ.get("POTATOQ_CI_CACHE", "/var/cache/potatoq-ci")) / "trixie-rootfs"
+
+
+def services_cache() -> Path:
+    """The cache scripts/services/lib.sh builds its Debian trixie rootfs in (same defaults)."""
+    if "POTATOQ_SERVICES_CACHE" in os.environ:
+        return Path(os.environ["POTATOQ_SERVICES_CACHE"])
+    if os.geteuid() == 0:
+        return Path("/var/cache/potatoq-services")
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "potatoq-services"
+
+
+RABBITMQ_ROOTFS = services_cache() / "trixie-rootfs"
 
 
 def available(kind: str) -> str | None:
@@ -45,7 +56,7 @@ def available(kind: str) -> str | None:
         return None
     if kind == "rabbitmq":
         if not (RABBITMQ_ROOTFS / "usr/lib/rabbitmq/bin/rabbitmq-server").exists():
-            return f"no RabbitMQ 4 root filesystem at {RABBITMQ_ROOTFS}: run ../shared/services/rabbitmq4.sh"
+            return f"no RabbitMQ 4 root filesystem at {RABBITMQ_ROOTFS}: run scripts/services/up"
         if os.geteuid() != 0:
             return "a private RabbitMQ node needs root (chroot, unshare)"
         return None

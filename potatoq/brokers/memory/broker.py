@@ -64,6 +64,7 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
         transactional_enqueue=False,
         concurrency_limits=True,
         rate_limits=True,
+        unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -83,6 +84,10 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
         with store.lock:
             now = time.time()
             for message, raw in encoded:
+                holder = store.duplicate_of(message, raw, now)
+                if holder is not None:
+                    message.mark_duplicate(holder)
+                    continue
                 store.add_message(message, raw, now)
             store.enqueued.notify_all()
 

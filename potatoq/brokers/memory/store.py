@@ -19,6 +19,7 @@ from potatoq.brokers.base import (
     validate_queue_name,
 )
 from potatoq.brokers.limits import concurrency_of_raw, gcra_next, rate_of_raw
+from potatoq.brokers.unique import unique_of_raw
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 
@@ -78,6 +79,9 @@ class Store:
         self.rates: dict[str, list[float]] = {}  # rate key -> [tat, defer_at] (GCRA)
         self.rate_overrides: dict[str, tuple[float, int]] = {}  # set_rate(): per second, burst
         self.paused: dict[str, float] = {}  # paused queue -> when (epoch)
+        # unique key -> (holder id, released at or None, held while running): the key is
+        # held while that job is in ``jobs`` (so removing the job releases it)
+        self.unique: dict[str, tuple[str, float | None, bool]] = {}
         self.history = HistoryLog()
 
     def reinit_locks(self) -> None:
@@ -111,6 +115,12 @@ class Store:
     ) -> bool:
         if task_id in self.jobs:  # already waiting or running: enqueue is a no-op
             return False
+        spec = unique_of_raw(raw)
+        if spec is not None:
+            if self.unique_holder(spec.key, now) not in (None, task_id):
+                return False  # another task holds its unique key: not stored
+            until = None if spec.seconds is None else now + spec.seconds
+            self.unique[spec.key] = (task_id, until, spec.running)
         job = Job(task_id, queue, priority, raw, self.next_seq(), READY, run_at)
         limit = concurrency_of_raw(raw)
         if limit is not None:
@@ -127,6 +137,24 @@ class Store:
         return self.add_raw(
             message.id, message.queue, priority=message.priority, raw=raw, run_at=run_at, now=now
         )
+
+    def unique_holder(self, key: str, now: float) -> str | None:
+        """The id of the job holding unique ``key`` (None when it is free)."""
+        held = self.unique.get(key)
+        if held is None:
+            return None
+        holder, until, running = held
+        job = self.jobs.get(holder)
+        if job is None or (until is not None and until <= now) or (job.state == RUNNING and not running):
+            del self.unique[key]
+            return None
+        return holder
+
+    def duplicate_of(self, message: Message, raw: bytes, now: float) -> str | None:
+        """The holder of ``message``'s unique key, when it isn't ``message`` itself."""
+        spec = unique_of_raw(raw)
+        holder = None if spec is None else self.unique_holder(spec.key, now)
+        return None if holder == message.id else holder
 
     def promote_due(self, now: float) -> None:
         while self.scheduled and self.scheduled[0][0] <= now:

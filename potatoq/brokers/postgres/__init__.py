@@ -60,7 +60,13 @@ keys (``parked``: out of the ready index, SKIP LOCKED), and the slot-freeing tri
 the key's best parked row back.
 ``concurrency`` on the same row is the run-time override (``sql/limits.sql``).
 
-Global rate limits (migration 0007, ``sql/rates.sql``): a trigger reads the ``rl`` header
+Unique tasks (``potatoq/brokers/unique.py``, migration 0007): a BEFORE INSERT trigger
+reads a message's ``uq`` header into ``unique_key`` (under a unique partial index), so
+every job insert's ``ON CONFLICT DO NOTHING`` keeps one task per key, atomically, in the
+enqueue's transaction or the caller's; deleting the row releases the key, ``unique_until``
+is the backstop (module ``unique``).
+
+Global rate limits (migration 0008, ``sql/rates.sql``): a trigger reads the ``rl`` header
 into ``rate_key``/``rate_interval``/``rate_burst``, as for ``cl``. ``potatoq_rates`` holds each
 key's GCRA state in epoch seconds of the server clock (``tat``, ``next_at`` = when the next
 token is due). ``job_claim`` skips ready rows whose key has no token and takes the token of

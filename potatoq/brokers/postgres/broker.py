@@ -44,6 +44,7 @@ from .liveness import PostgresCoordination, PostgresLiveness
 from .options import RECONNECT_ERRORS, PostgresOptions, connection_failure, libpq_url
 from .pause import PostgresPause
 from .results import PostgresResults
+from .unique import any_unique, inserted_ids, mark_duplicates, run_through
 
 __all__ = ["PostgresBroker", "PostgresOptions"]
 
@@ -70,7 +71,7 @@ class PostgresBroker(
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        transactional_enqueue=True, concurrency_limits=True, rate_limits=True
+        transactional_enqueue=True, concurrency_limits=True, rate_limits=True, unique_tasks=True
     )
     schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
     connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
@@ -253,6 +254,7 @@ class PostgresBroker(
         """job_enqueue's parameters for ``messages`` (already in ``params``), NOTIFYing
         ``channels``: a single message in the scalars, a batch in the arrays."""
         scalars = ("id", "queue", "priority", "eta", "payload")
+        unique = any_unique(messages)
         if len(messages) == 1:  # a single delay(): scalars, not six one-element arrays
             single = {name: params[array][0] for name, array in zip(scalars, _array_fields("m"), strict=True)}
             return {
@@ -261,8 +263,15 @@ class PostgresBroker(
                 "channels": None,
                 "channel": channels[0] if channels else None,
                 "due_channels": None,
+                "unique": unique,
             }
-        return {**params, **dict.fromkeys((*scalars, "due_channels")), "channels": channels, "channel": None}
+        return {
+            **params,
+            **dict.fromkeys((*scalars, "due_channels")),
+            "channels": channels,
+            "channel": None,
+            "unique": unique,
+        }
 
     def _admit(self, queues: Iterable[str]) -> tuple[list[str], list[str]]:
         """NOTIFY channels to send inline now, and those held for the debouncer's trailing edge."""
@@ -288,9 +297,20 @@ class PostgresBroker(
             self._enqueue_through(connection, messages, params, ready)
             return
         inline, held = self._admit(ready)
-        self._run("job_enqueue", self._enqueue_params(messages, params, inline))
+        rows = self._run("job_enqueue", self._enqueue_params(messages, params, inline))
         self._defer(held)
         self._due.announce(messages)
+        if any_unique(messages):  # a unique task whose key is held: name the holder (unique.py)
+            mark_duplicates(messages, inserted_ids(rows), self._run, lambda again: self._resend(again, None))
+
+    def _resend(self, messages: Sequence[Message], connection: Any) -> set[str]:
+        """Enqueue ``messages`` again (unique ones whose key was freed meanwhile); the ids stored."""
+        params, ready = self._message_params(messages)
+        channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
+        params = self._enqueue_params(messages, params, channels)
+        if connection is None:
+            return inserted_ids(self._run("job_enqueue", params))
+        return inserted_ids(run_through(connection, self._statements()["job_enqueue"], params))
 
     def _enqueue_through(
         self, connection: Any, messages: Sequence[Message], params: dict[str, Any], ready: set[str]
@@ -304,29 +324,14 @@ class PostgresBroker(
         channels = [self._channel(q) for q in sorted(ready)] if self.options.notify else []
         params = self._enqueue_params(messages, params, channels)
         params["due_channels"] = self._due.channels(messages) or None  # sent at the caller's commit
-        stmt = self._statements()["job_enqueue"]
-        # Django's wrapper holds the DB-API connection (None until it connects: then its own
-        # cursor(), which takes the same pyformat parameters, does)
-        raw = getattr(connection, "connection", None) or connection
-        if isinstance(raw, psycopg.Connection):
-            with raw.cursor() as cur:
-                cur.execute(stmt.query, params)
-            return
-        if isinstance(raw, psycopg.AsyncConnection):
-            raise TypeError(
-                "enqueue(connection=...) takes a synchronous connection, not a psycopg AsyncConnection"
+        rows = run_through(connection, self._statements()["job_enqueue"], params)
+        if any_unique(messages):
+            mark_duplicates(
+                messages,
+                inserted_ids(rows),
+                lambda name, args: run_through(connection, self._statements()[name], args),
+                lambda again: self._resend(again, connection),
             )
-        cursor_factory = getattr(raw, "cursor", None)
-        if cursor_factory is None:
-            raise TypeError(
-                "enqueue(connection=...) needs a DB-API connection (psycopg 3 or psycopg 2), "
-                f"got {type(connection)!r}"
-            )
-        cur = cursor_factory()  # psycopg 2 and other pyformat DB-API drivers take the text form
-        try:
-            cur.execute(stmt.text, params)
-        finally:
-            cur.close()
 
     def _promote_params(self) -> dict[str, Any]:
         return {"limit": PROMOTE_BATCH, "channel_prefix": self._channel_prefix, "notify": self.options.notify}

@@ -25,23 +25,29 @@ owned by an I/O thread; ``claim``/``wait``/``settle`` marshal their work onto it
 delivery's token names the process and the work channel's generation; a settle after the
 channel or connection was replaced is refused (returns False).
 
-Claim, settle, wake-up (details in :mod:`.consume`): consumers with prefetch 1 run on every
-band queue a worker asks for; RabbitMQ pushes deliveries into this process's buffer and a
-claim takes the best one there (queues in the order given, bands highest first). That push
-is the wake-up: ``wait`` returns when a delivery arrives. A settle publishes the follow-ups
-and the result hand-off (confirmed), then acks. The first claim of a process not consuming
-yet asks the ready counts and takes one with ``basic.get``.
+Claim, settle, wake-up (details in :mod:`.consume`): consumers run on every band queue a
+worker asks for, with a prefetch of ``worker_prefetch_multiplier`` (1 unless set) times the
+tasks the process runs at once (``serve_slots``: a worker child's threads); RabbitMQ pushes
+deliveries into this process's buffer and a claim takes the best one there (queues in the
+order given, bands highest first). That push is the wake-up: ``wait`` returns when a
+delivery arrives. A settle publishes the follow-ups and the result hand-off (confirmed),
+then acks. The first claim of a process not consuming yet, with a prefetch of 1, asks the
+ready counts and takes one with ``basic.get``.
 
 Concurrency and rate limits are not supported yet (``capabilities.concurrency_limits`` and
 ``capabilities.rate_limits`` are False; the app refuses a limited task when it is sent):
 the slots and tokens would live in the result store and a task over its limit would be
 re-published through the delay cascade, which is still to be built.
+Unique tasks aren't either (``capabilities.unique_tasks`` is False; the app refuses them
+at send): AMQP queues can't be searched, so the key would live in the result backend,
+taken at publish and released after each ack or RabbitMQ's own dead-lettering.
 
 Modules: ``broker`` (the class), ``backed`` (what lives in the result backend), ``admin``
 (dead letters, stats, purges), ``options``,
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
 declarations and reads), ``io`` (the per-process connection and its I/O thread),
-``session`` (confirmed publishes), ``consume`` (claims) and ``lease`` (the scheduler lease).
+``session`` (confirmed publishes), ``consume`` (claims), ``kills`` (the supervisor's kill
+tombstones) and ``lease`` (the scheduler lease).
 """
 
 from __future__ import annotations

@@ -23,10 +23,14 @@ from potatoq.exceptions import ImproperlyConfigured
 from potatoq.message import Message
 from potatoq.states import REVOKED
 
-__all__ = ["FIRED_KEEP", "RabbitMQBacked"]
+__all__ = ["FIRED_KEEP", "NOT_REVOKED_FRESH", "RabbitMQBacked"]
 
 #: Fire times (and chord parts mid-join) remembered in this process.
 FIRED_KEEP = 1000
+#: How long (s) a claim's "not revoked" read answers the worker's check before the task
+#: runs. A revoke that lands in between is missed either way (the task is about to start);
+#: a task held back longer (a rate limit's wait) is read again.
+NOT_REVOKED_FRESH = 1.0
 #: Prefix of the periodic entry names under which a fire time is recorded as won (being
 #: sent); the entry's own name records it as sent.
 _SENDING = "potatoq.sending:"
@@ -40,6 +44,7 @@ class RabbitMQBacked(Broker):
         options: RabbitMQOptions
         _lock: threading.Lock
         _fired: OrderedDict[tuple[str, float], None]
+        _not_revoked: OrderedDict[str, float]
 
         def _publish_once(self, message: Message) -> None: ...
         def _checked(self, message: Message) -> Message: ...
@@ -164,6 +169,14 @@ class RabbitMQBacked(Broker):
 
     # ------------------------------------------------------------------ revocation
 
+    def _read_not_revoked(self, task_id: str) -> None:
+        """A claim of this process read ``task_id``'s record and found it not revoked."""
+        with self._lock:
+            self._not_revoked[task_id] = time.monotonic()
+            self._not_revoked.move_to_end(task_id)
+            while len(self._not_revoked) > FIRED_KEEP:
+                self._not_revoked.popitem(last=False)
+
     def revoke(self, task_id: str) -> bool:
         """Record ``task_id`` as REVOKED in the result backend; claims skip it.
 
@@ -176,7 +189,15 @@ class RabbitMQBacked(Broker):
         return backend.store_result_fenced(record, 0, keep_ready=True)
 
     def is_revoked(self, task_id: str) -> bool:
+        """Whether ``task_id`` is revoked. The worker asks just before running a task that
+        this process's claim checked already (see ``RabbitMQBroker._skipped``): within
+        :data:`NOT_REVOKED_FRESH` of that read, its answer is used instead of a second read
+        of the result backend for every task."""
         if self.backend is None:
+            return False
+        with self._lock:
+            read_at = self._not_revoked.pop(task_id, None)
+        if read_at is not None and time.monotonic() - read_at < NOT_REVOKED_FRESH:
             return False
         record = self.backend.get_result(task_id)
         return record is not None and record.state == REVOKED

@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 import pika
 
-from potatoq import serialization
 from potatoq.brokers.base import (
     Broker,
     BrokerConfig,
@@ -39,7 +38,7 @@ from potatoq.brokers.rabbitmq import declare
 from potatoq.brokers.rabbitmq.consume import Intake, Pending
 from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.lease import SchedulerLease
-from potatoq.brokers.rabbitmq.ops import Await, Op, Publish
+from potatoq.brokers.rabbitmq.ops import Publish
 from potatoq.brokers.rabbitmq.options import RabbitMQOptions
 from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
 from potatoq.brokers.rabbitmq.topology import (
@@ -58,6 +57,7 @@ from potatoq.utils import mask_url
 from .admin import RabbitMQAdmin
 from .backed import FIRED_KEEP, RabbitMQBacked
 from .history import RabbitMQHistory
+from .kills import RabbitMQKills
 from .pause import RabbitMQPause
 
 __all__ = ["RabbitMQBroker"]
@@ -99,9 +99,11 @@ class _ProcessState:
             connect_timeout=broker.config.connection_timeout,
             on_connected=self._on_connected,
             on_work_channel_lost=self._on_work_channel_lost,
+            prefetch=broker.prefetch,
         )
         self.session = Session(self.link, broker.topology, cascade_key=broker.config.url)
-        self.intake = Intake(self.session)
+        self.intake = Intake(self.session, hold=broker.options.prefetch_hold)
+        self.link.on_tick = self.intake.hand_back_stale
         self.lease = SchedulerLease(self.session)
 
     def _on_connected(self, _link: AmqpLink) -> None:
@@ -112,7 +114,7 @@ class _ProcessState:
         self.intake.on_work_channel_lost()
 
 
-class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHistory, Broker):
+class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHistory, RabbitMQKills, Broker):
     """Quorum queues, a TTL delay cascade and a result backend for everything else."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -159,10 +161,19 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             )
             self.backend = type(self.backend)(backend_config)
             self._own_backend = True
+        multiplier = config.prefetch_multiplier
+        if isinstance(multiplier, bool) or not isinstance(multiplier, int) or multiplier < 1:
+            raise ImproperlyConfigured(
+                f"worker_prefetch_multiplier must be a whole number of at least 1 on RabbitMQ, "
+                f"not {multiplier!r} (potatoq has no unlimited prefetch)"
+            )
+        self._multiplier = multiplier
+        self._slots = 1  # tasks this process runs at once (serve_slots)
         self._lock = threading.Lock()
         _BROKERS.add(self)
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
+        self._not_revoked: OrderedDict[str, float] = OrderedDict()  # task id -> monotonic read time
         # Chord parts (group id, index) whose join in this process hasn't finished
         # publishing the callback it may owe (a settle that failed and will be retried).
         self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
@@ -173,6 +184,22 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         backend itself: settle writes them only once the delivery is known to be current,
         so a late settle can't overwrite the result of a newer delivery."""
         return self.backend is not None
+
+    @property
+    def prefetch(self) -> int:
+        """Unacked deliveries each consumer of this process may hold: the prefetch
+        multiplier times the tasks the process runs at once (RabbitMQ's limit is 65,535)."""
+        return min(65535, self._multiplier * self._slots)
+
+    def serve_slots(self, slots: int) -> None:
+        """This process runs ``slots`` tasks at once (a worker child's threads): its
+        consumers hold up to ``worker_prefetch_multiplier x slots`` deliveries each."""
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"serve_slots needs a whole number of at least 1, not {slots!r}")
+        self._slots = slots
+        state = self._state
+        if state is not None and state.pid == os.getpid():
+            state.link.run(state.intake.set_prefetch_op, self.prefetch)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -258,7 +285,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             if pending is None:
                 return None
             delivery = self._delivery(state, pending, worker)
-            if not self._skipped(state, delivery, _once(pending)):
+            if not self._skipped(state, delivery, pending):
                 return delivery
 
     def _delivery(self, state: _ProcessState, pending: Pending, worker: WorkerRef) -> Delivery:
@@ -279,7 +306,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             max_size=self.config.max_message_size,
         )
 
-    def _skipped(self, state: _ProcessState, delivery: Delivery, once: bool) -> bool:
+    def _skipped(self, state: _ProcessState, delivery: Delivery, pending: Pending) -> bool:
         """Deliveries that must not run: one past the delivery limit (possible only after a
         graceful requeue re-published it, see ``Intake.settle_op``), a copy of one whose
         process the supervisor killed, a revoked task, or a duplicate of a message sent
@@ -290,7 +317,8 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             reason = f"WorkerLostError: delivered {delivery.deliveries - 1} times without finishing"
             self.settle(delivery, DeadLetter(reason, result=_worker_lost(delivery, reason)))
             return True
-        if delivery.deliveries > 1:
+        once = _once(pending)
+        if pending.redelivered:  # returned by RabbitMQ: maybe by a child the supervisor killed
             action: str | None = state.link.run(self._killed_op, delivery.id, delivery.deliveries - 1)
             if action == "requeue":  # killed at shutdown: back in the queue, uncounted
                 state.link.run(state.intake.settle_op, delivery.token, [], "republish", 1)
@@ -309,6 +337,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             if record is not None and once and record.state in READY_STATES:
                 self.settle(delivery, Complete())
                 return True
+            self._read_not_revoked(delivery.id)
         return False
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
@@ -356,7 +385,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         if pending is None:
             return applied, None
         following = self._delivery(state, pending, worker)
-        if self._skipped(state, following, _once(pending)):
+        if self._skipped(state, following, pending):
             return applied, self.claim(queues, worker)
         return applied, following
 
@@ -459,75 +488,6 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         state = self._state
         if state is not None and state.pid == os.getpid():
             state.intake.interrupt()
-
-    # ------------------------------------------------------------------ hard time limits
-
-    def prepare_kill(self, delivery: Delivery, reason: str | None = None) -> None:
-        """Called by a worker supervisor just *before* it SIGKILLs the child holding
-        ``delivery``, on the supervisor's own connection (the supervisor can't settle a
-        child's delivery: ``capabilities.supervisor_settles`` is False).
-
-        Once the child is dead RabbitMQ returns the message to its queue, counting a
-        delivery. This leaves a tombstone for exactly this delivery (task id + delivery
-        count), which the next claim of the returned copy finds:
-
-        * ``reason`` given (hard time limit): the message is dead-lettered now, on this
-          connection, with ``reason``; the returned copy is dropped when claimed instead of
-          running again until the delivery limit;
-        * ``reason=None`` (killed at the end of the shutdown grace, or a bystander in the
-          same child): the copy goes back to its queue without the kill counting as a
-          delivery, like ``Requeue(crashed=False)``.
-
-        If the child finishes before the kill, the tombstone is never used and expires
-        after a day (with ``reason``, the dead letter stays: call this only once the kill
-        is decided).
-        """
-        decl = self.topology.killed_queue(delivery.id, delivery.deliveries)
-        action = "requeue" if reason is None else "drop"
-        body = serialization.dumps({"action": action}, where="kill tombstone").encode()
-        letters = [] if reason is None else [self._dead_letter_publish(delivery, reason, time.time())]
-        self._run(self._prepare_kill_op, decl, body, letters)
-
-    def _prepare_kill_op(self, decl: Any, body: bytes, letters: list[Outgoing]) -> Op[None]:
-        state = self._process_state_unchecked()
-        channel = yield state.link.open_channel()
-        try:
-            channel = yield from declare.declare_queue(state.link, channel, decl)
-        finally:
-            declare.close_quietly(channel)
-        tombstone = Publish("", decl.name, body, pika.BasicProperties(delivery_mode=2))
-        yield from state.session.publish_all([*letters, Outgoing(tombstone, "", delayed=False)])
-
-    def _killed_op(self, task_id: str, deliveries: int) -> Op[str | None]:
-        """The action ("drop", "requeue") of the tombstone :meth:`prepare_kill` left for
-        this delivery (None: there is none), consumed.
-
-        The tombstone is declared (not passively probed: a missing queue would close the
-        channel and log an error each time), so a probe that finds none deletes the empty
-        queue it just made.
-        """
-        state = self._process_state_unchecked()
-        link = state.link
-        decl = self.topology.killed_queue(task_id, deliveries)
-        channel = yield link.open_channel()
-        try:
-            frame = yield link.rpc(channel.queue_declare, decl.name, durable=True, arguments=decl.arguments)
-            action: str | None = None
-            if frame.method.message_count:
-                got = yield Await(
-                    channel,
-                    lambda resume: channel.basic_get(
-                        decl.name, lambda _c, _m, _p, body: resume(body), auto_ack=True
-                    ),
-                )
-                try:
-                    action = str(serialization.loads(bytes(got)).get("action") or "drop")
-                except (ValueError, AttributeError):
-                    action = "drop"
-            yield link.rpc(channel.queue_delete, decl.name)
-        finally:
-            declare.close_quietly(channel)
-        return action
 
     def _process_state_unchecked(self) -> _ProcessState:
         state = self._state

@@ -1,25 +1,29 @@
 """Taking deliveries: ``claim()``, ``wait()`` and ``settle_and_claim()`` mapped onto AMQP
 for one process.
 
-* Consumers with prefetch 1 run on every band queue of the queues a worker asks for (started
-  by ``wait``, and by ``settle_and_claim`` on a busy worker), on the work channel. Pushed
+* Consumers run on every band queue of the queues a worker asks for (started by ``wait``,
+  and by ``settle_and_claim`` on a busy worker), on the work channel, each with the link's
+  prefetch (``worker_prefetch_multiplier`` x the process's slots; 1 by default). Pushed
   deliveries go to this process's buffer; a claim takes the best one there: potatoq queues
   in the order given, bands highest first, then arrival order.
-* A busy worker's cycle is ``settle_and_claim``: publish follow-ups (confirmed), ack,
-  then the best buffered delivery. Acking frees the consumer's prefetch slot, so RabbitMQ
-  pushes that band's next message once it has processed the ack (the push proves it: no
-  barrier round trip); if it isn't there yet, the worker waits for it (``wait`` returns
-  as soon as it is pushed). With nothing to publish, the ack is posted to the I/O thread
-  without waiting for it. No ready counts, no ``basic.get``.
+* A busy worker's cycle is ``settle_and_claim``: publish follow-ups (confirmed), ack, then
+  the best buffered delivery. Acking frees a prefetch slot, so RabbitMQ pushes that band's
+  next message once it has processed the ack (no barrier round trip); if it isn't there yet,
+  the worker waits for it (``wait`` returns as soon as it is pushed). With nothing to
+  publish, the ack is posted to the I/O thread without waiting for it. No ready counts, no
+  ``basic.get``.
 * ``claim`` on an empty buffer of a process not consuming yet (a worker's first claim, a
-  test) is exact: it asks the band queues' ready counts (passive declares, all at once)
-  and takes one with ``basic.get``. While consumers run for the queues asked, a claim
-  takes only what was pushed (a ``basic.get`` would race the push, whose message would
+  test) with a prefetch of 1 is exact: it asks the band queues' ready counts (passive
+  declares, all at once) and takes one with ``basic.get``. With a larger prefetch it starts
+  the consumers instead and returns None (the caller waits for the push): a ``basic.get`` on
+  top would hold one more than the prefetch. While consumers run for the queues asked, a
+  claim takes only what was pushed (a ``basic.get`` would race the push, whose message would
   then wait here while the task runs); ``wait`` returns on the next push.
-* Nothing waits in a local buffer while a task runs: the running task's message fills its
-  consumer's prefetch, so that consumer gets nothing more until the ack. When another
-  consumer (another band or -Q queue) pushes a delivery while this process's task runs and
-  no thread of it waits, every consumer is *paused* (cancelled): that one delivery (at most
+* Nothing waits in a local buffer beyond the prefetch: the held deliveries (running and,
+  with a multiplier above 1, prefetched) fill their consumer's prefetch, so that consumer
+  gets nothing more until an ack. When another consumer (another band or -Q queue) pushes
+  a delivery that takes this process above its prefetch, every consumer is *paused*
+  (cancelled): that one delivery (at most
   one per consumer, from the same instant) stays buffered and is the next claim's (giving it
   back would count towards its delivery limit on RabbitMQ 4.0); the consumers start again
   at the next ``settle_and_claim`` or ``wait`` that finds the buffer empty.
@@ -67,6 +71,7 @@ class Pending:
     redelivered: bool
     seq: int = dataclasses.field(default_factory=lambda: next(_arrival))
     handed_at: float = 0.0  # monotonic, when a claim handed it out
+    pushed_at: float = 0.0  # monotonic, when a consumer pushed it (0: taken with basic.get)
     # Wall clock (epoch s) of that hand-out: the fence of its result (see brokers.records, fenced writes).
     # A later claim of the same message follows the loss of this one's channel, so it is
     # later by at least that, on any host whose clock agrees to within it.
@@ -86,9 +91,13 @@ class Pending:
 class Intake:
     """Consumers, the local buffer and handed-out deliveries of one process."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, hold: float = 1.0) -> None:
         self.session = session
         self.link: AmqpLink = session.link
+        # Seconds a prefetched delivery may wait while every thread here is busy, before
+        # it is given back for another worker (see hand_back_stale).
+        self.hold = hold
+        self._handing_back = False
         self.cond = threading.Condition()
         # Guarded by cond (read by waiting threads, written on the I/O thread):
         self._buffer: list[Pending] = []
@@ -162,6 +171,12 @@ class Intake:
             # Consumers run for these queues: a ready message is pushed to them (the worker
             # waits for it). A basic.get now would race that push, and the pushed message
             # would then sit here while the task got runs.
+            return None
+        if pending is None and self.link.prefetch > 1:
+            # A process that holds more than one delivery per consumer (a worker's threads,
+            # or a prefetch multiplier) takes them only as pushed: a basic.get on top would
+            # make it hold one more than its prefetch. The caller waits for the push.
+            self._resume(queues)
             return None
         if pending is None:
             try:
@@ -240,6 +255,18 @@ class Intake:
             self._by_tag[tag] = (queue, band, amqp)
         self._consuming = frozenset(queue for queue, _b, _a in self._wanted)
 
+    def set_prefetch_op(self, prefetch: int) -> Op[None]:
+        """Hold up to ``prefetch`` unacked deliveries per consumer from now on. A consumer
+        keeps the prefetch it started with, so running ones are paused (what they pushed
+        stays buffered) and the next ``wait`` or settle starts them again with it."""
+        if prefetch == self.link.prefetch:
+            return
+        self.link.prefetch = prefetch
+        work = self.link.work
+        if work is not None and work.is_open:
+            yield self.link.rpc(work.basic_qos, prefetch_count=prefetch)
+            self._pause()
+
     def stop_consuming_op(self) -> Op[None]:
         """Cancel every consumer and give back what they pushed (the worker's set of
         claimable queues changed: a queue was paused or resumed), as at shutdown; the next
@@ -287,14 +314,15 @@ class Intake:
             properties=properties,
             body=body,
             redelivered=bool(method.redelivered),
+            pushed_at=time.monotonic(),
         )
         with self.cond:
             self._buffer.append(pending)
             self.cond.notify_all()
-            idle_waiters = self._waiting
-        if self._handed and idle_waiters == 0 and self._consumers:
-            # A task of this process runs and nobody here waits: this delivery waits for it
-            # to end. Pause every consumer so no more pile up here while other workers idle.
+        if self._consumers and len(self._handed) + len(self._buffer) > self.link.prefetch:
+            # More held here than the prefetch allows one consumer: this one came from
+            # another band or queue while the process is full, and waits for a task to end.
+            # Pause every consumer so no more pile up here while other workers idle.
             self._pause()
 
     def on_work_channel_lost(self) -> None:
@@ -397,8 +425,9 @@ class Intake:
         then waits for the push).
 
         No barrier after the ack: with prefetch 1, RabbitMQ pushes the band's next message
-        only once it has processed the ack, so that delivery proves it. An ack lost with
-        the connection only means a redelivery (a settle of it is fenced); a process
+        only once it has processed the ack, so that delivery proves it (with a larger
+        prefetch nothing proves it, and nothing needs to). An ack lost with the connection
+        only means a redelivery (a settle of it is fenced); a process
         exiting right after its settle uses :meth:`settle_op`, which keeps the barrier."""
         work = yield from self._settle(token, publishes, action, 0)
         for queue in queues:
@@ -466,6 +495,30 @@ class Intake:
             properties_for(getattr(pending.properties, "message_id", None) or "", headers),
         )
         return Outgoing(again, pending.queue, delayed=False)
+
+    def hand_back_stale(self) -> None:
+        """I/O thread, at every tick: with a prefetch above 1, a delivery that has waited
+        here ``hold`` seconds while no thread of this process was free (they all run tasks,
+        a long one among them) is given back, re-published at the tail of its queue and
+        acked, uncounted, so an idle worker elsewhere runs it instead; the consumers are
+        paused until a thread settles (as when the process is full). A crash would
+        otherwise count a delivery against it, and a long task would hold it back."""
+        if self.link.prefetch <= 1 or self._draining or self._handing_back or self.link.work is None:
+            return
+        with self.cond:
+            if self._waiting or not self._buffer:
+                return
+            oldest = min(p.pushed_at for p in self._buffer)
+        if time.monotonic() - oldest < self.hold:
+            return
+        self._handing_back = True
+        self.link.spawn(self._hand_back_op())
+
+    def _hand_back_op(self) -> Op[None]:
+        try:
+            yield from self._give_back()
+        finally:
+            self._handing_back = False
 
     def _give_back(self) -> Op[None]:
         """Shutdown: pause the consumers and hand back what they pushed that never ran,

@@ -13,9 +13,10 @@ runs in another thread of the same process.
 
 Channels, opened on every (re)connect:
 
-* ``work``: consumers and basic.get with prefetch 1, acks and nacks. Its *generation*
-  changes whenever it is replaced (reconnect, or the server closed it, e.g. on a consumer
-  timeout); deliveries from an older generation can't be acked any more and are refused.
+* ``work``: consumers and basic.get with the process's prefetch (1 by default), acks and
+  nacks. Its *generation* changes whenever it is replaced (reconnect, or the server closed
+  it, e.g. on a consumer timeout); deliveries from an older generation can't be acked any
+  more and are refused.
 * ``pub``: publisher confirms on, every publish ``mandatory``. Returned (unroutable)
   messages and nacks are reported per message to the operation that published them.
 * ``admin``: declares, deletes, purges, passive declares.
@@ -97,12 +98,18 @@ class AmqpLink(LinkSteps):
         connect_timeout: float,
         on_connected: Callable[[AmqpLink], None] | None = None,
         on_work_channel_lost: Callable[[AmqpLink], None] | None = None,
+        prefetch: int = 1,
     ) -> None:
         self.parameters = parameters
+        #: The work channel's per-consumer prefetch (worker_prefetch_multiplier x the
+        #: process's task slots), set on every new work channel.
+        self.prefetch = prefetch
         self.describe = describe
         self.connect_timeout = connect_timeout
         self.on_connected = on_connected
         self.on_work_channel_lost = on_work_channel_lost
+        #: Called on the I/O thread at every tick (TICK seconds) while connected.
+        self.on_tick: Callable[[], None] | None = None
         self.pid = os.getpid()
         #: Distinguishes this link's delivery tokens from any other process's.
         self.nonce = f"{random.getrandbits(40):010x}"
@@ -282,6 +289,11 @@ class AmqpLink(LinkSteps):
             self.stalled_at = now
         self._last_tick = now
         self._ioloop.call_later(TICK, self._tick)
+        if self.on_tick is not None and self._ready.is_set() and not self._closing:
+            try:
+                self.on_tick()
+            except Exception:  # must not stop the tick (or the I/O thread)
+                log.exception("the RabbitMQ tick callback failed")
 
     def stalled_since(self, moment: float) -> bool:
         """I/O thread: whether this thread may have stalled after ``moment`` (monotonic),
@@ -344,7 +356,7 @@ class AmqpLink(LinkSteps):
         # The work channel's qos and the pub channel's confirm mode are set before any
         # operation runs: both are RPCs that complete before anything queued behind them.
         assert self.work is not None and self.pub is not None
-        self.work.basic_qos(prefetch_count=1)
+        self.work.basic_qos(prefetch_count=self.prefetch)
         self.pub.confirm_delivery(self._on_confirm)
         self._set_ready()
         if self.on_connected is not None:
@@ -435,7 +447,7 @@ class AmqpLink(LinkSteps):
 
             def reopened(new: pika.channel.Channel) -> None:
                 self._install_work(new)
-                new.basic_qos(prefetch_count=1)
+                new.basic_qos(prefetch_count=self.prefetch)
                 if self.on_connected is not None:
                     self.on_connected(self)
 

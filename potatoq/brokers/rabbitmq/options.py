@@ -30,6 +30,9 @@ class RabbitMQOptions:
       minute).
     * ``heartbeat``: AMQP heartbeat in seconds; default: the server's (60 s).
     * ``ssl``: for ``amqps://``: ``{"cafile": …, "certfile": …, "keyfile": …}``.
+    * ``prefetch_hold``: with a prefetch above 1 (``worker_prefetch_multiplier``), seconds
+      a prefetched delivery may wait in a process whose threads are all busy before it is
+      given back (re-published at the tail of its queue, uncounted); default 1.
     """
 
     queue_prefix: str = ""
@@ -37,6 +40,7 @@ class RabbitMQOptions:
     consumer_timeout: float | None = None
     heartbeat: int | None = None
     ssl: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    prefetch_hold: float = 1.0
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> RabbitMQOptions:
@@ -67,6 +71,9 @@ class RabbitMQOptions:
         heartbeat = options.get("heartbeat")
         if heartbeat is not None and (not isinstance(heartbeat, int) or heartbeat < 0):
             raise ImproperlyConfigured(f"transport option heartbeat={heartbeat!r} must be an int >= 0")
+        hold = options.get("prefetch_hold", 1.0)
+        if isinstance(hold, bool) or not isinstance(hold, int | float) or hold <= 0:
+            raise ImproperlyConfigured(f"transport option prefetch_hold={hold!r} must be > 0 seconds")
         ssl = options.get("ssl") or {}
         if not isinstance(ssl, Mapping) or set(ssl) - {"cafile", "certfile", "keyfile"}:
             raise ImproperlyConfigured("transport option ssl takes only cafile, certfile and keyfile")
@@ -76,4 +83,5 @@ class RabbitMQOptions:
             consumer_timeout=None if timeout is None else float(timeout),
             heartbeat=heartbeat,
             ssl=dict(ssl),
+            prefetch_hold=float(hold),
         )

@@ -11,8 +11,9 @@ For a potatoq queue ``q`` with ``queue_prefix`` P and priority bands (0, 3, 6, 9
     P potatoq.registered.<q>  holds one message once ``q`` is in the registry, so each
                          queue is registered once, not once per process start
     P potatoq.scheduler  single-active-consumer queue holding the periodic-scheduler token
-    P potatoq.killed.<task id>.<deliveries>   tombstone of a delivery whose process the
-                         supervisor killed (hard time limit); expires after a day
+    P potatoq.tomb.<task id>.<deliveries>   tombstone of a delivery whose process the
+                         supervisor killed: 1 message (drop it) or 2 (requeue it
+                         uncounted); expires after a day
 
 Potatoq queue names contain no dots, so ``q.p3`` / ``q.dlq`` can never collide with
 another potatoq queue's band. Every band queue is a quorum queue with
@@ -40,7 +41,9 @@ from potatoq.brokers.base import validate_queue_name
 REGISTRY = "potatoq.queues"
 REGISTERED = "potatoq.registered"
 SCHEDULER = "potatoq.scheduler"
-KILLED = "potatoq.killed"
+# Named apart from the tombstones of earlier versions ("potatoq.killed.*", one message whose
+# body held the action), so a worker of either version never misreads the other's.
+KILLED = "potatoq.tomb"
 KILLED_TTL_MS = 86_400_000
 _PLAIN_ID = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
 

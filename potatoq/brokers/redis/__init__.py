@@ -23,6 +23,7 @@ same names inside the scripts)::
     periodic:<name>:<ms>  STRING  SET NX: one sender per fire time
     periodic:last       HASH  entry name -> newest fire time sent (ms), for "last run"
     paused              HASH  queue -> paused since (epoch s): workers leave it out of claims
+    uq:<key>            STRING  id of the task holding a unique key (PX unique_for), see unique.py
     workers             HASH  node -> WorkerInfo;  workers:seen  ZSET node -> last heartbeat (ms);
                               a node silent for 2 x worker_dead_after is forgotten
     queues              SET   every queue name ever used (stats, recovery)

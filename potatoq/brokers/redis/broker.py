@@ -60,6 +60,7 @@ from .pause import RedisPause
 from .scripts import (
     SCRIPTS,
 )
+from .unique import mark_duplicates
 
 __all__ = ["RedisBroker"]
 
@@ -100,6 +101,7 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
         interruptible_wait=True,
         concurrency_limits=True,
         rate_limits=True,
+        unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
 
@@ -279,9 +281,9 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
             _messages_fields(messages[i : i + ENQUEUE_BATCH]) for i in range(0, len(messages), ENQUEUE_BATCH)
         ]
         if len(calls) == 1:
-            self._run("enqueue", calls[0])
+            mark_duplicates(messages, [self._run("enqueue", calls[0])], ENQUEUE_BATCH)
         else:
-            self._run_many("enqueue", calls)
+            mark_duplicates(messages, self._run_many("enqueue", calls), ENQUEUE_BATCH)
 
     def _claim_args(self, queues: Sequence[str], worker: WorkerRef) -> list[str | bytes]:
         # Everything after the token is the same for every claim of a worker's slot (one

@@ -50,7 +50,13 @@ retry, recovery) frees the slot by changing that row, in the same transaction; t
 changes ``data_version``, which wakes the waiters. ``potatoq_limits`` holds run-time
 overrides (``sql/limits.sql``, module ``limits``).
 
-Global rate limits (``potatoq/brokers/limits.py``, migration 0005): a rate-limited row
+Unique tasks (``potatoq/brokers/unique.py``, migration 0005): a unique task's row holds
+its key in ``unique_key`` under a unique partial index, so the insert (``ON CONFLICT DO
+NOTHING``) is the atomic check, in the enqueue's transaction or the caller's; deleting the
+row (settle, dead-letter, revoke, purge) releases it, and ``unique_until`` is the backstop
+(``sql/unique.sql``, module ``unique``).
+
+Global rate limits (``potatoq/brokers/limits.py``, migration 0006): a rate-limited row
 carries ``rate_key``, ``rate_interval`` (seconds per token) and ``rate_burst`` (from its
 ``rl`` header). ``potatoq_rates`` holds each key's GCRA state: ``tat`` and ``next_at``, the
 time its next token is due. In the claim's write transaction (one writer: check and take

@@ -17,6 +17,7 @@ from ..base import (
     decode_queued,
 )
 from ..limits import concurrency_of_raw, rate_of_raw
+from ..unique import unique_columns_raw
 from .connection import STATE_NAMES
 from .setup import (
     SQL,
@@ -92,6 +93,9 @@ class SQLiteAdmin(Broker):
                 job["rate_key"], job["rate_interval"], job["rate_burst"] = (
                     (rate[0], 1.0 / rate[1], rate[2]) if rate is not None else (None, None, None)
                 )
+                job.update(unique_columns_raw(payload, now))  # ... and its unique key, if free
+                if job["unique_key"] is not None:
+                    conn.execute(SQL["unique_release_expired"], {"unique_key": job["unique_key"], "now": now})
                 if conn.execute(SQL["dead_restore"], {**job, "now": now}).rowcount == 1:
                     conn.execute(SQL["dead_delete"], {"seq": seq})
                     restored += 1

@@ -36,6 +36,7 @@ from ..base import (
     validate_queue_name,
 )
 from ..limits import limit_columns, rate_columns
+from ..unique import unique_columns
 from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
 from .history import SQLiteHistory
@@ -51,6 +52,7 @@ from .setup import (
     enable_wal,
     migrate,
 )
+from .unique import insert_jobs
 
 __all__ = ["SQLiteBroker", "SQLiteOptions"]
 
@@ -70,7 +72,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        transactional_enqueue=True, concurrency_limits=True, rate_limits=True
+        transactional_enqueue=True, concurrency_limits=True, rate_limits=True, unique_tasks=True
     )
     schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
     # Most calls turn sqlite3 errors into OperationalError; "database is locked" from a raw
@@ -210,13 +212,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             "payload": message.encode(),
             **limit_columns(message.headers),
             **rate_columns(message.headers),
+            **unique_columns(message.headers, now),
         }
 
     def _insert(self, conn: sqlite3.Connection, messages: Sequence[Message], now: float) -> None:
-        if len(messages) == 1:
-            conn.execute(SQL["job_insert"], self._job_row(messages[0], now))
-        elif messages:
-            conn.executemany(SQL["job_insert"], [self._job_row(m, now) for m in messages])
+        insert_jobs(conn, messages, [self._job_row(m, now) for m in messages], now)
 
     def enqueue(self, messages: Sequence[Message], *, connection: Any = None) -> None:
         if not messages:
@@ -236,7 +236,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                 f"the SQLite broker can enqueue through a sqlite3.Connection only, got {type(connection)!r}"
             )
         self._conn()  # makes sure the schema exists
-        raw.executemany(SQL["job_insert"], [self._job_row(m, now) for m in messages])
+        insert_jobs(raw, messages, [self._job_row(m, now) for m in messages], now)
 
     def _claim_in(
         self, conn: sqlite3.Connection, queues: Sequence[str], worker: WorkerRef, now: float

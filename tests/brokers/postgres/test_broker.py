@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -33,10 +33,10 @@ from potatoq.brokers.base import (
 from potatoq.brokers.postgres import PostgresBroker, PostgresOptions, migrate, statements, wakeups
 from potatoq.exceptions import ImproperlyConfigured, InvalidName
 from potatoq.message import Message
-from tests import services
 from tests.factories.postgres import drop_schema
 
-Make = Callable[..., PostgresBroker]
+from .conftest import Make
+
 WORKER = WorkerRef("pg-node", 4242)
 QUIET = 30.0  # poll_interval of brokers whose wake-ups must come from NOTIFY
 WAIT = 20.0  # < QUIET: returning before this means a notification arrived
@@ -44,33 +44,6 @@ WAIT = 20.0  # < QUIET: returning before this means a notification arrived
 
 def msg(queue: str = "default", **kw: Any) -> Message:
     return Message(id=str(uuid.uuid4()), task="tests.noop", queue=queue, **kw)
-
-
-@pytest.fixture
-def pg_url() -> str:
-    return services.require("postgres")
-
-
-@pytest.fixture
-def make(pg_url: str) -> Iterator[Make]:
-    """Brokers on one fresh schema per test; ``make(**transport_options)``."""
-    schema = f"pq_{uuid.uuid4().hex[:12]}"
-    made: list[PostgresBroker] = []
-    schemas = {schema}
-
-    def factory(config: dict[str, Any] | None = None, **options: Any) -> PostgresBroker:
-        options.setdefault("schema", schema)
-        schemas.add(options["schema"])
-        broker = create_broker(BrokerConfig(url=pg_url, transport_options=options, **(config or {})))
-        assert isinstance(broker, PostgresBroker)
-        made.append(broker)
-        return broker
-
-    yield factory
-    for broker in made:
-        broker.close()
-    for name in schemas:
-        drop_schema(pg_url, name)
 
 
 def monitor(pg_url: str) -> psycopg.Connection[Any]:

@@ -13,7 +13,8 @@ import psycopg
 from potatoq.brokers.base import Complete, WorkerRef
 from potatoq.brokers.limits import HEADER
 
-from .test_broker import WORKER, Make, claim_within, make, msg, pg_url  # noqa: F401 (fixtures)
+from .conftest import Make
+from .test_broker import WORKER, claim_within, msg
 
 
 def parked(url: str, schema: str) -> int:

@@ -171,6 +171,33 @@ def test_unknown_transport_option_is_refused_naming_it() -> None:
         create_broker(BrokerConfig(url="amqp://127.0.0.1:1/", transport_options={"queue_prefx": "x"}))
 
 
+def test_a_prefetch_multiplier_below_1_is_refused_naming_the_setting() -> None:
+    url = services.require("rabbitmq")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ImproperlyConfigured, match="worker_prefetch_multiplier must be a whole number"):
+            create_broker(BrokerConfig(url=url, prefetch_multiplier=bad))  # type: ignore[arg-type]
+    for hold in (0, -1, "soon", True):
+        with pytest.raises(ImproperlyConfigured, match="prefetch_hold"):
+            create_broker(BrokerConfig(url=url, transport_options={"prefetch_hold": hold}))
+
+
+def test_prefetch_is_the_multiplier_times_the_slots_and_1_by_default(rabbit: Rabbit) -> None:
+    """The app passes worker_prefetch_multiplier only when the project set it (Celery's 4
+    is what the setting reads as until then); a worker child tells the broker its slots."""
+    from potatoq import Potatoq
+
+    assert Potatoq("p", broker=rabbit.url).broker_config().prefetch_multiplier == 1
+    assert (
+        Potatoq("p", broker=rabbit.url, worker_prefetch_multiplier=4).broker_config().prefetch_multiplier == 4
+    )
+    with pytest.raises(ImproperlyConfigured, match="worker_prefetch_multiplier must be a whole number"):
+        Potatoq("p", broker=rabbit.url, worker_prefetch_multiplier="many").broker_config()
+    broker = rabbit()
+    assert broker.prefetch == 1
+    broker.serve_slots(3)
+    assert broker.prefetch == 3 and broker._process().link.prefetch == 3
+
+
 def test_queue_names_with_a_dot_are_refused(rabbit: Rabbit) -> None:
     broker = rabbit()
     with pytest.raises(InvalidName, match=r"'a\.b'.*no '\.'"):
@@ -331,11 +358,11 @@ def test_delay_routing_key_spells_the_delay_in_binary_then_the_queue() -> None:
         delay.routing_key(delay.MAX_DELAY + 1, "q")
 
 
-def delays_arrive_on_time(broker: RabbitMQBroker) -> None:
-    """3 s and 70 s delays and a 10 s retry backoff, all at once: each is claimed within
-    one second after its eta, never before."""
+def delays_arrive_on_time(broker: RabbitMQBroker, long_delay: float) -> None:
+    """A 3 s and a ``long_delay`` delay and a 10 s retry backoff, all at once: each is
+    claimed soon after its eta (the cascade's hops add no drift), never before."""
     now = time.time()
-    short, long = msg(eta=now + 3), msg(eta=now + 70)
+    short, long = msg(eta=now + 3), msg(eta=now + long_delay)
     failing = msg()
     broker.enqueue([short, long, failing])
     first = claim_soon(broker, ["default"])
@@ -345,13 +372,20 @@ def delays_arrive_on_time(broker: RabbitMQBroker) -> None:
     due = {short.id: short.eta, long.id: long.eta, failing.id: retry.eta}
     arrived: dict[str, float] = {}
     while len(arrived) < 3:
-        delivery = claim_soon(broker, ["default"], timeout=90)
+        delivery = claim_soon(broker, ["default"], timeout=long_delay + 20)
         arrived[delivery.id] = time.time()
         assert broker.settle(delivery, Complete())
     for task_id, eta in due.items():
         assert eta is not None
         late = arrived[task_id] - eta
-        assert 0 <= late <= 1.0, f"{task_id} arrived {late:+.2f} s from its eta"
+        # never early; the upper bound is generous for a loaded CI machine (a hop that
+        # dropped a level would be 2^n seconds late, not a second or two)
+        assert 0 <= late <= 2.5, f"{task_id} arrived {late:+.2f} s from its eta"
+
+
+def test_delays_through_several_levels_of_the_cascade_arrive_on_time(rabbit: Rabbit) -> None:
+    """13 s = 8 + 4 + 1: three hops of the cascade (the 70 s version runs in the full suite)."""
+    delays_arrive_on_time(rabbit(), 13)
 
 
 def consumer_timeout_takes_a_held_delivery_back(broker: RabbitMQBroker) -> None:
@@ -370,6 +404,10 @@ def consumer_timeout_takes_a_held_delivery_back(broker: RabbitMQBroker) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("POTATOQ_FAULTS_FULL", "") != "1",
+    reason="about 70 s (RabbitMQ checks consumer timeouts once a minute): run with POTATOQ_FAULTS_FULL=1",
+)
 def test_delays_and_the_consumer_timeout_run_on_rabbitmqs_clock(rabbit: Rabbit) -> None:
     """Two slow behaviours side by side, to pay the wall time (about 70 s) once."""
     errors: list[BaseException] = []
@@ -384,7 +422,7 @@ def test_delays_and_the_consumer_timeout_run_on_rabbitmqs_clock(rabbit: Rabbit) 
     thread = threading.Thread(target=in_thread)
     thread.start()
     try:
-        delays_arrive_on_time(rabbit())
+        delays_arrive_on_time(rabbit(), 70)
     finally:
         thread.join(200)
     if errors:

@@ -28,7 +28,7 @@ WITH part AS (
                 %(cb_etas)s::float8[], %(cb_payloads)s::bytea[])
          AS cb(id, queue, priority, eta, payload)
     WHERE EXISTS (SELECT FROM joined WHERE complete)
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT DO NOTHING
 ), notified AS MATERIALIZED (
     SELECT pg_notify(channel, '') FROM unnest(%(cb_channels)s::text[]) AS channel
     WHERE EXISTS (SELECT FROM joined WHERE complete)

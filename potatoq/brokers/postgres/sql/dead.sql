@@ -22,7 +22,7 @@ WITH candidates AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO {schema}.potatoq_jobs (id, queue, priority, state, run_at, payload)
     SELECT id, queue, priority, 1, now(), payload FROM candidates ORDER BY seq
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id, queue
 ), removed AS (
     DELETE FROM {schema}.potatoq_dead

@@ -9,7 +9,9 @@
 
 -- name: job_enqueue
 -- Insert messages and NOTIFY their queues in one statement: a single delay() is one round
--- trip and one transaction. An id that is already waiting or running is left alone.
+-- trip and one transaction. An id that is already waiting or running is left alone, and
+-- so is a unique task whose key is held (its key is set by potatoq_job_unique); with
+-- unique, the ids inserted come back (postgres/unique.py).
 -- A batch comes as the m_* arrays (and channels) with the scalars NULL; a single message
 -- as the scalars (id, queue, priority, eta, payload, channel: NULL for no NOTIFY) with the
 -- arrays NULL, because psycopg adapts an array parameter in Python (about 25 us each).
@@ -26,8 +28,8 @@ WITH inserted AS (
                 coalesce(%(m_payloads)s::bytea[], ARRAY[%(payload)s::bytea]))
          WITH ORDINALITY AS m(id, queue, priority, eta, payload, ord)
     ORDER BY m.ord
-    ON CONFLICT (id) DO NOTHING
-    RETURNING 1
+    ON CONFLICT DO NOTHING
+    RETURNING id
 ), notified AS MATERIALIZED (
     SELECT pg_notify(channel, '')
     FROM unnest(coalesce(%(channels)s::text[], ARRAY[%(channel)s::text])) AS channel
@@ -39,7 +41,8 @@ WITH inserted AS (
     WHERE EXISTS (SELECT FROM inserted)
 )
 SELECT (SELECT count(*) FROM inserted) AS inserted,
-       (SELECT count(*) FROM notified) + (SELECT count(*) FROM announced) AS notified;
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM announced) AS notified,
+       CASE WHEN %(unique)s::boolean THEN ARRAY(SELECT id FROM inserted) END AS ids;
 
 -- name: job_promote
 -- Make due scheduled tasks ready, then NOTIFY each affected queue once; also say when the
@@ -236,7 +239,7 @@ WITH settled AS (
            n.payload
     FROM new_jobs AS n
     ORDER BY n.src, n.ord
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT DO NOTHING
 ), notified AS MATERIALIZED (
     SELECT pg_notify(channel, '') FROM unnest(%(channels)s::text[]) AS channel
     WHERE EXISTS (SELECT FROM settled)
@@ -409,3 +412,10 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) AS head ON true
 ORDER BY q.queue;
+
+-- name: unique_holders
+-- After job_enqueue: the tasks holding :keys (unique messages it didn't insert), and which
+-- of :ids (those messages' own ids) are stored already (key NULL).
+SELECT j.unique_key, j.id FROM {schema}.potatoq_jobs AS j WHERE j.unique_key = ANY (%(keys)s::text[])
+UNION ALL
+SELECT NULL, j.id FROM {schema}.potatoq_jobs AS j WHERE j.id = ANY (%(ids)s::text[]);

@@ -19,7 +19,7 @@ WITH claimed AS (
                 %(m_etas)s::float8[], %(m_payloads)s::bytea[])
          AS m(id, queue, priority, eta, payload)
     WHERE EXISTS (SELECT FROM claimed)
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT DO NOTHING
 ), notified AS MATERIALIZED (
     SELECT pg_notify(channel, '') FROM unnest(%(channels)s::text[]) AS channel
     WHERE EXISTS (SELECT FROM claimed)

@@ -247,12 +247,55 @@ local function rate_wait(id, q, rk, next_at, step, waited)
   if redis.call('ZRANGE', k_delayed(q), 0, 0)[1] == id then arm(q) end
 end
 
+-- Unique tasks (potatoq/brokers/unique.py). uq:<key> holds the id of the task holding
+-- the key (PX unique_for when given: the backstop); the key counts as held only while that
+-- task's hash exists and, for a key released at start (uqr = 0), isn't running. Removing
+-- the task (settle, dead-letter, revoke, purge) deletes uq:<key> in the same script.
+local function k_unique(key) return P .. 'uq:' .. key end
+
+-- The "uq" header [key, seconds, running] of a payload (a byte search first, so the
+-- payloads of plain tasks are never decoded), or nil.
+local function unique_of(payload)
+  if not string.find(payload, '"uq":[', 1, true) then return nil end
+  local ok, body = pcall(cjson.decode, payload)
+  local uq = ok and type(body) == 'table' and type(body.h) == 'table' and body.h.uq
+  if type(uq) ~= 'table' or type(uq[1]) ~= 'string' then return nil end
+  return uq
+end
+
+-- The id holding unique key `key`, or nil when it is free.
+local function unique_holder(key)
+  local holder = redis.call('GET', k_unique(key))
+  if not holder then return nil end
+  local job = redis.call('HMGET', k_job(holder), 'state', 'uqr')
+  if not job[1] or (job[1] == 'active' and job[2] == '0') then return nil end
+  return holder
+end
+
+-- Task `id` leaves the broker: release the unique key it holds (before its hash goes).
+local function unique_release(id)
+  local key = redis.call('HGET', k_job(id), 'uq')
+  if key and redis.call('GET', k_unique(key)) == id then redis.call('DEL', k_unique(key)) end
+end
+
 -- Store one message. m = {id, queue, priority, due_ms or '', payload}. Returns 1 if
--- stored, 0 if a task with this id is already waiting or running (a no-op).
+-- stored, 0 if a task with this id is already waiting or running (a no-op), or the id of
+-- the task holding the message's unique key (not stored either).
 local function enqueue_one(m, now, armed)
   local id, q, priority, due, payload = m[1], m[2], m[3], tonumber(m[4]), m[5]
   local jk = k_job(id)
   if redis.call('EXISTS', jk) == 1 then return 0 end
+  local uq = unique_of(payload)
+  if uq then
+    local holder = unique_holder(uq[1])
+    if holder then return holder end
+    if type(uq[2]) == 'number' then
+      redis.call('SET', k_unique(uq[1]), id, 'PX', math.max(1, math.ceil(uq[2] * 1000)))
+    else
+      redis.call('SET', k_unique(uq[1]), id)
+    end
+    redis.call('HSET', jk, 'uq', uq[1], 'uqr', uq[3] == 0 and '0' or '1')
+  end
   redis.call('SADD', P .. 'queues', q)
   if due and due > now then
     redis.call('HSET', jk, 'payload', payload, 'queue', q, 'priority', priority, 'deliveries', 0,
@@ -287,10 +330,20 @@ local function read_messages(pos, count)
   return list, pos
 end
 
+-- Store messages; returns how many were stored and {index, holder id, ...} for the
+-- unique ones whose key was held.
 local function enqueue_many(list, now)
-  local armed, n = {}, 0
-  for i = 1, #list do n = n + enqueue_one(list[i], now, armed) end
-  return n
+  local armed, n, dups = {}, 0, {}
+  for i = 1, #list do
+    local stored = enqueue_one(list[i], now, armed)
+    if stored == 1 then
+      n = n + 1
+    elseif stored ~= 0 then
+      dups[#dups + 1] = i
+      dups[#dups + 1] = stored
+    end
+  end
+  return n, dups
 end
 
 -- Move due delayed tasks of q to ready (inside claim: no poller, no pop-then-push gap).
@@ -443,6 +496,7 @@ end
 local function remove_running(id, q, node, pid)
   redis.call('ZREM', k_active(q), id)
   release(id, node, pid)
+  unique_release(id)
   redis.call('DEL', k_job(id))
 end
 

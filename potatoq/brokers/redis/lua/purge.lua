@@ -12,7 +12,10 @@ for i = 2, #ARGV do
   purged[q] = true
   for _, key in ipairs({k_ready(q), k_delayed(q)}) do
     local ids = redis.call('ZRANGE', key, 0, -1)
-    for j = 1, #ids do n = n + redis.call('DEL', k_job(ids[j])) end
+    for j = 1, #ids do
+      unique_release(ids[j])
+      n = n + redis.call('DEL', k_job(ids[j]))
+    end
     redis.call('DEL', key)
   end
 end
@@ -24,7 +27,10 @@ for i = 1, #keys do
     local job = redis.call('HMGET', k_job(ids[j]), 'queue', 'state')
     if not job[1] or (purged[job[1]] and job[2] == 'ready') then
       redis.call('ZREM', pk, ids[j])
-      if job[1] then n = n + redis.call('DEL', k_job(ids[j])) end
+      if job[1] then
+        unique_release(ids[j])
+        n = n + redis.call('DEL', k_job(ids[j]))
+      end
     end
   end
 end

@@ -2,11 +2,12 @@
 -- State literals are written in the SQL (not bound) so the planner matches the partial indexes.
 
 -- name: job_insert
+-- A second task with a unique key already held isn't stored either (unique.sql).
 INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max,
-                          rate_key, rate_interval, rate_burst)
+                          unique_key, unique_until, unique_running, rate_key, rate_interval, rate_burst)
 VALUES (:id, :queue, :task, :priority, :state, :run_at, :payload, :limit_key, :limit_max,
-        :rate_key, :rate_interval, :rate_burst)
-ON CONFLICT (id) DO NOTHING;
+        :unique_key, :unique_until, :unique_running, :rate_key, :rate_interval, :rate_burst)
+ON CONFLICT DO NOTHING;
 
 -- name: job_peek
 -- The cheap read before the write lock: is anything ready, or scheduled and due, in :queues?

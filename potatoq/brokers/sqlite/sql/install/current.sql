@@ -21,6 +21,9 @@ CREATE TABLE potatoq_jobs (
     limit_key  TEXT,                      -- concurrency limit key (NULL: unlimited)
     limit_max  INTEGER,                   -- ... and the max the task carries
     parked     INTEGER,                   -- 1: ready, waiting for a slot of its full key
+    unique_key TEXT,                      -- unique key the task holds (NULL: none)
+    unique_until REAL,                    -- ... released at this time whatever happens
+    unique_running INTEGER,               -- ... 1: held while running, 0: released at start
     rate_key      TEXT,                   -- global rate limit key (NULL: unlimited)
     rate_interval REAL,                   -- ... seconds per token the task carries
     rate_burst    INTEGER,                -- ... and its burst
@@ -216,3 +219,16 @@ CREATE INDEX potatoq_history_queue ON potatoq_history (queue, seq);
 
 -- name: create_history_finished_index
 CREATE INDEX potatoq_history_finished ON potatoq_history (finished_at);
+
+-- name: create_jobs_unique_index
+-- One task per unique key.
+CREATE UNIQUE INDEX potatoq_jobs_unique ON potatoq_jobs (unique_key) WHERE unique_key IS NOT NULL;
+
+-- name: create_unique_released_at_start_trigger
+-- A task whose key is held only while it waits (unique_running = 0) releases it when a
+-- claim starts it, in the claim's transaction.
+CREATE TRIGGER potatoq_jobs_unique_started AFTER UPDATE OF state ON potatoq_jobs
+WHEN NEW.state = 2 AND NEW.unique_key IS NOT NULL AND NEW.unique_running = 0
+BEGIN
+    UPDATE potatoq_jobs SET unique_key = NULL WHERE seq = NEW.seq;
+END;

@@ -1,4 +1,4 @@
--- Migration 0005: global rate limits (potatoq/brokers/limits.py, the ``rl`` header).
+-- Migration 0006: global rate limits (potatoq/brokers/limits.py, the ``rl`` header).
 -- A rate-limited task carries its rate key, interval (seconds per token) and burst in its
 -- row; potatoq_rates holds each key's GCRA state. The claim takes a token, or moves the
 -- key's ready tasks to the scheduled state at the time their tokens are expected.

@@ -1,4 +1,4 @@
--- Migration 0007: global rate limits (potatoq/brokers/limits.py, the "rl" header).
+-- Migration 0008: global rate limits (potatoq/brokers/limits.py, the "rl" header).
 -- A rate-limited task carries its key, seconds per token and burst in its row (read from
 -- the payload by a trigger, as the concurrency limit is); potatoq_rates holds each key's
 -- GCRA state. The claim takes a token with an upsert whose row lock serializes the claims
