@@ -9,6 +9,7 @@ import pytest
 
 from potatoq.brokers.base import Broker, Complete
 from potatoq.brokers.limits import HEADER, RATE_HEADER
+from potatoq.brokers.unique import HEADER as UNIQUE_HEADER
 from potatoq.exceptions import InvalidName
 from potatoq.message import Message
 
@@ -88,6 +89,29 @@ def test_a_task_with_a_rate_and_a_concurrency_limit_obeys_both(rbroker: Broker) 
     assert_nothing_claimable(rbroker, ["default"])  # tokens left, but the slot is taken
     assert rbroker.settle(first, Complete()) is True
     claim_soon(rbroker, ["default"])
+
+
+def test_a_unique_task_waiting_for_a_token_still_holds_its_key(rbroker: Broker) -> None:
+    needs(rbroker, "unique_tasks")
+
+    def report() -> Message:
+        return msg(headers={RATE_HEADER: ["api", SLOW, 1], UNIQUE_HEADER: ["report", None, 1]})
+
+    first, waiting = rated("api", SLOW), report()
+    rbroker.enqueue([first, waiting])
+    assert claim_soon(rbroker, ["default"]).id == first.id  # takes the key's only token
+    assert_nothing_claimable(rbroker, ["default"])  # ``waiting`` now waits for a token
+    duplicate = report()
+    rbroker.enqueue([duplicate])
+    assert duplicate.duplicate_of == waiting.id
+    rbroker.set_rate("api", "100/s", burst=5)
+    delivery = claim_soon(rbroker, ["default"])
+    assert delivery.id == waiting.id and delivery.deliveries == 1
+    assert rbroker.settle(delivery, Complete()) is True
+    fresh = report()
+    rbroker.enqueue([fresh])  # the key went with the task
+    assert fresh.duplicate_of is None
+    assert claim_soon(rbroker, ["default"]).id == fresh.id
 
 
 def test_bad_rates_are_refused_naming_what_was_wrong(rbroker: Broker) -> None:
