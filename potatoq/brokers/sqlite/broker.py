@@ -40,7 +40,7 @@ from ..unique import unique_columns
 from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
 from .history import SQLiteHistory
-from .limits import SQLiteLimits
+from .limits import SQLiteLimits, rate_defer_in, rate_take_in
 from .pause import SQLitePause
 from .results import SQLiteResults
 from .setup import (
@@ -242,14 +242,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         self, conn: sqlite3.Connection, queues: Sequence[str], worker: WorkerRef, now: float
     ) -> Delivery | None:
         """Promote due tasks and claim the best ready one, inside an open write transaction."""
-        promote = {"queues": self._queue_list(queues), "now": now, "limit": PROMOTE_BATCH}
-        conn.execute(SQL["job_promote_due"], promote)
+        names = self._queue_list(queues)
+        conn.execute(SQL["job_promote_due"], {"queues": names, "now": now, "limit": PROMOTE_BATCH})
         if self._limits_seen:
-            conn.execute(SQL["limit_park_full"], {"queues": promote["queues"]})
-        waiting = conn.execute(SQL["rate_defer"], {"queues": promote["queues"], "now": now}).fetchall()
-        if waiting:
-            keys = json.dumps(sorted({key for (key,) in waiting}))
-            conn.execute(SQL["rate_defer_mark"], {"keys": keys})
+            conn.execute(SQL["limit_park_full"], {"queues": names})
+        rate_defer_in(conn, names, now)
         token = random.getrandbits(63)
         params = {"token": token, "node": worker.node, "pid": worker.pid, "now": now, "queue": ""}
         for queue in queues:
@@ -259,8 +256,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                 task_id, queue_name, deliveries, payload, limit_key, rate_key, interval, burst = rows[0]
                 self._limits_seen = self._limits_seen or limit_key is not None
                 if rate_key is not None:
-                    take = {"key": rate_key, "now": now, "interval": interval, "burst": burst}
-                    conn.execute(SQL["rate_take"], take)
+                    rate_take_in(conn, rate_key, interval, burst, now)
                 return _held(
                     (task_id, queue_name, token, deliveries, payload, now),
                     worker,

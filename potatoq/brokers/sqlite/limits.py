@@ -1,9 +1,11 @@
 """The SQLite broker's concurrency- and rate-limit calls: run-time overrides and usage. The
-limits themselves are enforced in the claim (``sql/jobs.sql``, ``job_claim``; ``sql/rates.sql``)."""
+limits themselves are enforced in the claim (``sql/jobs.sql``, ``job_claim``; ``sql/rates.sql``
+through :func:`rate_defer_in` and :func:`rate_take_in`)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -47,3 +49,18 @@ class SQLiteLimits(Broker):
     def rates(self) -> list[RateUsage]:
         now = self.clock()
         return [rate_usage_row(row, now) for row in self._read("rate_usage", {"now": now})]
+
+
+def rate_defer_in(conn: sqlite3.Connection, queues: str, now: float) -> None:
+    """In the claim's write transaction, before ``job_claim``: the ready tasks of ``queues``
+    (a JSON list) whose key has no token now are scheduled for their tokens' times, and
+    their keys remember where the next one goes."""
+    waiting = conn.execute(SQL["rate_defer"], {"queues": queues, "now": now}).fetchall()
+    if waiting:
+        keys = json.dumps(sorted({key for (key,) in waiting}))
+        conn.execute(SQL["rate_defer_mark"], {"keys": keys})
+
+
+def rate_take_in(conn: sqlite3.Connection, key: str, interval: float, burst: int, now: float) -> None:
+    """... and after it: the claimed task takes a token of its rate key."""
+    conn.execute(SQL["rate_take"], {"key": key, "now": now, "interval": interval, "burst": burst})
