@@ -287,11 +287,14 @@ class Settings(MutableMapping[str, Any]):
         self._pinned.add(translate(key) or key)
 
     def broker_url_or_default(self) -> str:
-        """The broker URL in use: ``-b``, then the environment (as in Celery), then the setting."""
+        """The broker URL in use: ``-b``, then the environment (as in Celery), then the setting.
+
+        A list of URLs (Celery's failover list: the nodes of a RabbitMQ cluster) is returned
+        joined by ``;``, Celery's other spelling of it."""
         data = self._data
         if "broker_url" in self._pinned:
-            return str(data["broker_url"])
-        return str(env_setting(BROKER_URL_VARIABLES) or data.get("broker_url") or DEFAULT_BROKER_URL)
+            return url_text(data["broker_url"])
+        return url_text(env_setting(BROKER_URL_VARIABLES) or data.get("broker_url") or DEFAULT_BROKER_URL)
 
     def result_backend_or_env(self) -> Any:
         """``result_backend`` in use: ``--result-backend``, the environment (it wins over code,
@@ -307,6 +310,16 @@ class Settings(MutableMapping[str, Any]):
 #: own settings, so deployments set them in the environment to point code at a server.
 BROKER_URL_VARIABLES = ("POTATOQ_BROKER_URL", "CELERY_BROKER_URL")
 RESULT_BACKEND_VARIABLES = ("POTATOQ_RESULT_BACKEND", "CELERY_RESULT_BACKEND")
+
+
+def url_text(value: Any) -> str:
+    """``broker_url`` as one string: a list or tuple of URLs (Celery's failover list) is
+    joined by ``;``."""
+    if isinstance(value, list | tuple):
+        if not value or not all(isinstance(url, str) for url in value):
+            raise ImproperlyConfigured(f"broker_url={value!r}: a list of broker URLs must hold URL strings")
+        return ";".join(value)
+    return str(value)
 
 
 def env_setting(variables: tuple[str, ...]) -> str | None:

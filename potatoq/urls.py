@@ -8,6 +8,8 @@ before the broker registry sees them:
 * in an AMQP URL a path starting with ``//`` names a vhost that starts with ``/``:
   ``amqp://guest@host//`` is vhost ``/``, as kombu reads it (pika would read an empty vhost,
   which RabbitMQ refuses), so the vhost is written percent-encoded (``/%2F``);
+* ``amqp://h1//;amqp://h2//`` (the nodes of a RabbitMQ cluster, tried in order) has each of
+  its URLs read that way;
 * ``db+sqlite:///results.sqlite`` and ``db+postgresql://…`` (Celery's SQLAlchemy result
   backend, with or without a ``+driver``) are the SQLite and PostgreSQL brokers' result
   storage: ``sqlite:///results.sqlite``, ``postgresql://…``.
@@ -46,7 +48,22 @@ _SQL_SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
 def normalize_url(url: str) -> str:
-    """``url`` with Celery's and kombu's spellings replaced by the ones potatoq's brokers read."""
+    """``url`` with Celery's and kombu's spellings replaced by the ones potatoq's brokers read.
+
+    Several AMQP URLs joined by ``;`` (the nodes of a RabbitMQ cluster, as Celery writes
+    them) are normalized one by one."""
+    if ";" in url and _scheme(url) in ("amqp", "amqps"):
+        parts = [part.strip() for part in url.split(";")]
+        return ";".join(_normalize_one(part) for part in parts if part)
+    return _normalize_one(url)
+
+
+def _scheme(url: str) -> str:
+    scheme = url.partition("://")[0].strip().lower()
+    return _ALIASES.get(scheme, scheme)
+
+
+def _normalize_one(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url

@@ -38,6 +38,7 @@ from potatoq.brokers.rabbitmq import declare
 from potatoq.brokers.rabbitmq.consume import Intake, Pending
 from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.lease import SchedulerLease
+from potatoq.brokers.rabbitmq.nodes import split_nodes
 from potatoq.brokers.rabbitmq.ops import Publish
 from potatoq.brokers.rabbitmq.options import RabbitMQOptions
 from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
@@ -137,6 +138,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__(config)
         self.options = RabbitMQOptions.from_mapping(config.transport_options)
+        self.nodes = split_nodes(config.url)  # the cluster's nodes, in the order tried
         timeout = self.options.consumer_timeout
         if timeout is None:
             timeout = config.task_time_limit + 300.0
@@ -203,8 +205,12 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
 
     # ------------------------------------------------------------------ plumbing
 
-    def _parameters(self) -> pika.URLParameters:
-        params = pika.URLParameters(self.config.url)
+    def _parameters(self) -> list[pika.URLParameters]:
+        """One set of connection parameters per node of ``broker_url`` (see :mod:`.nodes`)."""
+        return [self._node_parameters(url) for url in self.nodes]
+
+    def _node_parameters(self, url: str) -> pika.URLParameters:
+        params = pika.URLParameters(url)
         params.connection_attempts = 1
         params.socket_timeout = self.config.connection_timeout
         params.stack_timeout = self.config.connection_timeout

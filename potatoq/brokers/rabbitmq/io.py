@@ -35,7 +35,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -88,11 +88,16 @@ class AmqpLink(LinkSteps):
     ``on_connected(link)`` runs on the I/O thread after every (re)connect, once the three
     channels are open (the broker restarts its consumers there). ``describe`` is the
     masked URL used in error messages.
+
+    ``parameters`` may list several nodes (a cluster, see :mod:`.nodes`): the link connects
+    to them in turn, starting with the first; when an attempt fails or the connection is
+    lost it tries the next node at once, and backs off only once every node has failed in
+    a row (callers waiting for the connection are told then, not after the first node).
     """
 
     def __init__(
         self,
-        parameters: pika.connection.Parameters,
+        parameters: pika.connection.Parameters | Sequence[pika.connection.Parameters],
         *,
         describe: str,
         connect_timeout: float,
@@ -100,7 +105,12 @@ class AmqpLink(LinkSteps):
         on_work_channel_lost: Callable[[AmqpLink], None] | None = None,
         prefetch: int = 1,
     ) -> None:
-        self.parameters = parameters
+        nodes = [parameters] if isinstance(parameters, pika.connection.Parameters) else list(parameters)
+        if not nodes:
+            raise ImproperlyConfigured("no RabbitMQ node to connect to")
+        self.nodes = nodes
+        self.node = 0  # index in nodes of the current (or next) connection attempt
+        self._failed_in_row = 0  # attempts and losses since the last successful open
         #: The work channel's per-consumer prefetch (worker_prefetch_multiplier x the
         #: process's task slots), set on every new work channel.
         self.prefetch = prefetch
@@ -313,7 +323,7 @@ class AmqpLink(LinkSteps):
     def _connect(self) -> None:
         self._ready.clear()
         self.connection = pika.SelectConnection(
-            self.parameters,
+            self.nodes[self.node],
             on_open_callback=self._on_open,
             on_open_error_callback=self._on_open_error,
             on_close_callback=self._on_closed,
@@ -336,6 +346,7 @@ class AmqpLink(LinkSteps):
             connection.close()
             return
         self._backoff = 0.2
+        self._failed_in_row = 0
         opened: dict[str, pika.channel.Channel] = {}
 
         def one_open(role: str) -> Callable[[pika.channel.Channel], None]:
@@ -388,10 +399,25 @@ class AmqpLink(LinkSteps):
 
     def _on_open_error(self, _connection: pika.SelectConnection, error: BaseException) -> None:
         self._last_error = error
-        with self._attempt_cond:
-            self._attempts_failed += 1
-            self._attempt_cond.notify_all()
+        if self._next_node():  # every node failed in a row: callers waiting are told
+            with self._attempt_cond:
+                self._attempts_failed += 1
+                self._attempt_cond.notify_all()
         self._schedule_reconnect()
+
+    def _next_node(self) -> bool:
+        """I/O thread: the next attempt goes to the next node; True once all failed in a row."""
+        self._failed_in_row += 1
+        if len(self.nodes) > 1:
+            node = self.nodes[self.node]
+            self.node = (self.node + 1) % len(self.nodes)
+            following = self.nodes[self.node]
+            log.warning(
+                "RabbitMQ node %s:%s failed; trying node %s:%s",
+                getattr(node, "host", "?"), getattr(node, "port", "?"),
+                getattr(following, "host", "?"), getattr(following, "port", "?"),
+            )  # fmt: skip
+        return self._failed_in_row >= len(self.nodes)
 
     def _on_closed(self, _connection: pika.SelectConnection, reason: BaseException) -> None:
         self._ready.clear()
@@ -404,11 +430,15 @@ class AmqpLink(LinkSteps):
             return
         self._last_error = reason
         log.warning("connection to RabbitMQ at %s lost (%s); reconnecting", self.describe, reason)
+        self._next_node()
         self._schedule_reconnect()
 
     def _schedule_reconnect(self) -> None:
         if self._closing:
             self._ioloop.stop()
+            return
+        if len(self.nodes) > 1 and self._failed_in_row % len(self.nodes) != 0:
+            self._retry_timer = self._ioloop.call_later(0, self._retry)  # next node: now
             return
         delay, self._backoff = self._backoff, min(self._backoff * 2, 5.0)
         self._retry_timer = self._ioloop.call_later(delay, self._retry)
