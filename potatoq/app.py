@@ -450,6 +450,9 @@ class Potatoq:
         retries: int = 0,
         concurrency_limit: int | None = None,
         concurrency_key: str | None = None,
+        global_rate_limit: str | float | None = None,
+        rate_key: str | None = None,
+        rate_burst: int | None = None,
         unique_key: str | None = None,
         unique_for: float | None = None,
         **_: Any,
@@ -486,6 +489,16 @@ class Potatoq:
         )
         if limited is not None:
             headers[limits.HEADER] = limited
+        rated = limits.rate_header(
+            self.conf,
+            task,
+            task_name,
+            args,
+            kwargs,
+            {"global_rate_limit": global_rate_limit, "rate_key": rate_key, "rate_burst": rate_burst},
+        )
+        if rated is not None:
+            headers[limits.RATE_HEADER] = rated
         held = unique.unique_header(
             task, task_name, args, kwargs, {"unique_key": unique_key, "unique_for": unique_for}
         )
@@ -543,6 +556,11 @@ class Potatoq:
                 raise ImproperlyConfigured(
                     f"task {message.task!r} has a concurrency limit, but {type(self.broker).__name__} "
                     "doesn't enforce concurrency limits (see docs/limits.md)"
+                )
+            if limits.RATE_HEADER in message.headers and not self.broker.capabilities.rate_limits:
+                raise ImproperlyConfigured(
+                    f"task {message.task!r} has a global rate limit, but {type(self.broker).__name__} "
+                    "doesn't enforce global rate limits (see docs/limits.md)"
                 )
             if unique.HEADER in message.headers and not self.broker.capabilities.unique_tasks:
                 raise ImproperlyConfigured(

@@ -662,6 +662,9 @@ _CALL_OPTIONS = (
     "routing_key",
     "concurrency_limit",
     "concurrency_key",
+    "global_rate_limit",
+    "rate_key",
+    "rate_burst",
     "unique_key",
     "unique_for",
 )

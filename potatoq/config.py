@@ -43,7 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "task_queues": None,
     "task_create_missing_queues": True,
     "task_annotations": None,
-    "task_limits": None,  # {task name: {"concurrency": N, "concurrency_key": fn}} (docs/limits.md)
+    # {task name: {"concurrency": N, "concurrency_key": fn, "rate": "10/s", "burst": 5,
+    # "rate_key": fn}} (docs/limits.md)
+    "task_limits": None,
     "task_queue_limits": None,  # {queue: N}: cluster-wide running tasks of that queue
     "task_time_limit": 1800.0,
     "task_soft_time_limit": None,  # None: a little before the hard limit

@@ -14,8 +14,15 @@ Three sources, the first that names a limit wins:
 
 With a key, each key gets its own ``N`` slots (``proj.export[acme]``); without one, the
 task name shares them. The result is a ``cl`` header ``[key, N]`` that the broker enforces
-in its claim (see :mod:`potatoq.brokers.limits`). Celery's ``rate_limit`` stays what Celery
-defines it as: a per-worker-node limit, enforced by the worker supervisor.
+in its claim (see :mod:`potatoq.brokers.limits`).
+
+Global rate limits come from the same three places: ``apply_async(global_rate_limit="10/s",
+rate_key="acme", rate_burst=5)``, ``task_limits = {"proj.call": {"rate": "100/s", "burst":
+10, "rate_key": fn}}`` and ``@app.task(global_rate_limit="100/s", rate_key=fn,
+rate_burst=10)``. They give an ``rl`` header ``[key, per_second, burst]``.
+
+Celery's ``rate_limit`` stays what Celery defines it as: a per-worker-node limit, enforced
+by the worker supervisor.
 """
 
 from __future__ import annotations
@@ -23,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .brokers.limits import HEADER, validate_limit
+from .brokers.limits import HEADER, RATE_HEADER, validate_limit, validate_rate
 
-__all__ = ["HEADER", "limit_header", "limit_key"]
+__all__ = ["HEADER", "RATE_HEADER", "limit_header", "limit_key", "rate_header"]
 
 
 def limit_key(task_name: str, key: object) -> str:
@@ -44,7 +51,7 @@ def _configured(settings: Any, task_name: str) -> Mapping[str, Any]:
     if not isinstance(table, Mapping):
         raise TypeError(f"task_limits must be a dict of task name -> options, got {type(table).__name__}")
     entry = table.get(task_name) or {}
-    unknown = set(entry) - {"concurrency", "concurrency_key"}
+    unknown = set(entry) - {"concurrency", "concurrency_key", "rate", "burst", "rate_key"}
     if unknown:
         raise ValueError(f"task_limits[{task_name!r}] has unknown options {sorted(unknown)}")
     return entry
@@ -90,3 +97,37 @@ def limit_header(
             key = compute(*args, **kwargs)
     name, checked = validate_limit(limit_key(task_name, key), limit)
     return [name, checked]
+
+
+def rate_header(
+    settings: Any,
+    task: Any,
+    task_name: str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> list[Any] | None:
+    """The ``rl`` header value ``[key, per_second, burst]`` for one call, or None."""
+    entry = _configured(settings, task_name)
+
+    def pick(option: str, setting: str, attribute: str) -> Any:
+        value = options.get(option)
+        if value is None:
+            value = entry.get(setting)
+        if value is None and task is not None:
+            value = getattr(task, attribute, None)
+        return value
+
+    rate = pick("global_rate_limit", "rate", "global_rate_limit")
+    if rate is None:
+        return None
+    burst = pick("rate_burst", "burst", "rate_burst")
+    key: object = options.get("rate_key")
+    if key is None:
+        compute: Callable[..., object] | None = entry.get("rate_key") or (
+            getattr(task, "rate_key", None) if task is not None else None
+        )
+        if compute is not None:
+            key = compute(*args, **kwargs)
+    name, per_second, checked = validate_rate(limit_key(task_name, key), rate, burst)
+    return [name, per_second, checked]

@@ -5,8 +5,9 @@ Two sources:
 
 * :func:`broker_metrics` reads the broker contract (``queue_stats``, ``workers``,
   ``list_dead``): queue depth, delayed and running tasks, age of the oldest waiting task
-  per queue, live workers, running tasks, each node's processed count, dead letters, concurrency limits. The
-  dashboard serves it at ``/metrics``; any process that can reach the broker can.
+  per queue, live workers, running tasks, each node's processed count, dead letters,
+  concurrency and rate limits. The dashboard serves it at ``/metrics``; any process that
+  can reach the broker can.
 * :class:`TaskMetrics` counts what workers do, from potatoq signals (never from inside the
   worker loop): ``task_prerun``/``task_postrun`` time each run into a histogram per task
   name and the wait between due and start into a histogram per queue, ``task_failure``
@@ -171,6 +172,8 @@ class _BrokerCollector:
         yield GaugeMetricFamily("potatoq_dead_letters", "Dead letters kept by the broker.", dead)
         if self.broker.capabilities.concurrency_limits:
             yield from _limit_metrics(self.broker.limits())
+        if self.broker.capabilities.rate_limits:
+            yield from _rate_metrics(self.broker.rates())
 
 
 def broker_metrics(broker: Any, *, dead_letter_scan: int = 10000) -> str:
@@ -190,6 +193,30 @@ def _limit_metrics(usage: Iterable[Any]) -> Iterator[Any]:
         ("potatoq_limit_running", "Running tasks holding a slot of the concurrency limit.", "running"),
         ("potatoq_limit_waiting", "Ready tasks waiting for a slot of the concurrency limit.", "waiting"),
         ("potatoq_limit_concurrency", "The concurrency limit in force (override or task option).", "limit"),
+    )
+    for name, help_text, attr in gauges:
+        family = GaugeMetricFamily(name, help_text, labels=["key"])
+        for u in usage:
+            value = getattr(u, attr)
+            if value is not None:
+                family.add_metric([u.key], value)
+        yield family
+
+
+def _rate_metrics(usage: Iterable[Any]) -> Iterator[Any]:
+    """Global rate limits (docs/limits.md): tokens left, tasks waiting, the rate and burst."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    usage = list(usage)
+    gauges = (
+        ("potatoq_rate_tokens", "Tokens left now in the rate limit's bucket (0 to burst).", "tokens"),
+        ("potatoq_rate_waiting", "Tasks waiting for a token of the rate limit.", "waiting"),
+        (
+            "potatoq_rate_per_second",
+            "The rate in force, in tasks per second (override or task option).",
+            "rate",
+        ),
+        ("potatoq_rate_burst", "How many tasks of the key may start at once.", "burst"),
     )
     for name, help_text, attr in gauges:
         family = GaugeMetricFamily(name, help_text, labels=["key"])

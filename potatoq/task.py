@@ -53,6 +53,9 @@ class Task(Generic[P, R]):
     rate_limit: str | None = None  # Celery's: per worker node (potatoq.worker.ratelimit)
     concurrency_limit: int | None = None  # cluster-wide, held by the broker (potatoq.limits)
     concurrency_key: Callable[..., object] | None = None  # per-key slots: fn(*args, **kwargs)
+    global_rate_limit: str | float | None = None  # "100/s": cluster-wide, held by the broker
+    rate_key: Callable[..., object] | None = None  # per-key rate: fn(*args, **kwargs)
+    rate_burst: int | None = None  # how many may start at once (default 1)
     unique: bool | dict[str, Any] | None = None  # one task per unique key (potatoq.unique)
     ignore_result: bool | None = None
     store_errors_even_if_ignored: bool | None = None
@@ -158,8 +161,8 @@ class Task(Generic[P, R]):
     ) -> AsyncResult[R]:
         """Send the task. Options: countdown, eta, expires, priority, queue, task_id, link,
         link_error, ignore_result, time_limit, soft_time_limit, headers, connection,
-        concurrency_limit, concurrency_key (see docs/limits.md), unique_key, unique_for
-        (see docs/unique.md)."""
+        concurrency_limit, concurrency_key, global_rate_limit, rate_key, rate_burst (see
+        docs/limits.md), unique_key, unique_for (see docs/unique.md)."""
         result: AsyncResult[R] = self.signature(args, kwargs, **options).apply_async()
         return result
 
@@ -379,4 +382,6 @@ def make_task_class(
         attrs[key] = value
     if callable(options.get("concurrency_key")):  # a plain function, never bound as a method
         attrs["concurrency_key"] = staticmethod(options["concurrency_key"])
+    if callable(options.get("rate_key")):
+        attrs["rate_key"] = staticmethod(options["rate_key"])
     return type(fun.__name__, (base,), attrs)

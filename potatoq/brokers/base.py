@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from ..exceptions import InvalidName, OperationalError
 from ..message import Message
 from .history import HistoryPage, HistoryQuery, HistoryRecord, HistorySettings
-from .limits import LimitUsage
+from .limits import LimitUsage, RateUsage
 from .records import (
     Capabilities,
     ChordJoin,
@@ -86,6 +86,7 @@ __all__ = [
     "ProcessLocal",
     "QueueStats",
     "QueuedTask",
+    "RateUsage",
     "RecoverReport",
     "Requeue",
     "ResultRecord",
@@ -379,6 +380,18 @@ class Broker(abc.ABC):
 
     def limits(self) -> list[LimitUsage]:
         """Every concurrency limit in use or overridden, by key: running and waiting counts."""
+        return []
+
+    # -- global rate limits (capabilities.rate_limits; see brokers/limits.py) -----------------
+
+    def set_rate(self, key: str, rate: str | float | None, burst: int | None = None) -> None:
+        """Override the rate limit of ``key`` at run time (``"100/s"``, ``"20/m"``, ``"5/h"``
+        or tasks per second, with ``burst``); ``None`` removes the override. The key starts
+        again with a full burst, and tasks already waiting on it are spread at the new rate."""
+        raise OperationalError(f"{type(self).__name__} doesn't enforce global rate limits")
+
+    def rates(self) -> list[RateUsage]:
+        """Every rate limit with waiting tasks, tokens in use or an override, by key."""
         return []
 
     # -- chords and periodic tasks ------------------------------------------------------------

@@ -22,12 +22,22 @@ from ..message import Message
 __all__ = [
     "HEADER",
     "LIMIT_KEY_MAX",
+    "RATE_HEADER",
     "LimitUsage",
+    "RateUsage",
     "concurrency_of",
     "concurrency_of_raw",
+    "gcra_next",
     "limit_columns",
+    "parse_rate",
+    "rate_columns",
+    "rate_of",
+    "rate_of_raw",
+    "rate_usage_row",
+    "tokens_left",
     "usage_row",
     "validate_limit",
+    "validate_rate",
 ]
 
 HEADER = "cl"
@@ -91,6 +101,117 @@ def usage_row(row: Sequence[Any]) -> LimitUsage:
         key=str(key),
         limit=None if limit is None else int(limit),
         running=int(running or 0),
+        waiting=int(waiting or 0),
+        override=bool(overridden),
+    )
+
+
+# -- global rate limits ---------------------------------------------------------------------
+#
+# A message under a rate limit carries ``rl: [key, per_second, burst]``. The broker keeps
+# one GCRA state per key, its "theoretical arrival time" ``tat``: a claim of the key takes a
+# token when ``now >= tat - (burst - 1) * interval`` (``interval = 1 / per_second``), and
+# moves ``tat`` to ``max(tat, now) + interval``. So at most ``burst`` start at once, and in
+# any window of ``W`` seconds at most ``burst + W * per_second``. A ready task whose key has
+# no token is not delivered: the claim puts it back as a scheduled task at the time its
+# token is expected (tasks of one key are spread one interval apart), where the broker's
+# usual wake-up for due tasks finds it; its delivery count doesn't change.
+
+RATE_HEADER = "rl"
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateUsage:
+    """One rate limit as the broker holds it: tokens left now, tasks waiting on it."""
+
+    key: str
+    rate: float | None  # tasks per second: the run-time override, else what its tasks carry
+    burst: int | None
+    tokens: float  # tokens left now (``burst`` when idle)
+    waiting: int  # tasks of this key not yet delivered (ready, or waiting for their token)
+    override: bool
+
+
+def parse_rate(rate: str | float | int, what: str = "rate limit") -> float:
+    """``"100/s"``, ``"20/m"``, ``"500/h"`` (or a number of tasks per second) -> per second."""
+    if isinstance(rate, bool):
+        raise ValueError(f"{what} must look like '100/s', '20/m' or '500/h', got {rate!r}")
+    if isinstance(rate, int | float):
+        value = float(rate)
+    else:
+        text = str(rate).strip()
+        count, _, unit = text.partition("/")
+        try:
+            value = float(count) / _UNITS[unit.strip() or "s"]
+        except (KeyError, ValueError):
+            raise ValueError(f"{what} must look like '100/s', '20/m' or '500/h', got {rate!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{what} must be more than 0 tasks per second, got {rate!r}")
+    return value
+
+
+def validate_rate(
+    key: str, per_second: str | float | None, burst: int | None
+) -> tuple[str, float | None, int]:
+    """Check a rate key, rate and burst before they reach SQL, Lua or a header."""
+    validate_limit(key, None)
+    rate = None if per_second is None else parse_rate(per_second, f"rate limit of {key!r}")
+    if burst is None:
+        burst = 1
+    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+        raise ValueError(f"rate burst of {key!r} must be a positive integer, got {burst!r}")
+    return key, rate, burst
+
+
+def rate_of(headers: Mapping[str, Any]) -> tuple[str, float, int] | None:
+    """The ``(key, per_second, burst)`` a message's headers carry, or None."""
+    value = headers.get(RATE_HEADER)
+    if not value:
+        return None
+    key, per_second, burst = value
+    return str(key), float(per_second), int(burst)
+
+
+def rate_of_raw(raw: bytes) -> tuple[str, float, int] | None:
+    """The rate limit an encoded payload carries (None for none or an undecodable payload)."""
+    if b'"rl":[' not in raw:
+        return None
+    try:
+        return rate_of(Message.decode(raw).headers)
+    except (MessageDecodeError, TypeError, ValueError):
+        return None
+
+
+def rate_columns(headers: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"rate_key", "rate_interval", "rate_burst"}`` for a database row (None when unlimited)."""
+    found = rate_of(headers)
+    if found is None:
+        return {"rate_key": None, "rate_interval": None, "rate_burst": None}
+    return {"rate_key": found[0], "rate_interval": 1.0 / found[1], "rate_burst": found[2]}
+
+
+def gcra_next(tat: float, interval: float, burst: int) -> float:
+    """When the key's next token is due: a claim at ``now`` may take one if this is <= now."""
+    return tat - (burst - 1) * interval
+
+
+def tokens_left(tat: float, now: float, interval: float, burst: int) -> float:
+    """Tokens a key has at ``now`` (0 to ``burst``; fractions are a token on its way)."""
+    return max(0.0, min(float(burst), burst - max(0.0, tat - now) / interval))
+
+
+def rate_usage_row(row: Sequence[Any], now: float) -> RateUsage:
+    """A ``(key, per_second, burst, tat, waiting, overridden)`` row read back by a SQL broker."""
+    key, per_second, burst, tat, waiting, overridden = row
+    tokens = float(burst or 1)
+    if per_second and tat is not None:
+        tokens = tokens_left(float(tat), now, 1.0 / float(per_second), int(burst or 1))
+    return RateUsage(
+        key=str(key),
+        rate=None if per_second is None else float(per_second),
+        burst=None if burst is None else int(burst),
+        tokens=tokens,
         waiting=int(waiting or 0),
         override=bool(overridden),
     )

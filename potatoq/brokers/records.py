@@ -349,6 +349,8 @@ class Capabilities:
     finds_queued: bool = True
     # The claim enforces the cluster-wide concurrency limit a message carries (brokers/limits.py).
     concurrency_limits: bool = False
+    # The claim enforces the cluster-wide rate limit a message carries (brokers/limits.py).
+    rate_limits: bool = False
     # enqueue keeps one task per unique key, atomically (brokers/unique.py).
     unique_tasks: bool = False
 

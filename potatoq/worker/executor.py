@@ -601,6 +601,7 @@ class Executor:
                     "queue": delivery.queue,
                     "priority": message.priority,
                     "redelivered": delivery.deliveries > 1,
+                    "claimed_at": delivery.claimed_at,  # epoch, by the broker's clock
                 },
                 "called_directly": False,
             }

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from potatoq.brokers.base import Complete, WorkerRef
 from potatoq.metrics import broker_metrics, parse_exposition
 
 from .conftest import Run, as_json
+
+WORKER = WorkerRef("cli-test@host", 1)
 
 
 def test_limits_show_usage_and_set_overrides_at_run_time(cli: Run, client: Any) -> None:
@@ -34,6 +37,51 @@ def test_limits_show_usage_and_set_overrides_at_run_time(cli: Run, client: Any) 
 
 def test_bad_limit_values_are_usage_errors_naming_them(cli: Run) -> None:
     bad = cli("limits", "set", "proj.add", "zero")
-    assert bad.returncode == 2 and "limit must be a positive whole number, got 'zero'" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and "limit must be a positive whole number or a rate like 100/s, got 'zero'" in bad.stderr
+    )
     missing = cli("limits", "set")
     assert missing.returncode == 2 and "needs a KEY" in missing.stderr
+
+
+def test_limits_show_rates_and_set_a_rate_at_run_time(cli: Run, client: Any) -> None:
+    app = client.app
+    for n in range(3):
+        app.tasks["proj.add"].apply_async((n, n), global_rate_limit="1/m", rate_burst=2)
+    queue = app.conf.task_default_queue
+    for _ in range(4):  # two take the burst; the third now waits for its token
+        delivery = app.broker.claim([queue], WORKER)
+        if delivery is not None:
+            app.broker.settle(delivery, Complete())
+    rows = [r for r in as_json(cli("limits", "--json")) if "rate" in r]
+    assert rows == [
+        {
+            "key": "proj.add",
+            "rate": 1 / 60,
+            "burst": 2,
+            "tokens": rows[0]["tokens"],
+            "waiting": 1,
+            "override": False,
+        }
+    ]
+    assert rows[0]["tokens"] < 1
+    shown = cli("limits").stdout
+    assert "RATE" in shown and "1/m" in shown
+
+    values = parse_exposition(broker_metrics(app.broker))
+    assert values[("potatoq_rate_waiting", (("key", "proj.add"),))] == 1
+    assert values[("potatoq_rate_per_second", (("key", "proj.add"),))] == 1 / 60
+    assert values[("potatoq_rate_burst", (("key", "proj.add"),))] == 2
+
+    done = cli("limits", "set", "proj.add", "50/s", "--burst", "5")
+    assert (done.returncode, done.stdout.strip()) == (0, "proj.add: at most 50/s, 5 at once"), done.stderr
+    usage = {u.key: u for u in app.broker.rates()}["proj.add"]
+    assert (usage.rate, usage.burst, usage.override) == (50.0, 5, True)
+    assert cli("limits", "clear", "proj.add").returncode == 0
+    assert not {u.key: u for u in app.broker.rates()}.get("proj.add", usage).override
+
+
+def test_bad_rates_are_usage_errors_naming_them(cli: Run) -> None:
+    bad = cli("limits", "set", "proj.add", "fast/s")
+    assert bad.returncode == 2 and "must look like '100/s'" in bad.stderr

@@ -95,6 +95,24 @@ def span(self, key: str, work_ms: float) -> str:
     return key
 
 
+RATED = "rated.log"
+
+
+@app.task(name="faults.rated", bind=True)
+def rated(self, key: str, work_ms: float) -> str:
+    """Log one line per run: its key, id, delivery count, when the broker granted it (the
+    claim) and when it started here: the rate-limit ledger (tests/faults/test_rates_ledger.py)."""
+    claimed = (self.request.delivery_info or {}).get("claimed_at") or 0.0
+    line = f"{key} {self.request.id} {self.request.deliveries} {claimed:.6f} {time.time():.6f}\n"
+    fd = os.open(_dir() / RATED, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    time.sleep(work_ms / 1000)
+    return key
+
+
 def _lose_reply(operation: str, delivery: Delivery) -> None:
     """``potatoq.brokers.base.after_commit_fault``: the first claim of a ``_LOSE_CLAIM_REPLY`` task, in any
     process of the node, commits but its reply is lost (marker ``reply-lost-<id>``, created

@@ -26,6 +26,11 @@ Concurrency limits: a job keeps its ``limit_key``/``limit_max``; ``pop_ready`` s
 whose key has that many running jobs (they keep their heap place) and a settle that frees
 a slot notifies the waiters; ``limit_overrides`` holds run-time overrides.
 
+Global rate limits: a job keeps its ``rate_key``/``rate_interval``/``rate_burst``;
+``pop_ready`` takes a token of its key (GCRA state in ``rates``: ``[tat, defer_at]``) or, with
+none, schedules the job at the time its token is expected (``rate_wait``), so ``wait``
+sleeps until then; ``rate_overrides`` holds run-time overrides.
+
 Modules: ``broker`` (the class), ``store`` (the per-name store, its jobs and heaps) and
 ``limits`` (run-time overrides and usage).
 """

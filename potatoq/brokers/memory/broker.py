@@ -63,6 +63,7 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
         crash_safe_storage=False,
         transactional_enqueue=False,
         concurrency_limits=True,
+        rate_limits=True,
         unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
@@ -98,7 +99,7 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
             now = time.time()
             store.promote_due(now)
             for queue in queues:
-                job = store.pop_ready(queue)
+                job = store.pop_ready(queue, now)
                 if job is None:
                     continue
                 job.state = RUNNING

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from ..base import Broker
-from ..limits import LimitUsage, validate_limit
-from .store import READY, Store
+from ..limits import LimitUsage, RateUsage, tokens_left, validate_limit, validate_rate
+from .store import READY, SCHEDULED, Store
 
 
 class MemoryLimits(Broker):
@@ -47,4 +48,46 @@ class MemoryLimits(Broker):
                         override=override is not None,
                     )
                 )
+            return found
+
+    def set_rate(self, key: str, rate: str | float | None, burst: int | None = None) -> None:
+        key, per_second, checked = validate_rate(key, rate, burst)
+        store = self._store
+        with store.lock:
+            if per_second is None:
+                store.rate_overrides.pop(key, None)
+            else:
+                store.rate_overrides[key] = (per_second, checked)
+            store.rates.pop(key, None)  # a new rate starts with a full burst
+            for job in store.jobs.values():
+                if job.rate_key == key and job.state == SCHEDULED and job.rate_wait:
+                    job.rate_wait = False
+                    store.make_ready(job)
+            store.enqueued.notify_all()
+
+    def rates(self) -> list[RateUsage]:
+        store = self._store
+        with store.lock:
+            now = time.time()
+            keys = {j.rate_key for j in store.jobs.values() if j.rate_key is not None}
+            keys |= set(store.rate_overrides) | set(store.rates)
+            found = []
+            for key in sorted(keys):
+                jobs = [j for j in store.jobs.values() if j.rate_key == key]
+                override = store.rate_overrides.get(key)
+                if override is not None:
+                    per_second: float | None = override[0]
+                    burst: int | None = override[1]
+                elif jobs:
+                    per_second, burst = 1.0 / jobs[-1].rate_interval, jobs[-1].rate_burst
+                else:
+                    per_second = burst = None
+                tat = store.rates.get(key, [0.0])[0]
+                tokens = float(burst or 1)
+                if per_second is not None and burst is not None:
+                    tokens = tokens_left(tat, now, 1.0 / per_second, burst)
+                waiting = sum(1 for j in jobs if j.state in (READY, SCHEDULED))
+                if per_second is None and not waiting and tokens >= (burst or 1):
+                    continue  # an idle key whose tasks are gone
+                found.append(RateUsage(key, per_second, burst, tokens, waiting, override is not None))
             return found

@@ -18,7 +18,7 @@ from potatoq.brokers.base import (
     WorkerRef,
     validate_queue_name,
 )
-from potatoq.brokers.limits import concurrency_of_raw
+from potatoq.brokers.limits import concurrency_of_raw, gcra_next, rate_of_raw
 from potatoq.brokers.unique import unique_of_raw
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
@@ -45,6 +45,10 @@ class Job:
     claimed_at: float = 0.0
     limit_key: str | None = None  # concurrency limit (potatoq/brokers/limits.py)
     limit_max: int = 0
+    rate_key: str | None = None  # global rate limit (potatoq/brokers/limits.py)
+    rate_interval: float = 0.0
+    rate_burst: int = 1
+    rate_wait: bool = False  # scheduled by the claim until its key's token is due
 
 
 @dataclasses.dataclass(slots=True)
@@ -72,6 +76,8 @@ class Store:
         self.fired: dict[str, OrderedDict[float, None]] = {}
         self.heartbeats: dict[str, tuple[bytes, float]] = {}
         self.limit_overrides: dict[str, int] = {}  # set_limit(): key -> concurrency
+        self.rates: dict[str, list[float]] = {}  # rate key -> [tat, defer_at] (GCRA)
+        self.rate_overrides: dict[str, tuple[float, int]] = {}  # set_rate(): per second, burst
         self.paused: dict[str, float] = {}  # paused queue -> when (epoch)
         # unique key -> (holder id, released at or None, held while running): the key is
         # held while that job is in ``jobs`` (so removing the job releases it)
@@ -119,6 +125,9 @@ class Store:
         limit = concurrency_of_raw(raw)
         if limit is not None:
             job.limit_key, job.limit_max = limit
+        rate = rate_of_raw(raw)
+        if rate is not None:
+            job.rate_key, job.rate_interval, job.rate_burst = rate[0], 1.0 / rate[1], rate[2]
         self.jobs[task_id] = job
         self.put(job, now)
         return True
@@ -155,9 +164,10 @@ class Store:
                 job.seq = self.next_seq()  # FIFO by the time it became ready (the contract)
                 self.make_ready(job)
 
-    def pop_ready(self, queue: str) -> Job | None:
+    def pop_ready(self, queue: str, now: float) -> Job | None:
         """The best ready job of ``queue`` that its concurrency limits let run, taken off
-        the heap; jobs held back by their key's limit keep their place."""
+        the heap; jobs held back by their key's limit keep their place. A job whose rate
+        key has no token now is scheduled for when its token is due (:meth:`take_token`)."""
         heap = self.ready.get(queue)
         if not heap:
             return None
@@ -171,6 +181,8 @@ class Store:
             if not self.key_has_slot(job):
                 held_back.append(entry)
                 continue
+            if not self.take_token(job, now):
+                continue  # scheduled at its token's time: off the ready heap
             found = job
             break
         for entry in held_back:
@@ -195,6 +207,37 @@ class Store:
             return True
         limit = self.limit_overrides.get(job.limit_key, job.limit_max)
         return self.running_where(job.limit_key) < limit
+
+    # Rate limits: GCRA per key (see potatoq/brokers/limits.py).
+
+    def rate_of(self, job: Job) -> tuple[float, int]:
+        assert job.rate_key is not None
+        override = self.rate_overrides.get(job.rate_key)
+        if override is not None:
+            return 1.0 / override[0], override[1]
+        return job.rate_interval, job.rate_burst
+
+    def take_token(self, job: Job, now: float) -> bool:
+        """Take a token of ``job``'s rate key, or schedule ``job`` at its token's time."""
+        if job.rate_key is None:
+            return True
+        interval, burst = self.rate_of(job)
+        state = self.rates.setdefault(job.rate_key, [0.0, 0.0])
+        tat, defer_at = state
+        next_at = gcra_next(tat, interval, burst)
+        if now >= next_at:
+            state[0] = max(tat, now) + interval
+            job.rate_wait = False
+            return True
+        # Tasks of one key wait one interval apart, in the order they were found; one that
+        # came back a little before its token (the claim before it was late) takes the
+        # next token rather than going to the back of the line.
+        job.run_at = next_at if job.rate_wait else max(next_at, defer_at)
+        state[1] = max(defer_at, job.run_at + interval)
+        job.rate_wait = True
+        job.state = SCHEDULED
+        heapq.heappush(self.scheduled, (job.run_at, job.seq, job.id))
+        return False
 
     def next_due(self) -> float | None:
         while self.scheduled:

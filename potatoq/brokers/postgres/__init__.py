@@ -66,6 +66,20 @@ every job insert's ``ON CONFLICT DO NOTHING`` keeps one task per key, atomically
 enqueue's transaction or the caller's; deleting the row releases the key, ``unique_until``
 is the backstop (module ``unique``).
 
+Global rate limits (migration 0008, ``sql/rates.sql``): a trigger reads the ``rl`` header
+into ``rate_key``/``rate_interval``/``rate_burst``, as for ``cl``. ``potatoq_rates`` holds each
+key's GCRA state in epoch seconds of the server clock (``tat``, ``next_at`` = when the next
+token is due). ``job_claim`` skips ready rows whose key has no token and takes the token of
+the row it picked with an upsert (``token``) whose ``WHERE next_at <= now`` is re-checked
+under the key row's lock, so two claims can't take one token; the task is claimed only if
+it got the token (and the concurrency slot is taken only after it). A claim that lost the
+race returns a row of NULLs and runs again. Once a process has claimed a rate-limited
+task, ``rate_defer`` runs before each of its claims (same round trip): ready rows of keys
+without a token become scheduled rows (``rate_wait``) at the times their tokens are
+expected, one token apart; the usual promotion makes them ready, the claiming process
+promotes when the first falls due, and a 'due' NOTIFY tells the queue's idle workers.
+No delivery is counted for waiting. ``rate_set`` overrides a key's rate at run time.
+
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
 ``admin`` and ``results`` (its inspection/admin and result-store halves), ``options``,
 ``statements`` (the SQL of ``sql/`` rendered for a schema), ``wakeups`` (LISTEN/NOTIFY),

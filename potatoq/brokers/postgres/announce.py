@@ -55,6 +55,15 @@ class DueAnnouncer:
         if channels:
             self._bucket.get().defer(channels)
 
+    def announce_queues(self, due_in: Iterable[tuple[str, float]]) -> None:
+        """Tasks of these queues fall due in so many seconds (moved aside to wait for a rate
+        token by a claim that committed)."""
+        if not self._enabled:
+            return
+        channels = sorted({self._channel(q) for q, seconds in due_in if seconds <= self._horizon})
+        if channels:
+            self._bucket.get().defer(channels)
+
     def close(self) -> None:
         bucket = self._bucket.pop()
         if bucket is not None:

@@ -39,7 +39,7 @@ from .admin import PostgresAdmin
 from .announce import DueAnnouncer
 from .clocks import PROMOTE_BATCH, Poller, PromotionClock, SweepClock
 from .history import PostgresHistory
-from .limits import PostgresLimits, frees_a_slot
+from .limits import TOKEN_RACE_RETRIES, PostgresLimits, frees_a_slot, lost_token_race
 from .liveness import PostgresCoordination, PostgresLiveness
 from .options import RECONNECT_ERRORS, PostgresOptions, connection_failure, libpq_url
 from .pause import PostgresPause
@@ -71,7 +71,7 @@ class PostgresBroker(
     """Tasks, results and all other state in PostgreSQL tables, shared by any number of hosts."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        transactional_enqueue=True, concurrency_limits=True, unique_tasks=True
+        transactional_enqueue=True, concurrency_limits=True, rate_limits=True, unique_tasks=True
     )
     schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
     connection_errors: ClassVar[tuple[type[BaseException], ...]] = (
@@ -100,6 +100,7 @@ class PostgresBroker(
         # Set once this process claims a limited task: from then on claims park the ready
         # tasks of full keys (job_claim's "parking"); before, they skip that work.
         self._limits_seen = False
+        self._rates_seen = False  # this process claimed a rate-limited task (limits.py)
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
         self._dead_ttl = float(config.dead_letter_ttl) if config.dead_letter_ttl > 0 else NEVER
@@ -371,17 +372,31 @@ class PostgresBroker(
             return None
         stmts = self._statements()
         clock = self._promotion.get()
-        with self._connection() as conn:
-            # no_flush: this transaction is only the claim (and a promotion); see job_claim
-            params = self._claim_params(names, worker, no_flush=True)
-            if clock.timed_due():
-                with conn.pipeline():  # one round trip: promote, then claim
-                    promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
+        for _ in range(TOKEN_RACE_RETRIES):
+            deferred: list[tuple[Any, ...]] = []
+            with self._connection() as conn:
+                # no_flush: this transaction is only the claim (and a promotion); see job_claim
+                params = self._claim_params(names, worker, no_flush=True)
+                promote = clock.timed_due()
+                if promote or self._rates_seen:
+                    with conn.pipeline():  # one round trip: promote, move rate waiters, claim
+                        promoted = (
+                            conn.execute(stmts["job_promote"].query, self._promote_params())
+                            if promote
+                            else None
+                        )
+                        moved = self._rate_defer_in(conn, stmts, params)
+                        claimed = conn.execute(stmts["job_claim"].query, params)
+                    if promoted is not None:
+                        clock.promoted(*statements.promotion(promoted.fetchone()))
+                    deferred = moved.fetchall() if moved is not None else []
+                else:
                     claimed = conn.execute(stmts["job_claim"].query, params)
-                clock.promoted(*statements.promotion(promoted.fetchone()))
-            else:
-                claimed = conn.execute(stmts["job_claim"].query, params)
-            delivery = self._delivery(claimed.fetchone(), worker)
+                row = claimed.fetchone()
+            self._rate_deferred(deferred)
+            if not lost_token_race(row):
+                break
+        delivery = self._delivery(None if lost_token_race(row) else row, worker)
         claim_committed("claim", delivery)
         self._claimed(delivery)
         return delivery
@@ -390,6 +405,7 @@ class PostgresBroker(
         if delivery is not None:
             self._poll_delay.value = POLL_MIN
             self._limits_seen = self._limits_seen or bool(frees_a_slot(delivery))
+            self._rate_claimed(delivery)
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         if not _is_token(delivery.token):
@@ -420,15 +436,19 @@ class PostgresBroker(
             settled = conn.execute(stmts[name].query, params)
             if names and clock.timed_due():
                 promoted = conn.execute(stmts["job_promote"].query, self._promote_params())
-            claimed = (
-                conn.execute(stmts["job_claim"].query, self._claim_params(names, worker)) if names else None
-            )
+            params = self._claim_params(names, worker)
+            moved = self._rate_defer_in(conn, stmts, params) if names else None
+            claimed = conn.execute(stmts["job_claim"].query, params) if names else None
         ok = self._settled(settled.fetchone(), held, outcome)
         if ok:  # task history (issue 31)
             self._history_settled(delivery, outcome, time.time())
         if promoted is not None:
             clock.promoted(*statements.promotion(promoted.fetchone()))
-        next_delivery = self._delivery(claimed.fetchone(), worker) if claimed is not None else None
+        self._rate_deferred(moved.fetchall() if moved is not None else [])
+        row = claimed.fetchone() if claimed is not None else None
+        if lost_token_race(row):  # another claim took the key's last token: claim again
+            return ok, self.claim(names, worker)
+        next_delivery = self._delivery(row, worker)
         claim_committed("settle_and_claim", next_delivery)
         self._claimed(next_delivery)
         return ok, next_delivery
@@ -560,6 +580,7 @@ class PostgresBroker(
     def _housekeeping(self) -> None:
         """Delete expired results, chords and old periodic fire times; trim dead letters."""
         sweep.sweep_expired(self._run)
+        self._run("rate_forget_idle")
         self._run(
             "dead_trim",
             {"max": self._dead_max, "ttl": self._dead_ttl},

@@ -51,6 +51,11 @@ class PromotionClock:
         with self._lock:
             self._next = time.monotonic() + wait
 
+    def due_within(self, seconds: float) -> None:
+        """A task was scheduled ``seconds`` from now here (waiting for a rate token)."""
+        with self._lock:
+            self._next = min(self._next, time.monotonic() + max(seconds, DUE_SLACK))
+
     def expect_now(self) -> None:
         """A task falling due soon was enqueued elsewhere: promote (and learn when) at once."""
         with self._lock:

@@ -34,9 +34,10 @@ delivery arrives. A settle publishes the follow-ups and the result hand-off (con
 then acks. The first claim of a process not consuming yet, with a prefetch of 1, asks the
 ready counts and takes one with ``basic.get``.
 
-Concurrency limits are not supported yet (``capabilities.concurrency_limits`` is False;
-the app refuses a limited task): the slots would live in the result store and a task over
-its limit would be re-published through the delay cascade, which is still to be built.
+Concurrency and rate limits are not supported yet (``capabilities.concurrency_limits`` and
+``capabilities.rate_limits`` are False; the app refuses a limited task when it is sent):
+the slots and tokens would live in the result store and a task over its limit would be
+re-published through the delay cascade, which is still to be built.
 Unique tasks aren't either (``capabilities.unique_tasks`` is False; the app refuses them
 at send): AMQP queues can't be searched, so the key would live in the result backend,
 taken at publish and released after each ack or RabbitMQ's own dead-lettering.

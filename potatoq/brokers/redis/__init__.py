@@ -80,6 +80,17 @@ requeue, reap) gives the slot back and moves one parked job back to its ready se
 its queue's marker: the wake-up chain, no polling. Runtime changes: ``limit_set.lua``.
 These keys span queues, like the rest of the layout (no cluster support yet).
 
+Global rate limits: ``claim`` also reads a job's rate key, ms per token and burst
+(``rk``/``ri``/``rb``, from the ``rl`` header on first claim) and keeps GCRA per key in
+``rates:tat``: a key has a token when ``tat - (burst - 1) * ms_per_token <= now`` (server
+clock), and taking it moves ``tat`` to ``max(tat, now) + ms_per_token``; all in the claim
+script, so it is atomic. A job without a token goes to its queue's ``delayed`` set at the
+time its token is expected (one token after the last job moved, ``rates:defer``), marked
+``rw`` and listed in ``rate:<key>:waiting``; it arms the marker when it is now the first
+due, so the timer waiter sleeps until then (no polling), and ``promote`` brings it back.
+No delivery is counted. Overrides: ``rates:override``, set by ``rate_set.lua``, which also
+makes the key's waiting jobs due now; usage: ``rate_usage.lua``.
+
 Modules: ``broker`` (the class), ``options`` (transport options, URL and server checks),
 ``keys`` (key names), ``scripts`` (loads ``lua/*.lua`` with the ``_lib.lua`` helpers each
 needs) and ``packing`` (script arguments and the hiredis command path).

@@ -100,6 +100,7 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
         exact_priorities=True,
         interruptible_wait=True,
         concurrency_limits=True,
+        rate_limits=True,
         unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")

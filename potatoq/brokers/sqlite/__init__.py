@@ -56,6 +56,19 @@ NOTHING``) is the atomic check, in the enqueue's transaction or the caller's; de
 row (settle, dead-letter, revoke, purge) releases it, and ``unique_until`` is the backstop
 (``sql/unique.sql``, module ``unique``).
 
+Global rate limits (``potatoq/brokers/limits.py``, migration 0006): a rate-limited row
+carries ``rate_key``, ``rate_interval`` (seconds per token) and ``rate_burst`` (from its
+``rl`` header). ``potatoq_rates`` holds each key's GCRA state: ``tat`` and ``next_at``, the
+time its next token is due. In the claim's write transaction (one writer: check and take
+are atomic), ``rate_defer`` first moves the ready rows of keys without a token to the
+scheduled state (``rate_wait = 1``) at the times their tokens are expected, one token
+apart, after those moved before (``defer_at``); so a throttled backlog leaves the ready
+index, no delivery is counted, and ``wait`` sleeps until the first is due
+(``job_next_due``), as for an ETA. ``job_claim`` then takes the best ready row and
+``rate_take`` moves its key's ``tat``. ``potatoq limits set KEY 100/s`` writes an override
+on the key's row, resets its bucket and makes its waiting rows due now
+(``sql/rates.sql``).
+
 Modules: ``broker`` (the class: connections, enqueue, claim, settle, wait, recover),
 ``admin`` and ``results`` (its inspection/admin and result-store halves), ``connection``
 (a thread's connection, the state literals, the ``data_version`` backoff) and ``setup``

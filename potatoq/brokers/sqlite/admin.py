@@ -16,7 +16,7 @@ from ..base import (
     QueueStats,
     decode_queued,
 )
-from ..limits import concurrency_of_raw
+from ..limits import concurrency_of_raw, rate_of_raw
 from ..unique import unique_columns_raw
 from .connection import STATE_NAMES
 from .setup import (
@@ -89,6 +89,10 @@ class SQLiteAdmin(Broker):
                 job = {"id": task_id, "queue": queue, "task": task, "priority": priority, "payload": payload}
                 limit = concurrency_of_raw(payload)  # a retried letter keeps its limit
                 job["limit_key"], job["limit_max"] = limit if limit is not None else (None, None)
+                rate = rate_of_raw(payload)
+                job["rate_key"], job["rate_interval"], job["rate_burst"] = (
+                    (rate[0], 1.0 / rate[1], rate[2]) if rate is not None else (None, None, None)
+                )
                 job.update(unique_columns_raw(payload, now))  # ... and its unique key, if free
                 if job["unique_key"] is not None:
                     conn.execute(SQL["unique_release_expired"], {"unique_key": job["unique_key"], "now": now})

@@ -35,12 +35,12 @@ from ..base import (
     decode_delivery,
     validate_queue_name,
 )
-from ..limits import limit_columns
+from ..limits import limit_columns, rate_columns
 from ..unique import unique_columns
 from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
 from .history import SQLiteHistory
-from .limits import SQLiteLimits
+from .limits import SQLiteLimits, rate_defer_in, rate_take_in
 from .pause import SQLitePause
 from .results import SQLiteResults
 from .setup import (
@@ -72,7 +72,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        transactional_enqueue=True, concurrency_limits=True, unique_tasks=True
+        transactional_enqueue=True, concurrency_limits=True, rate_limits=True, unique_tasks=True
     )
     schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
     # Most calls turn sqlite3 errors into OperationalError; "database is locked" from a raw
@@ -211,6 +211,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             "run_at": now if message.eta is None else float(message.eta),
             "payload": message.encode(),
             **limit_columns(message.headers),
+            **rate_columns(message.headers),
             **unique_columns(message.headers, now),
         }
 
@@ -241,18 +242,21 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         self, conn: sqlite3.Connection, queues: Sequence[str], worker: WorkerRef, now: float
     ) -> Delivery | None:
         """Promote due tasks and claim the best ready one, inside an open write transaction."""
-        promote = {"queues": self._queue_list(queues), "now": now, "limit": PROMOTE_BATCH}
-        conn.execute(SQL["job_promote_due"], promote)
+        names = self._queue_list(queues)
+        conn.execute(SQL["job_promote_due"], {"queues": names, "now": now, "limit": PROMOTE_BATCH})
         if self._limits_seen:
-            conn.execute(SQL["limit_park_full"], {"queues": self._queue_list(queues)})
+            conn.execute(SQL["limit_park_full"], {"queues": names})
+        rate_defer_in(conn, names, now)
         token = random.getrandbits(63)
         params = {"token": token, "node": worker.node, "pid": worker.pid, "now": now, "queue": ""}
         for queue in queues:
             params["queue"] = queue
             rows = conn.execute(SQL["job_claim"], params).fetchall()
             if rows:
-                task_id, queue_name, deliveries, payload, limit_key = rows[0]
+                task_id, queue_name, deliveries, payload, limit_key, rate_key, interval, burst = rows[0]
                 self._limits_seen = self._limits_seen or limit_key is not None
+                if rate_key is not None:
+                    rate_take_in(conn, rate_key, interval, burst, now)
                 return _held(
                     (task_id, queue_name, token, deliveries, payload, now),
                     worker,
@@ -528,6 +532,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                 conn.execute(SQL["worker_forget_dead"], lost_params)
             if housekeeping:
                 conn.execute(SQL["dead_trim_age"], {"cutoff": housekeeping_params["dead_cutoff"]})
+                conn.execute(SQL["rate_forget_idle"], {"now": now})
         if housekeeping:
             self._expire(now)
         return RecoverReport(requeued=requeued, dead=dead)

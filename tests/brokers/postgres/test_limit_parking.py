@@ -24,7 +24,7 @@ def parked(url: str, schema: str) -> int:
 
 
 def test_tasks_parked_while_their_last_slot_was_freed_run_after_the_next_recovery(
-    make: Make,
+    make: Make,  # noqa: F811
     pg_url: str,  # noqa: F811
 ) -> None:
     broker = make()

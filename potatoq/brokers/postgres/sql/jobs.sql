@@ -95,15 +95,24 @@ FROM queues;
 -- holds back neither unlimited tasks nor other keys; "slot" takes the slot with an upsert
 -- whose row lock serializes the claims of one key and re-checks the count, and the task is
 -- claimed only if it got one.
+-- Rate limits (rates.sql): a task whose key has no token now is skipped (rate_defer, run
+-- before this, moved most of them out of the ready index); "token" takes the token with an
+-- upsert whose row lock serializes the claims of one key and re-checks the time, and the
+-- task is claimed only if it got one. A slot is taken only after the token: a lost race
+-- for the token leaves no slot behind.
 WITH picked AS MATERIALIZED (
-    SELECT j.id, j.limit_key, j.limit_max
+    SELECT j.id, j.limit_key, j.limit_max, j.rate_key, j.rate_interval, j.rate_burst
     FROM unnest(coalesce(%(queues)s::text[], ARRAY[%(queue)s::text])) WITH ORDINALITY AS q(name, ord)
     CROSS JOIN LATERAL (
-        SELECT r.id, r.limit_key, r.limit_max FROM {schema}.potatoq_jobs AS r
+        SELECT r.id, r.limit_key, r.limit_max, r.rate_key, r.rate_interval, r.rate_burst
+        FROM {schema}.potatoq_jobs AS r
         WHERE r.state = 1 AND r.parked IS NULL AND r.queue = q.name
           AND (r.limit_key IS NULL OR NOT EXISTS (
                 SELECT FROM {schema}.potatoq_limits AS l
                 WHERE l.key = r.limit_key AND l.running >= coalesce(l.concurrency, r.limit_max)))
+          AND (r.rate_key IS NULL OR NOT EXISTS (
+                SELECT FROM {schema}.potatoq_rates AS t
+                WHERE t.key = r.rate_key AND t.next_at > extract(epoch FROM now())))
         ORDER BY r.priority DESC, r.seq
         LIMIT 1
         FOR UPDATE SKIP LOCKED
@@ -122,22 +131,44 @@ WITH picked AS MATERIALIZED (
         WHERE b.state = 1 AND b.parked IS NULL AND b.limit_key IS NOT NULL
           AND b.queue = ANY(coalesce(%(queues)s::text[], ARRAY[%(queue)s::text]))
         FOR UPDATE OF b SKIP LOCKED)
+), token AS (
+    INSERT INTO {schema}.potatoq_rates AS t (key, tat, next_at, token_secs, burst)
+    SELECT p.rate_key, n.now + p.rate_interval, n.now + p.rate_interval - (p.rate_burst - 1) * p.rate_interval,
+           p.rate_interval, p.rate_burst
+    FROM picked AS p CROSS JOIN (SELECT extract(epoch FROM now())::float8 AS now) AS n
+    WHERE p.rate_key IS NOT NULL
+    ON CONFLICT (key) DO UPDATE SET
+        tat = greatest(t.tat, extract(epoch FROM now())) + coalesce(1 / t.override_rate, excluded.token_secs),
+        next_at = greatest(t.tat, extract(epoch FROM now())) + coalesce(1 / t.override_rate, excluded.token_secs)
+                  - (coalesce(t.override_burst, excluded.burst) - 1) * coalesce(1 / t.override_rate, excluded.token_secs),
+        token_secs = excluded.token_secs, burst = excluded.burst
+    WHERE t.next_at <= extract(epoch FROM now())
+    RETURNING t.key
 ), slot AS (
     INSERT INTO {schema}.potatoq_limits AS l (key, running, carried)
-    SELECT p.limit_key, 1, p.limit_max FROM picked AS p WHERE p.limit_key IS NOT NULL
+    SELECT p.limit_key, 1, p.limit_max FROM picked AS p
+    WHERE p.limit_key IS NOT NULL AND (p.rate_key IS NULL OR EXISTS (SELECT FROM token))
     ON CONFLICT (key) DO UPDATE SET running = l.running + 1, carried = excluded.carried
     WHERE l.running < coalesce(l.concurrency, excluded.carried)
     RETURNING l.key
+), claimed AS (
+    UPDATE {schema}.potatoq_jobs AS j
+    SET state = 2, deliveries = j.deliveries + 1, token = gen_random_uuid(),
+        worker = %(worker)s, pid = %(pid)s, claimed_at = now(), rate_wait = NULL
+    FROM picked
+    WHERE j.id = picked.id
+      AND (picked.limit_key IS NULL OR EXISTS (SELECT FROM slot))
+      AND (picked.rate_key IS NULL OR EXISTS (SELECT FROM token))
+      AND (NOT %(no_flush)s OR set_config('synchronous_commit', 'off', true) = 'off')
+    RETURNING j.id, j.queue, j.deliveries, j.token::text AS token, j.payload,
+              extract(epoch FROM j.claimed_at)::float8 AS claimed_at
 )
-UPDATE {schema}.potatoq_jobs AS j
-SET state = 2, deliveries = j.deliveries + 1, token = gen_random_uuid(),
-    worker = %(worker)s, pid = %(pid)s, claimed_at = now()
-FROM picked
-WHERE j.id = picked.id
-  AND (picked.limit_key IS NULL OR EXISTS (SELECT FROM slot))
-  AND (NOT %(no_flush)s OR set_config('synchronous_commit', 'off', true) = 'off')
-RETURNING j.id, j.queue, j.deliveries, j.token::text AS token, j.payload,
-          extract(epoch FROM j.claimed_at)::float8 AS claimed_at;
+SELECT * FROM claimed
+UNION ALL
+-- Another claim took the key's last token first: a row of NULLs asks the caller to claim
+-- again (the key is without a token now, so that claim moves its tasks aside).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL FROM picked
+WHERE picked.rate_key IS NOT NULL AND NOT EXISTS (SELECT FROM token);
 
 -- name: job_finish
 -- Complete or dead-letter a claimed task in one statement, hence one transaction. The

@@ -30,6 +30,14 @@
 --   P..'limit:'..key..':parked'  ZSET  id -> ready score: ready tasks waiting for a slot;
 --   P..'limits:parked'   SET   keys with a parked set
 --   (a job hash also holds 'lk' and 'lm', its limit key and max, read from its payload)
+--   P..'rates:tat'       HASH  rate limit key -> GCRA theoretical arrival time (ms)
+--   P..'rates:defer'     HASH  key -> where the next task moved to wait for a token goes (ms)
+--   P..'rates:carried'   HASH  key -> '<ms per token> <burst>' its last claimed task carried
+--   P..'rates:override'  HASH  key -> '<ms per token> <burst>' set at run time
+--   P..'rate:'..key..':waiting'  SET  ids moved to their queue's delayed set for a token
+--   P..'rates:waiting'   SET   keys with a waiting set
+--   (a job hash also holds 'rk', 'ri', 'rb': its rate key, ms per token and burst, and
+--   'rw' while it waits for a token)
 --
 -- Time: every script reads the server clock (TIME), so leases, due times and heartbeats
 -- are judged by one clock however skewed the workers' clocks are.
@@ -178,6 +186,67 @@ local function free_slot(id)
   unpark(lk, 1)
 end
 
+-- A time or duration in ms as an argument for the server (which takes no Lua floats).
+local function ms_text(x)
+  return string.format('%.3f', x)
+end
+
+-- Global rate limits (potatoq/brokers/limits.py): GCRA per key. The rate key, ms per
+-- token and burst of job `jk`: from the hash, or on first use from the payload's "rl"
+-- header (a plain byte search first). job = HMGET payload, state, deliveries, lk, lm, rk, ri, rb.
+local function rate_of(jk, job)
+  if job[6] then return job[6], tonumber(job[7]), tonumber(job[8]) end
+  if not string.find(job[1], '"rl":[', 1, true) then return nil, nil, nil end
+  local ok, body = pcall(cjson.decode, job[1])
+  local rl = ok and type(body) == 'table' and type(body.h) == 'table' and body.h.rl
+  if type(rl) ~= 'table' or type(rl[1]) ~= 'string' or type(rl[2]) ~= 'number' or rl[2] <= 0
+     or type(rl[3]) ~= 'number' then
+    return nil, nil, nil
+  end
+  local ri = 1000 / rl[2]
+  redis.call('HSET', jk, 'rk', rl[1], 'ri', ms_text(ri), 'rb', rl[3])
+  return rl[1], ri, rl[3]
+end
+
+-- Key rk's next token (ms: a claim at `now` may take one when it is <= now), its tat, and
+-- the ms per token and burst in force: the run-time override, else the task's.
+local function rate_next(rk, ri, rb)
+  local o = redis.call('HGET', P .. 'rates:override', rk)
+  if o then
+    local oi, ob = string.match(o, '^(%S+) (%S+)$')
+    ri, rb = tonumber(oi), tonumber(ob)
+  end
+  local tat = tonumber(redis.call('HGET', P .. 'rates:tat', rk)) or 0
+  return tat - (rb - 1) * ri, tat, ri
+end
+
+-- The claimed job takes a token of key rk (the claim checked rate_next first).
+local function take_token(id, rk, ri, rb, waited, now)
+  local _, tat, step = rate_next(rk, ri, rb)
+  redis.call('HSET', P .. 'rates:tat', rk, ms_text(math.max(tat, now) + step))
+  redis.call('HSET', P .. 'rates:carried', rk, ms_text(ri) .. ' ' .. rb)
+  if waited then
+    redis.call('HDEL', k_job(id), 'rw')
+    redis.call('SREM', P .. 'rate:' .. rk .. ':waiting', id)
+  end
+end
+
+-- Job id of queue q has no token of key rk now: it moves to q's delayed set at the time
+-- its token is expected, one token after the last task moved (no delivery is counted),
+-- and the queue's waiters are woken when it is now the first due (as enqueue_one does).
+-- A job that waited already (`waited`) and came back a little before its token (the claim
+-- before it was late) takes the next token rather than going to the back of the line.
+local function rate_wait(id, q, rk, next_at, step, waited)
+  local defer = tonumber(redis.call('HGET', P .. 'rates:defer', rk)) or 0
+  local at = waited and next_at or math.max(next_at, defer)
+  redis.call('HSET', P .. 'rates:defer', rk, ms_text(math.max(defer, at + step)))
+  redis.call('HSET', k_job(id), 'state', 'delayed', 'due', ms_text(at), 'rw', 1)
+  redis.call('ZADD', k_delayed(q), ms_text(at), id)
+  redis.call('SADD', P .. 'rate:' .. rk .. ':waiting', id)
+  redis.call('SADD', P .. 'rates:waiting', rk)
+  if redis.call('ZRANGE', k_delayed(q), 0, 0)[1] == id then arm(q) end
+end
+
 -- Unique tasks (potatoq/brokers/unique.py). uq:<key> holds the id of the task holding
 -- the key (PX unique_for when given: the backstop); the key counts as held only while that
 -- task's hash exists and, for a key released at start (uqr = 0), isn't running. Removing
@@ -307,15 +376,24 @@ local function claim(queues, token, lease_ms, node, pid, now, chain)
       if #popped == 0 then break end
       local id = popped[1]
       local jk = k_job(id)
-      local job = redis.call('HMGET', jk, 'payload', 'state', 'deliveries', 'lk', 'lm')
-      local lk, lm
-      if job[1] and job[2] == 'ready' then lk, lm = limit_of(jk, job) end
+      local job = redis.call('HMGET', jk, 'payload', 'state', 'deliveries', 'lk', 'lm', 'rk', 'ri', 'rb', 'rw')
+      local lk, lm, rate_key, ri, rb, next_at, tat, step
+      if job[1] and job[2] == 'ready' then
+        lk, lm = limit_of(jk, job)
+        rate_key, ri, rb = rate_of(jk, job)
+        if rate_key then next_at, tat, step = rate_next(rate_key, ri, rb) end
+      end
+      -- A task whose rate key has no token now waits in its queue's delayed set until
+      -- the token is due, so it holds back no other task.
+      if rate_key and next_at > now then
+        rate_wait(id, q, rate_key, next_at, step, job[9])
       -- A task whose key has every slot running waits in its key's parked set (keeping
       -- its score), so it holds back no other task; free_slot moves it back.
-      if lk and not take_slot(lk, lm) then
+      elseif lk and not take_slot(lk, lm) then
         redis.call('ZADD', P .. 'limit:' .. lk .. ':parked', popped[2], id)
       -- A missing hash (revoked, or evicted by a misconfigured server) is skipped.
       elseif job[1] and job[2] == 'ready' then
+        if rate_key then take_token(id, rate_key, ri, rb, job[9], now) end
         -- One HSET with the count read above (one call less than HINCRBY + HSET).
         local deliveries = (tonumber(job[3]) or 0) + 1
         redis.call('HSET', jk, 'state', 'active', 'deliveries', deliveries, 'token', token,

@@ -38,7 +38,7 @@ DELETE FROM potatoq_dead;
 -- Back to ready with the payload unchanged; an id already waiting or running is left alone,
 -- and so is a unique task whose key another task holds (both stay dead letters).
 INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max,
-                          unique_key, unique_until, unique_running)
+                          unique_key, unique_until, unique_running, rate_key, rate_interval, rate_burst)
 VALUES (:id, :queue, :task, :priority, 1, :now, :payload, :limit_key, :limit_max,
-        :unique_key, :unique_until, :unique_running)
+        :unique_key, :unique_until, :unique_running, :rate_key, :rate_interval, :rate_burst)
 ON CONFLICT DO NOTHING;

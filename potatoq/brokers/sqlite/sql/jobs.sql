@@ -4,9 +4,9 @@
 -- name: job_insert
 -- A second task with a unique key already held isn't stored either (unique.sql).
 INSERT INTO potatoq_jobs (id, queue, task, priority, state, run_at, payload, limit_key, limit_max,
-                          unique_key, unique_until, unique_running)
+                          unique_key, unique_until, unique_running, rate_key, rate_interval, rate_burst)
 VALUES (:id, :queue, :task, :priority, :state, :run_at, :payload, :limit_key, :limit_max,
-        :unique_key, :unique_until, :unique_running)
+        :unique_key, :unique_until, :unique_running, :rate_key, :rate_interval, :rate_burst)
 ON CONFLICT DO NOTHING;
 
 -- name: job_peek
@@ -45,7 +45,8 @@ WHERE potatoq_jobs.seq = due.old_seq;
 -- Atomic without SKIP LOCKED: SQLite has one writer, and this runs under BEGIN IMMEDIATE.
 UPDATE potatoq_jobs
 SET state = 2, deliveries = deliveries + 1, token = :token, worker = :node, pid = :pid,
-    claimed_at = :now
+    claimed_at = :now, rate_wait = NULL
+-- Rate limits: rate_defer (rates.sql) moved the ready tasks of keys without a token first.
 WHERE seq = (SELECT j.seq FROM potatoq_jobs AS j WHERE j.state = 1 AND j.parked IS NULL AND j.queue = :queue
              -- Concurrency limits: skip tasks whose key has every slot running (the slots
              -- are the running rows). job_park_full took most of them out of the ready
@@ -55,7 +56,7 @@ WHERE seq = (SELECT j.seq FROM potatoq_jobs AS j WHERE j.state = 1 AND j.parked 
                      < coalesce((SELECT l.concurrency FROM potatoq_limits AS l WHERE l.key = j.limit_key),
                                 j.limit_max))
              ORDER BY j.priority DESC, j.seq LIMIT 1)
-RETURNING id, queue, deliveries, payload, limit_key;
+RETURNING id, queue, deliveries, payload, limit_key, rate_key, rate_interval, rate_burst;
 
 -- name: job_delete_claimed
 -- Settling removes the row only while the claim's token still matches (the fence).

@@ -26,7 +26,11 @@ CREATE TABLE {schema}.potatoq_jobs (
     parked      boolean,    -- true: ready, waiting for a slot of its full key
     unique_key  text,       -- unique key the task holds (NULL: none), set by potatoq_job_unique
     unique_until timestamptz, -- ... released at this time whatever happens (NULL: never)
-    unique_running boolean  -- ... true: held while running, false: released at start
+    unique_running boolean, -- ... true: held while running, false: released at start
+    rate_key      text,     -- global rate limit key (NULL: unlimited), set by potatoq_job_rate
+    rate_interval float8,   -- ... seconds per token the task carries
+    rate_burst    integer,  -- ... and its burst
+    rate_wait     boolean   -- true: scheduled by the claim for its key's next token
 ) WITH (
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 1000,
@@ -266,6 +270,8 @@ CREATE TRIGGER potatoq_jobs_slot_free_delete AFTER DELETE ON {schema}.potatoq_jo
 FOR EACH ROW WHEN (OLD.state = 2 AND OLD.limit_key IS NOT NULL)
 EXECUTE FUNCTION {schema}.potatoq_job_slot_free();
 
+-- Unique tasks (migration 0007).
+
 -- name: create_jobs_unique_index
 -- One task per unique key.
 CREATE UNIQUE INDEX potatoq_jobs_unique ON {schema}.potatoq_jobs (unique_key) WHERE unique_key IS NOT NULL;
@@ -318,3 +324,57 @@ $$;
 CREATE TRIGGER potatoq_jobs_unique_started BEFORE UPDATE OF state ON {schema}.potatoq_jobs
 FOR EACH ROW WHEN (NEW.state = 2 AND NEW.unique_key IS NOT NULL AND NOT NEW.unique_running)
 EXECUTE FUNCTION {schema}.potatoq_job_unique_started();
+
+-- Global rate limits (migration 0008).
+
+-- name: create_jobs_rated_index
+-- Tasks of a rate key: what rate_defer moves when the key has no token, and usage counts.
+CREATE INDEX potatoq_jobs_rated ON {schema}.potatoq_jobs (rate_key, state) WHERE rate_key IS NOT NULL;
+
+-- name: create_rates
+-- One row per rate key that took a token or has a run-time override; times in epoch seconds.
+CREATE TABLE {schema}.potatoq_rates (
+    key            text   PRIMARY KEY,
+    tat            float8 NOT NULL DEFAULT 0,  -- GCRA theoretical arrival time
+    next_at        float8 NOT NULL DEFAULT 0,  -- the next token: tat - (burst - 1) * token_secs
+    defer_at       float8 NOT NULL DEFAULT 0,  -- where the next task moved to wait goes
+    token_secs     float8,                     -- seconds per token and burst at the last take
+    burst          integer,
+    override_rate  float8,                     -- potatoq limits set-rate: tasks per second ...
+    override_burst integer                     -- ... and burst, over what the tasks carry
+);
+
+-- name: create_rates_next_index
+-- The keys without a token now: a short range at the end of the index.
+CREATE INDEX potatoq_rates_next ON {schema}.potatoq_rates (next_at);
+
+-- name: create_job_rate_function
+-- Reads the rate limit a message carries ("rl": [key, per second, burst]) into the row, for
+-- every way a row is written, as potatoq_job_limit does for "cl".
+CREATE FUNCTION {schema}.potatoq_job_rate() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    rl jsonb;
+BEGIN
+    BEGIN
+        rl := convert_from(NEW.payload, 'UTF8')::jsonb -> 'h' -> 'rl';
+    EXCEPTION WHEN others THEN
+        rl := NULL;  -- an undecodable payload is still delivered (and dead-lettered) unlimited
+    END;
+    IF jsonb_typeof(rl) = 'array' THEN
+        NEW.rate_key := rl ->> 0;
+        NEW.rate_interval := 1 / (rl ->> 1)::float8;
+        NEW.rate_burst := (rl ->> 2)::integer;
+    ELSE
+        NEW.rate_key := NULL;
+        NEW.rate_interval := NULL;
+        NEW.rate_burst := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- name: create_job_rate_trigger
+-- The WHEN test is a byte search, so payloads without a rate never start the function.
+CREATE TRIGGER potatoq_jobs_rate BEFORE INSERT OR UPDATE OF payload ON {schema}.potatoq_jobs
+FOR EACH ROW WHEN (position('"rl":['::bytea IN NEW.payload) > 0 OR NEW.rate_key IS NOT NULL)
+EXECUTE FUNCTION {schema}.potatoq_job_rate();

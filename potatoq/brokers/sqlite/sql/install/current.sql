@@ -23,7 +23,11 @@ CREATE TABLE potatoq_jobs (
     parked     INTEGER,                   -- 1: ready, waiting for a slot of its full key
     unique_key TEXT,                      -- unique key the task holds (NULL: none)
     unique_until REAL,                    -- ... released at this time whatever happens
-    unique_running INTEGER                -- ... 1: held while running, 0: released at start
+    unique_running INTEGER,               -- ... 1: held while running, 0: released at start
+    rate_key      TEXT,                   -- global rate limit key (NULL: unlimited)
+    rate_interval REAL,                   -- ... seconds per token the task carries
+    rate_burst    INTEGER,                -- ... and its burst
+    rate_wait     INTEGER                 -- 1: scheduled by the claim for its key's next token
 );
 
 
@@ -75,6 +79,27 @@ END;
 -- name: create_jobs_limited_index
 -- Running tasks per limit key: what the claim counts.
 CREATE INDEX potatoq_jobs_limited ON potatoq_jobs (limit_key) WHERE state = 2 AND limit_key IS NOT NULL;
+
+-- name: create_jobs_rated_index
+-- Tasks of a rate key: what the claim moves when the key has no token, and usage counts.
+CREATE INDEX potatoq_jobs_rated ON potatoq_jobs (rate_key, state) WHERE rate_key IS NOT NULL;
+
+-- name: create_rates
+-- One row per rate key that took a token or has a run-time override.
+CREATE TABLE potatoq_rates (
+    key            TEXT PRIMARY KEY,
+    tat            REAL NOT NULL DEFAULT 0,  -- GCRA theoretical arrival time (epoch seconds)
+    next_at        REAL NOT NULL DEFAULT 0,  -- when the next token is due: tat - (burst - 1) * interval
+    defer_at       REAL NOT NULL DEFAULT 0,  -- where the next task moved to wait for a token goes
+    token_secs     REAL,                     -- seconds per token and burst at the last take
+    burst          INTEGER,
+    override_rate  REAL,                     -- potatoq limits set-rate: tasks per second ...
+    override_burst INTEGER                   -- ... and burst, over what the tasks carry
+);
+
+-- name: create_rates_next_index
+-- The keys without a token now: a short range at the end of the index.
+CREATE INDEX potatoq_rates_next ON potatoq_rates (next_at);
 
 -- name: create_limits
 -- Limits changed at run time (potatoq limits set): they override the max the tasks carry.
