@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.potatoq-installed
+# Test processes of make test: most tests wait on worker subprocesses and servers, so two
+# processes (one test file each at a time; every test is isolated by its own schema, key
+# prefix, queue prefix or private server) roughly halve the wall time on two cores.
+PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
 .PHONY: demo test test-fast lint format bench bench-scale reliability clean venv test-django-tasks services services-stop dist
@@ -76,7 +80,7 @@ services-stop:
 # CI: its tests then skip and the summary lists it).
 test: $(STAMP)
 	@echo "make test: starting the test services that are not running (scripts/services/up) ..."
-	@exports=$$($(SERVICES_UP)) && eval "$$exports" && $(PY) -m pytest $(PYTEST_ARGS)
+	@exports=$$($(SERVICES_UP)) && eval "$$exports" && $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The tests that need no server and no worker processes (memory broker, codec, API, canvas,
 # config, CLI, docs), for the edit-test loop. tests/conftest.py marks `server` and `sqlite`
