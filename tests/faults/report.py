@@ -207,8 +207,10 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             "Refused at enqueue: an oversized payload, non-JSON arguments, 9 hostile queue names (and a "
             "dotted one where dots are reserved). Written into storage or sent by name, then dead-lettered "
             "by the worker with the reason: garbage, a truncated message, an unknown version, arguments "
-            "that aren't a list, an unknown task name. One worker, never restarted; a good task sent after "
-            "them completes."
+            "that aren't a list, tagged values that don't parse (Decimal, timedelta, UUID, datetime), a "
+            "non-finite priority, a message over task_max_message_size, bytes that would forge a terminal "
+            "line or inject HTML, arguments nested 100,000 deep, an unknown task name. One worker, never "
+            "restarted; a good task sent after them completes."
         ),
         ["broker", "refused at enqueue", "dead-lettered", "worker restarts", "good task after"],
         lambda r: [
