@@ -45,6 +45,7 @@ from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
 from .keys import Keys
+from .packing import _pack
 from .scripts import SCRIPTS
 
 log = logging.getLogger("potatoq.brokers.redis")
@@ -109,7 +110,12 @@ class RedisHistory(Broker):
             with self._errors():
                 conn = self._script_conns.get()
                 try:
-                    packed: Any = conn.pack_commands(commands)  # bytes chunks; typed as str
+                    # hiredis' packer when installed: redis-py's encodes every argument in Python
+                    packed: Any = (
+                        [b"".join(_pack(c) for c in commands)]
+                        if _pack is not None
+                        else conn.pack_commands(commands)  # bytes chunks; typed as str
+                    )
                     conn.send_packed_command(packed)
                     for _ in commands:  # read every reply, errors too, to stay in step
                         try:
