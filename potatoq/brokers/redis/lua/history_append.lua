@@ -15,7 +15,8 @@ for i = 5, #ARGV - 3, 4 do
   local idx = {hk .. ':s:' .. ARGV[i + 1], hk .. ':q:' .. ARGV[i + 2]}
   if ARGV[i] ~= '' then idx[3] = hk .. ':n:' .. ARGV[i] end
   for j = 1, #idx do
-    -- pcall: an index behind a recreated stream refuses the id; the record is kept anyway
+    -- pcall: an index holding a higher id (stream deleted, server clock set back) refuses
+    -- this one; the record is kept anyway
     redis.pcall('XADD', idx[j], 'MAXLEN', '~', maxc, id, 'i', '')
     redis.call('SADD', reg, idx[j])
   end
