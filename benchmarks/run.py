@@ -36,6 +36,10 @@ can beat here. On RabbitMQ two configuration variants run beside the defaults (`
 ``--no-variants`` skips them): potatoq with ``worker_prefetch_multiplier=4`` and Celery with
 ``task_acks_late=True, worker_prefetch_multiplier=1`` (the guarantee potatoq gives by default).
 
+``--history off`` adds, on every broker, potatoq with task history off (``task_history=False``)
+right after its default run in each round, and reports history on ÷ off on processed/s
+(round by round too): ``make bench BENCH_ARGS="--systems potatoq --history off --stages peers"``.
+
 Every case runs ``--rounds`` times (3 by default), the rounds of one broker in turn (round
 1 of every system, then round 2 of every system, ...): this VM's speed drifts by tens of
 percent over minutes, and a single run per system let a slow spell land on one system
@@ -100,6 +104,9 @@ VARIANTS = {
     "potatoq": ("potatoq, prefetch 4", {"BENCH_PREFETCH_MULTIPLIER": "4"}),
     "celery": ("celery, acks late, prefetch 1", {"BENCH_CELERY_ACKS_LATE": "1"}),
 }
+#: ``--history off``: potatoq with task history off (``task_history=False``), beside its
+#: default (history on), each round: what recording history costs on processed/s.
+HISTORY_OFF = ("potatoq, history off", {"BENCH_TASK_HISTORY": "0"})
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STAGES = ("peers", "eta")
 
@@ -671,6 +678,17 @@ def report(
                     f"| {_ratio(mine.latency_p50_ms, r.latency_p50_ms)} "
                     f"| {_ratio(mine.latency_p99_ms, r.latency_p99_ms)} |"
                 )
+        off = next((r for r in rows if r.label == HISTORY_OFF[0] and not r.error), None)
+        if ours and off:
+            by_round = _round_ratios(runs.get((broker, "potatoq"), []), runs.get((broker, off.label), []))
+            out += [
+                "",
+                (
+                    f"Task history: potatoq with history on processed "
+                    f"{_ratio(ours.processed_per_s, off.processed_per_s)} of its rate with history off "
+                    f"(round by round: {by_round})."
+                ),
+            ]
         eta = next((r for r in rows if "far-future" in r.label and not r.error), None)
         if ours and eta:
             out += [
@@ -767,6 +785,8 @@ def plan(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
                     continue
                 python = args.arq_python
             cases.append(Case(broker, system, system, python))
+            if system == "potatoq" and args.history == "off":
+                cases.append(Case(broker, system, HISTORY_OFF[0], python, env=HISTORY_OFF[1]))
             if broker == "rabbitmq" and not args.no_variants:
                 # The same guarantee side by side: potatoq with a prefetch multiplier (acks
                 # still late, publishes confirmed), and Celery acking late with prefetch 1.
@@ -849,6 +869,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-far-future", action="store_true", help="skip the PostgreSQL ETA run")
     parser.add_argument(
         "--no-variants", action="store_true", help="skip the RabbitMQ configuration variants (VARIANTS)"
+    )
+    parser.add_argument(
+        "--history",
+        choices=("on", "off"),
+        default="on",
+        help="off: also run potatoq with task history off each round, and give the on/off ratio",
     )
     parser.add_argument(
         "--stages", default=",".join(STAGES), help="peers (potatoq beside its peers), eta (ETA lateness)"

@@ -140,9 +140,9 @@ class HistoryRecord:
         return max(0.0, self.started_at - max(self.enqueued_at, self.due_at or 0.0))
 
     def to_json(self) -> dict[str, Any]:
-        body = dataclasses.asdict(self)
-        del body["cursor"]
-        return body
+        # Every field is a scalar: no dataclasses.asdict (its deep copy was most of the
+        # cost of history on a worker's processed/s).
+        return {name: getattr(self, name) for name in _RECORD_FIELDS}
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":")).encode()
@@ -156,6 +156,9 @@ class HistoryRecord:
     def columns(self) -> dict[str, Any]:
         """The record as SQL parameters (every field but ``cursor``)."""
         return self.to_json()
+
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(HistoryRecord) if f.name != "cursor")
 
 
 @dataclasses.dataclass(frozen=True)

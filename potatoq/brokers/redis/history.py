@@ -7,16 +7,25 @@ exactly to ``max_count`` and drops entries older than ``max_age`` (``XTRIM MINID
 ids are milliseconds).
 
 Every state change is one round trip (one EVALSHA), and whether a settle applied is known
-only from its reply. So a settle's record is kept in this thread's buffer and its XADD is
+only from its reply. So a settle's record is kept in this thread's buffer and its append is
 pipelined *in front of the thread's next script call* that settles or revokes (the same
 single send), or sent when the thread next waits for work, reads history or closes. A busy
 worker's records land one task late; a worker killed meanwhile loses the record it
 buffered, never a task or its result.
 
-Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor. Filters
-are applied while reading (a stream has no secondary index), at most ``SCAN_MAX`` entries
-per call: when a rare filter finds fewer matches than asked within them, the page comes
-back short with a cursor to read on from.
+Every append is one ``history_append.lua`` call, which also adds the entry's id to three
+filter indexes: ``<prefix>:history:n:<name>``, ``:s:<state>`` and ``:q:<queue>``, STREAMs
+whose entry ids *are* the main stream's ids (one empty field), capped like it and, on each
+exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
+the SET of index keys).
+
+Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor. A query
+by name, queue or state walks that index (``history_read.lua``: index ids, then each
+record by id), by name first, then queue, then state; the other filters are checked while
+reading. A time range bounds the ids read (ids are append times: since less
+``CLOCK_SKEW``, until plus ``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
+when a filter without an index (exception text, task id, a second filter) finds fewer
+matches than asked within them, the page comes back short with a cursor to read on from.
 """
 
 from __future__ import annotations
@@ -36,11 +45,15 @@ from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
 from .keys import Keys
+from .packing import _pack
 from .scripts import SCRIPTS
 
 log = logging.getLogger("potatoq.brokers.redis")
 
-SCAN_MAX = 20_000  # stream entries one history() call reads at most
+SCAN_MAX = 20_000  # stream (or index) entries one history() call reads at most
+CLOCK_SKEW = 60.0  # seconds a worker's clock (finished_at) may run ahead of the server's (ids)
+APPEND_LAG = 3600.0  # seconds a record may wait in its thread's buffer (one task's run) and still
+#                      be found by a time range that ends before it was appended
 _BATCH = 500
 
 
@@ -76,16 +89,16 @@ class RedisHistory(Broker):
         return taken
 
     def _history_commands(self, records: Sequence[HistoryRecord]) -> list[tuple[Any, ...]]:
+        """One ``history_append`` call for ``records`` (none for no records)."""
+        if not records:
+            return []
         settings = self.config.history
-        key = self.keys.history
-        commands: list[tuple[Any, ...]] = [
-            ("XADD", key, "MAXLEN", "~", settings.max_count, "*", "r", r.encode()) for r in records
-        ]
-        if records and hist.should_trim(settings):
-            # exact now and then: "~" leaves whole stream nodes (100 entries) behind
-            oldest_ms = int((time.time() - settings.max_age) * 1000)
-            commands += [("XTRIM", key, "MAXLEN", settings.max_count), ("XTRIM", key, "MINID", oldest_ms)]
-        return commands
+        trim = hist.should_trim(settings)
+        oldest_ms = int((time.time() - settings.max_age) * 1000) if trim else 0
+        args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms]
+        for r in records:
+            args += [r.name or "", r.state, r.queue, r.encode()]
+        return [_evalsha(self, "history_append", args)]
 
     def _pipelined(self, pending: Sequence[HistoryRecord], *tail: tuple[Any, ...]) -> list[Any]:
         """Send ``pending`` records, then the ``tail`` commands, in one round trip on the
@@ -97,7 +110,12 @@ class RedisHistory(Broker):
             with self._errors():
                 conn = self._script_conns.get()
                 try:
-                    packed: Any = conn.pack_commands(commands)  # bytes chunks; typed as str
+                    # hiredis' packer when installed: redis-py's encodes every argument in Python
+                    packed: Any = (
+                        [b"".join(_pack(c) for c in commands)]
+                        if _pack is not None
+                        else conn.pack_commands(commands)  # bytes chunks; typed as str
+                    )
                     conn.send_packed_command(packed)
                     for _ in commands:  # read every reply, errors too, to stay in step
                         try:
@@ -111,6 +129,12 @@ class RedisHistory(Broker):
             self._history_buffer()[:0] = pending  # maybe not written: keep them for the next try
             raise
         cut = len(replies) - len(tail)
+        for i, reply in enumerate(replies[:cut]):
+            if isinstance(reply, redis.exceptions.NoScriptError):  # after a restart or SCRIPT FLUSH
+                try:
+                    replies[i] = self._run("history_append", list(commands[i][4:]))
+                except redis.exceptions.ResponseError as exc:
+                    replies[i] = exc
         failed = [r for r in replies[:cut] if isinstance(r, Exception)]
         if failed:  # the commands after them ran (a settle applied): report, don't raise
             log.warning("task history: %d record write(s) failed: %s", len(failed), failed[0])
@@ -191,9 +215,11 @@ class RedisHistory(Broker):
         last: str | None = None
         # Ids are append times, not finish times: a record appended late is hidden once past max_age.
         cutoff = time.time() - self.config.history.max_age
-        for scanned, (entry_id, record) in enumerate(self._newest_first(query.cursor), 1):
+        top, bottom = _id_bounds(query, cutoff)
+        entries = self._newest_first(_index_of(query), top, bottom)
+        for scanned, (entry_id, record) in enumerate(entries, 1):
             last = entry_id
-            if record.finished_at >= cutoff and hist.matches(record, query):
+            if record is not None and record.finished_at >= cutoff and hist.matches(record, query):
                 found.append(record)
                 if len(found) > query.limit:
                     found.pop()
@@ -202,18 +228,50 @@ class RedisHistory(Broker):
                 return HistoryPage(found, last)
         return HistoryPage(found, None)
 
-    def _newest_first(self, cursor: str | None) -> Iterator[tuple[str, HistoryRecord]]:
-        top = "+" if cursor is None else f"({cursor}"
+    def _newest_first(
+        self, index: str | None, top: str, bottom: str
+    ) -> Iterator[tuple[str, HistoryRecord | None]]:
+        """Entries from ``top`` down to ``bottom`` (XREVRANGE bounds): of the whole stream,
+        or those the index (key suffix) ``index`` lists, None for one trimmed meanwhile."""
         client = self._client()
         while True:
-            with self._errors():
-                entries = client.xrevrange(self.keys.history, max=top, min="-", count=_BATCH)
-            for raw_id, fields in entries:
+            if index is None:
+                with self._errors():
+                    entries = client.xrevrange(self.keys.history, max=top, min=bottom, count=_BATCH)
+                pairs = [(raw_id, fields[b"r"]) for raw_id, fields in entries]
+            else:
+                pairs = self._run("history_read", [index, top, bottom, _BATCH])
+            for raw_id, data in pairs:
                 entry_id = raw_id.decode()
-                yield entry_id, HistoryRecord.decode(fields[b"r"], cursor=entry_id)
-            if len(entries) < _BATCH:
+                yield entry_id, HistoryRecord.decode(data, cursor=entry_id) if data else None
+            if len(pairs) < _BATCH:
                 return
-            top = f"({entries[-1][0].decode()}"
+            top = f"({pairs[-1][0].decode()}"
+
+
+def _index_of(query: HistoryQuery) -> str | None:
+    """The index (key suffix) a query reads: by name, else queue, else state; None: the stream."""
+    if query.name is not None:
+        return f":n:{query.name}"
+    if query.queue is not None:
+        return f":q:{query.queue}"
+    if query.state is not None:
+        return f":s:{query.state}"
+    return None
+
+
+def _id_bounds(query: HistoryQuery, cutoff: float) -> tuple[str, str]:
+    """The XREVRANGE bounds (highest, lowest) that hold every record the query can match:
+    below its cursor; appended at or after its ``since`` (and ``cutoff``), less ``CLOCK_SKEW``;
+    appended before ``until`` plus ``APPEND_LAG``."""
+    low_ms = int((max(cutoff, query.since or 0.0) - CLOCK_SKEW) * 1000)
+    bottom = str(max(low_ms, 0))
+    top = "+" if query.cursor is None else f"({query.cursor}"
+    if query.until is not None:
+        high_ms = int((query.until + APPEND_LAG) * 1000)
+        if query.cursor is None or high_ms < int(query.cursor.partition("-")[0]):
+            top = str(high_ms)
+    return top, bottom
 
 
 def _evalsha(broker: RedisHistory, name: str, args: Sequence[str | bytes | int]) -> tuple[Any, ...]:

@@ -93,7 +93,9 @@ def test_every_transition_is_one_evalsha_round_trip(
         sent = trips.take()
         assert len(sent) == 1, sent
         assert b"EVALSHA" in sent[0]
-        assert sent[0].count(b"EVALSHA") == 1
+        # one transition script; buffered task-history records may ride in front of it
+        appends = sent[0].count(SCRIPTS["history_append"].sha.encode())
+        assert sent[0].count(b"EVALSHA") - appends == 1
         return value
 
     one_call(lambda: broker.enqueue([msg() for _ in range(50)]))

@@ -1,0 +1,38 @@
+-- history_append: task-history records into the capped stream and its filter indexes.
+-- KEYS: none (history, history:n:<name>, history:s:<state>, history:q:<queue>, history:indexes)
+-- ARGV: [1] prefix, [2] max_count, [3] '1' to trim exactly now, [4] oldest ms kept (by age),
+--       then per record: name ('' for none), state, queue, the encoded record.
+-- Each index is a STREAM whose entry ids are the ids of the main stream's entries it
+-- covers (field 'i', empty): a filtered read walks it instead of the whole stream. The
+-- indexes are trimmed with the main stream: never older than its oldest entry.
+-- Returns: the number of records appended.
+local hk = ARGV[1] .. 'history'
+local reg = hk .. ':indexes'
+local maxc = ARGV[2]
+local n = 0
+for i = 5, #ARGV - 3, 4 do
+  local id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 3])
+  local idx = {hk .. ':s:' .. ARGV[i + 1], hk .. ':q:' .. ARGV[i + 2]}
+  if ARGV[i] ~= '' then idx[3] = hk .. ':n:' .. ARGV[i] end
+  for j = 1, #idx do
+    -- pcall: an index holding a higher id (stream deleted, server clock set back) refuses
+    -- this one; the record is kept anyway
+    redis.pcall('XADD', idx[j], 'MAXLEN', '~', maxc, id, 'i', '')
+    redis.call('SADD', reg, idx[j])
+  end
+  n = n + 1
+end
+if ARGV[3] == '1' then
+  -- exact now and then: "~" leaves whole stream nodes (100 entries) behind
+  redis.call('XTRIM', hk, 'MAXLEN', maxc)
+  redis.call('XTRIM', hk, 'MINID', ARGV[4])
+  local first = redis.call('XRANGE', hk, '-', '+', 'COUNT', 1)[1]
+  for _, key in ipairs(redis.call('SMEMBERS', reg)) do
+    if first then redis.call('XTRIM', key, 'MINID', first[1]) end
+    if not first or redis.call('XLEN', key) == 0 then
+      redis.call('DEL', key)
+      redis.call('SREM', reg, key)
+    end
+  end
+end
+return n

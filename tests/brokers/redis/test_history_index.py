@@ -1,0 +1,121 @@
+"""Task history on Redis / Valkey: filtered queries read the per-name, per-state and
+per-queue index streams, and time ranges bound the stream ids read, instead of scanning
+the whole capped stream.
+
+"Reads few entries" is asserted on the broker's own budget: ``SCAN_MAX`` (the most
+entries one ``history()`` call reads) is cut to 20, so 5 matches among 5,000 records come
+back complete (no cursor) only when the query reads the index or a bounded id range; a
+scan reads 20 non-matching entries and returns a short page with a cursor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from potatoq.brokers.base import HistoryQuery, HistoryRecord, HistorySettings
+from potatoq.brokers.redis import RedisBroker
+from potatoq.brokers.redis import history as redis_history
+from potatoq.states import FAILURE, SUCCESS
+
+TOTAL, RARE = 5_000, 5
+
+
+def record(n: int, *, rare: bool = False, finished_at: float | None = None) -> HistoryRecord:
+    return HistoryRecord(
+        task_id=f"t{n}",
+        name="tests.rare" if rare else "tests.bulk",
+        queue="rare" if rare else "default",
+        state=FAILURE if rare else SUCCESS,
+        finished_at=time.time() if finished_at is None else finished_at,
+    )
+
+
+def append(broker: RedisBroker, records: list[HistoryRecord]) -> None:
+    for start in range(0, len(records), 500):
+        broker.append_history(records[start : start + 500])
+
+
+@pytest.fixture
+def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_history, "SCAN_MAX", 20)
+
+
+@pytest.mark.usefixtures("small_budget")
+def test_name_state_and_queue_filters_read_their_index(broker: RedisBroker) -> None:
+    rare_at = set(range(0, TOTAL, TOTAL // RARE))  # spread over the stream, oldest first
+    append(broker, [record(n, rare=n in rare_at) for n in range(TOTAL)])
+    expected = [f"t{n}" for n in sorted(rare_at, reverse=True)]
+    for query in (
+        HistoryQuery(name="tests.rare"),
+        HistoryQuery(state=FAILURE),
+        HistoryQuery(queue="rare"),
+        HistoryQuery(name="tests.rare", state=FAILURE, queue="rare"),
+    ):
+        page = broker.history(query)
+        assert [r.task_id for r in page.records] == expected, query
+        assert page.next_cursor is None, query
+    # Keyset pages over an index: the cursor is the main stream's id.
+    first = broker.history(HistoryQuery(name="tests.rare", limit=2))
+    assert [r.task_id for r in first.records] == expected[:2]
+    assert first.next_cursor is not None
+    rest = broker.history(HistoryQuery(name="tests.rare", cursor=first.next_cursor))
+    assert [r.task_id for r in rest.records] == expected[2:]
+    # Unfiltered, the budget still bounds a call: a full page of the newest.
+    assert len(broker.history(HistoryQuery(limit=10)).records) == 10
+
+
+def test_indexes_are_trimmed_with_the_stream(make: Callable[..., RedisBroker]) -> None:
+    broker = make(history=HistorySettings(max_count=3, trim_every=1))
+    append(broker, [record(0, rare=True), *(record(n) for n in range(1, 6))])
+    client = broker._client()
+    history = broker.keys.history
+    assert client.xlen(history) == 3
+    # The rare record's indexes went with it, and are no longer listed.
+    assert not client.exists(f"{history}:n:tests.rare", f"{history}:s:{FAILURE}", f"{history}:q:rare")
+    listed = {k.decode() for k in client.smembers(f"{history}:indexes")}
+    assert listed == {f"{history}:n:tests.bulk", f"{history}:s:{SUCCESS}", f"{history}:q:default"}
+    assert client.xlen(f"{history}:n:tests.bulk") == 3
+    assert broker.history(HistoryQuery(name="tests.rare")).records == []
+
+
+@pytest.mark.usefixtures("small_budget")
+def test_a_time_range_reads_only_its_stream_ids(broker: RedisBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_history, "CLOCK_SKEW", 0.0)
+    monkeypatch.setattr(redis_history, "APPEND_LAG", 0.0)
+    client = broker._client()
+
+    def server_ms() -> int:
+        seconds, micros = client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def after(ms: int) -> int:
+        """Wait (on the server's clock) until ``ms`` has passed; the time then."""
+        deadline = time.monotonic() + 30
+        while (now := server_ms()) <= ms:
+            assert time.monotonic() < deadline, "the server clock did not advance"
+        return now
+
+    # Ids below `since` belong to records that finished before it.
+    append(broker, [record(n, finished_at=0.5) for n in range(TOTAL - RARE)])
+    since = after(server_ms())
+    append(broker, [record(n, rare=True, finished_at=since / 1000) for n in range(RARE)])
+    page = broker.history(HistoryQuery(since=since / 1000))
+    assert len(page.records) == RARE
+    assert page.next_cursor is None
+
+    # And ids past `until` (plus APPEND_LAG) hold records that finished after it.
+    until = after(server_ms())
+    append(broker, [record(n, finished_at=time.time() + 3600) for n in range(TOTAL - RARE)])
+    page = broker.history(HistoryQuery(since=since / 1000, until=until / 1000))
+    assert len(page.records) == RARE
+    assert page.next_cursor is None
+
+
+def test_records_are_kept_after_a_script_flush(broker: RedisBroker) -> None:
+    broker.append_history([record(0)])
+    broker._client().script_flush()  # the next append is refused with NOSCRIPT, then loaded
+    broker.append_history([record(1, rare=True)])
+    assert [r.task_id for r in broker.history(HistoryQuery(name="tests.rare")).records] == ["t1"]
