@@ -25,7 +25,10 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - a zombie is dead too
+    try:
+        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - a zombie is dead too
+    except OSError:  # reaped between the two looks (ESRCH or ENOENT)
+        return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
