@@ -17,7 +17,7 @@ one node is SIGKILLed:
   connection was on that node: its ``.delay()`` calls go on to the next node.
 
 Afterwards: lost = 0 (every task whose ``.delay()`` returned ran), nothing dead-lettered,
-the worker process never restarted, and a task ran twice only if it was in flight at the
+the worker process never restarted, and a task ran twice only if it was unacked at the
 kill: at most one per worker process (prefetch 1, one band queue). The killed node is
 started again at the end (it rejoins from its data folder), so each test begins with
 three running nodes.
@@ -226,8 +226,10 @@ def test_a_killed_node_loses_no_task(cluster: RabbitCluster, kill: str, tmp_path
     assert not dead, [(d.id, d.reason) for d in dead[:5]]
     assert alive, "the worker died"
     assert len(children) == 1, f"the worker was restarted: supervisors {children}"
-    late = [task_id for task_id in twice if first_run[task_id] >= before_kill + CHILDREN]
-    assert not late, f"tasks first run after the kill ran again: {late[:5]}; {figures}"
+    # With prefetch 1 each worker process holds at most one unacked delivery when the node
+    # dies, so at most one task per process runs again. Which ones can't be told from the
+    # order of recorded runs: a delivery the dying leader pushed just before the kill may
+    # start after it, and its ack then goes nowhere (CI saw such a task).
     assert len(twice) <= CHILDREN, f"more tasks ran twice than were in flight: {figures}"
     if kill == "leader":
         assert new_leader != cluster.nodes[leader_node].node, "the killed node still leads the queue"
