@@ -70,6 +70,37 @@ def _queue_limit(settings: Any, queue: str) -> list[Any] | None:
     return [key, checked]
 
 
+def _pick(options: Mapping[str, Any], entry: Mapping[str, Any], task: Any, option: str, setting: str) -> Any:
+    """A limit option, the first that names it: the call's ``option``, the ``task_limits``
+    entry's ``setting``, then the task's attribute of the call option's name."""
+    value = options.get(option)
+    if value is None:
+        value = entry.get(setting)
+    if value is None and task is not None:
+        value = getattr(task, option, None)
+    return value
+
+
+def _call_key(
+    options: Mapping[str, Any],
+    entry: Mapping[str, Any],
+    task: Any,
+    option: str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> object:
+    """The key of one call: given with the call, else computed by the setting's or the
+    task's function of the call's arguments (None: no key)."""
+    key: object = options.get(option)
+    if key is None:
+        compute: Callable[..., object] | None = entry.get(option) or (
+            getattr(task, option, None) if task is not None else None
+        )
+        if compute is not None:
+            key = compute(*args, **kwargs)
+    return key
+
+
 def limit_header(
     settings: Any,
     task: Any,
@@ -81,20 +112,10 @@ def limit_header(
 ) -> list[Any] | None:
     """The ``cl`` header value for one call, or None when no concurrency limit applies."""
     entry = _configured(settings, task_name)
-    limit = options.get("concurrency_limit")
-    if limit is None:
-        limit = entry.get("concurrency")
-    if limit is None and task is not None:
-        limit = getattr(task, "concurrency_limit", None)
+    limit = _pick(options, entry, task, "concurrency_limit", "concurrency")
     if limit is None:
         return _queue_limit(settings, queue)
-    key: object = options.get("concurrency_key")
-    if key is None:
-        compute: Callable[..., object] | None = entry.get("concurrency_key") or (
-            getattr(task, "concurrency_key", None) if task is not None else None
-        )
-        if compute is not None:
-            key = compute(*args, **kwargs)
+    key = _call_key(options, entry, task, "concurrency_key", args, kwargs)
     name, checked = validate_limit(limit_key(task_name, key), limit)
     return [name, checked]
 
@@ -109,25 +130,10 @@ def rate_header(
 ) -> list[Any] | None:
     """The ``rl`` header value ``[key, per_second, burst]`` for one call, or None."""
     entry = _configured(settings, task_name)
-
-    def pick(option: str, setting: str, attribute: str) -> Any:
-        value = options.get(option)
-        if value is None:
-            value = entry.get(setting)
-        if value is None and task is not None:
-            value = getattr(task, attribute, None)
-        return value
-
-    rate = pick("global_rate_limit", "rate", "global_rate_limit")
+    rate = _pick(options, entry, task, "global_rate_limit", "rate")
     if rate is None:
         return None
-    burst = pick("rate_burst", "burst", "rate_burst")
-    key: object = options.get("rate_key")
-    if key is None:
-        compute: Callable[..., object] | None = entry.get("rate_key") or (
-            getattr(task, "rate_key", None) if task is not None else None
-        )
-        if compute is not None:
-            key = compute(*args, **kwargs)
+    burst = _pick(options, entry, task, "rate_burst", "burst")
+    key = _call_key(options, entry, task, "rate_key", args, kwargs)
     name, per_second, checked = validate_rate(limit_key(task_name, key), rate, burst)
     return [name, per_second, checked]
