@@ -186,7 +186,6 @@ def broker_metrics(broker: Any, *, dead_letter_scan: int = 10000) -> str:
 
 def _limit_metrics(usage: Iterable[Any]) -> Iterator[Any]:
     """Cluster-wide concurrency limits (docs/limits.md): slots in use, the limit, waiters."""
-    from prometheus_client.core import GaugeMetricFamily
 
     usage = list(usage)
     gauges = (
@@ -194,6 +193,14 @@ def _limit_metrics(usage: Iterable[Any]) -> Iterator[Any]:
         ("potatoq_limit_waiting", "Ready tasks waiting for a slot of the concurrency limit.", "waiting"),
         ("potatoq_limit_concurrency", "The concurrency limit in force (override or task option).", "limit"),
     )
+    yield from _keyed_gauges(gauges, usage)
+
+
+def _keyed_gauges(gauges: Iterable[tuple[str, str, str]], usage: list[Any]) -> Iterator[Any]:
+    """One gauge family per (name, help, attribute), labelled by each usage row's key; a
+    row whose attribute is None (no limit known) is left out of that family."""
+    from prometheus_client.core import GaugeMetricFamily
+
     for name, help_text, attr in gauges:
         family = GaugeMetricFamily(name, help_text, labels=["key"])
         for u in usage:
@@ -205,7 +212,6 @@ def _limit_metrics(usage: Iterable[Any]) -> Iterator[Any]:
 
 def _rate_metrics(usage: Iterable[Any]) -> Iterator[Any]:
     """Global rate limits (docs/limits.md): tokens left, tasks waiting, the rate and burst."""
-    from prometheus_client.core import GaugeMetricFamily
 
     usage = list(usage)
     gauges = (
@@ -218,13 +224,7 @@ def _rate_metrics(usage: Iterable[Any]) -> Iterator[Any]:
         ),
         ("potatoq_rate_burst", "How many tasks of the key may start at once.", "burst"),
     )
-    for name, help_text, attr in gauges:
-        family = GaugeMetricFamily(name, help_text, labels=["key"])
-        for u in usage:
-            value = getattr(u, attr)
-            if value is not None:
-                family.add_metric([u.key], value)
-        yield family
+    yield from _keyed_gauges(gauges, usage)
 
 
 # ----------------------------------------------------------------------------- from signals
