@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -54,10 +55,25 @@ def wait_for(predicate: Callable[[], Any], timeout: float = DEADLINE, what: str 
 
 
 def free_port() -> int:
-    """A TCP port nothing listens on right now (loopback)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback TCP port nothing holds right now, below the kernel's ephemeral range.
+
+    Servers of these tests are killed and started again on the same port. A port from the
+    ephemeral range (what binding port 0 gives) can meanwhile become the local end of some
+    client's connection, and the restart then fails with EADDRINUSE (a RabbitMQ node of the
+    cluster test did, once)."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = list(range(max(1024, low - 12000), low))
+    random.shuffle(candidates)
+    for port in candidates[:500]:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port below {low}")
 
 
 def report(scenario: str, broker: str, **figures: Any) -> None:
