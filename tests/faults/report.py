@@ -148,6 +148,24 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
         ],
     ),
     (
+        "poison",
+        (
+            "A worker of 2 children gets 3 poison tasks (each SIGKILLs the process that runs it) among "
+            "ordinary ones; `task_max_deliveries` = 5. *Runs each*: how many times each poison task ran "
+            "(asserted: exactly 5, with delivery counts 1 to 5), then it is dead-lettered; the ordinary "
+            "tasks all complete."
+        ),
+        ["broker", "poison tasks", "runs each", "dead-lettered", "ordinary tasks", "ordinary lost"],
+        lambda r: [
+            r["broker"],
+            r["poison_tasks"],
+            ", ".join(str(n) for n in r["runs_each"]),
+            r["dead_letters"],
+            r["ordinary_tasks"],
+            r["ordinary_lost"],
+        ],
+    ),
+    (
         "broker restart",
         (
             'A private server (redis-server with `--save ""` and an fsynced AOF; an initdb cluster; a '
