@@ -170,6 +170,13 @@ def _loads(result: dict[str, Any]) -> str:
     return ", ".join(f"{key[5:]} {' / '.join(f'{x:.1f}' for x in result[key])}" for key in keys)
 
 
+def write_json(path: str | None, data: Any) -> None:
+    """``--json FILE``: the figures as JSON too (nothing when no file was asked for)."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(data, fh, indent=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("url")
@@ -181,9 +188,7 @@ def main() -> None:
     result["load_end"] = os.getloadavg()
     print(report(result))
     print(f"\nload average (1 / 5 / 15 min): {_loads(result)}; {os.cpu_count()} cores")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=1)
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

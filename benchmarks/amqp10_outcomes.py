@@ -26,7 +26,6 @@ a benchmark: it measures no time.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import time
@@ -37,7 +36,7 @@ import pika
 from rabbitmq_amqp_python_client import AddressHelper, Delivery
 from rabbitmq_amqp_python_client.options import ReceiverOptionUnsettled
 
-from .amqp10 import connect
+from .amqp10 import connect, write_json
 
 LIMIT = 2
 STEPS = 6
@@ -189,9 +188,7 @@ def main() -> None:
     for name, row in results.items():
         seen = ", ".join(f"{body} {count}" for body, count in row["seen"])
         print(f"| {name} | {seen} | {row['left in queue']} | {row['dead-lettered']} |")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":
