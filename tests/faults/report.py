@@ -110,7 +110,8 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
     (
         "kill storm",
         (
-            "2 workers x 2 children drain the tasks while a random child is SIGKILLed every 200 ms and "
+            "2 workers x 2 children drain the tasks while a random child is SIGKILLed every 200 ms (every "
+            "second on RabbitMQ, whose children take about a second to connect and subscribe) and "
             "a whole worker (supervisor and children, its process group) is SIGKILLed twice and "
             "restarted; `worker_dead_after` = 3 s. *Extra executions* are runs beyond one per task: "
             "each one was in a process the test killed (asserted). *Requeued by the supervisor*: "
