@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-scale reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -110,6 +110,15 @@ format: $(STAMP)
 # e.g. BENCH_ARGS="--brokers redis,postgres -n 2000".
 bench: $(BENCH_STAMP) $(BENCH_ARQ_STAMP)
 	$(BENCH_VENV)/bin/python -m benchmarks.run --arq-python $(BENCH_ARQ_VENV)/bin/python $(BENCH_ARGS)
+
+# pika (AMQP 0.9.1) against RabbitMQ 4's AMQP 1.0 client on potatoq's pattern (quorum queue,
+# confirms, late ack, prefetch 1 and 4), rounds alternating, then what a quorum queue does
+# with a delivery given back each way (docs/brokers/rabbitmq.md). Needs RabbitMQ 4.
+AMQP10_ARGS ?= -n 5000 --rounds 3
+bench-amqp10: $(BENCH_STAMP)
+	@exports=$$($(SERVICES_UP) rabbitmq4) && eval "$$exports" && \
+	  $(BENCH_VENV)/bin/python -m benchmarks.amqp10 "$$POTATOQ_TEST_RABBITMQ_URL" $(AMQP10_ARGS) && \
+	  $(BENCH_VENV)/bin/python -m benchmarks.amqp10_outcomes "$$POTATOQ_TEST_RABBITMQ_URL"
 
 # Cost behind a backlog (SQLite, PostgreSQL), broker level; not in CI. Defaults are the full
 # sizes (1M ready + 1M delayed + 10M results); e.g.

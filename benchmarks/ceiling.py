@@ -24,9 +24,10 @@ import pika
 
 QUEUE = "potatoq_bench_ceiling"
 PROCESSES = 2
+BODY = b"x" * 200  # about the size of a potatoq no-op message
 
 
-def _consume(url: str, prefetch: int, count: int, out: Any) -> None:
+def _consume(url: str, queue: str, prefetch: int, count: int, out: Any) -> None:
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
     channel.basic_qos(prefetch_count=prefetch)
@@ -42,7 +43,7 @@ def _consume(url: str, prefetch: int, count: int, out: Any) -> None:
         if got >= count:
             ch.stop_consuming()
 
-    channel.basic_consume(QUEUE, on_message)
+    channel.basic_consume(queue, on_message)
     channel.start_consuming()
     assert first is not None
     # (count - 1) intervals between the first delivery and the last
@@ -50,35 +51,61 @@ def _consume(url: str, prefetch: int, count: int, out: Any) -> None:
     connection.close()
 
 
-def measure(url: str, prefetch: int, n: int) -> float:
-    """Combined deliveries/s of PROCESSES bare consumers with ``prefetch``, on n messages."""
+def fresh_queue(url: str, queue: str) -> None:
+    """(Re)declare ``queue`` as an empty durable quorum queue."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
     try:
         channel = connection.channel()
-        channel.queue_delete(QUEUE)
-        channel.queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
-        channel.confirm_delivery()
-        body = b"x" * 200  # about the size of a potatoq no-op message
-        for _ in range(n):
-            channel.basic_publish("", QUEUE, body)
-        out: Any = multiprocessing.get_context("spawn").Queue()
-        procs = [
-            multiprocessing.get_context("spawn").Process(
-                target=_consume, args=(url, prefetch, n // PROCESSES, out)
-            )
-            for _ in range(PROCESSES)
-        ]
-        for proc in procs:
-            proc.start()
-        rates = [out.get(timeout=120) for _ in procs]
-        for proc in procs:
-            proc.join(30)
-        return float(sum(rates))
+        channel.queue_delete(queue)
+        channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
     finally:
-        try:
-            connection.channel().queue_delete(QUEUE)
-        finally:
-            connection.close()
+        connection.close()
+
+
+def delete_queue(url: str, queue: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        connection.channel().queue_delete(queue)
+    finally:
+        connection.close()
+
+
+def publish_confirmed(url: str, queue: str, n: int) -> float:
+    """Publish n messages one at a time, each confirmed before the next; returns publishes/s."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        started = time.perf_counter()
+        for _ in range(n):
+            channel.basic_publish("", queue, BODY)
+        return n / max(time.perf_counter() - started, 1e-9)
+    finally:
+        connection.close()
+
+
+def consume_in_processes(consume: Any, args: tuple[Any, ...], count: int) -> float:
+    """Run ``consume(*args, count // PROCESSES, out)`` in PROCESSES spawned processes and
+    return the sum of the rates they put on ``out``."""
+    context = multiprocessing.get_context("spawn")
+    out: Any = context.Queue()
+    procs = [context.Process(target=consume, args=(*args, count // PROCESSES, out)) for _ in range(PROCESSES)]
+    for proc in procs:
+        proc.start()
+    rates = [out.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    return float(sum(rates))
+
+
+def measure(url: str, prefetch: int, n: int, queue: str = QUEUE) -> float:
+    """Combined deliveries/s of PROCESSES bare consumers with ``prefetch``, on n messages."""
+    fresh_queue(url, queue)
+    try:
+        publish_confirmed(url, queue, n)
+        return consume_in_processes(_consume, (url, queue, prefetch), n)
+    finally:
+        delete_queue(url, queue)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -58,6 +59,18 @@ def record(self, n: int, work_ms: float = 0.0) -> int:
     if work_ms:
         time.sleep(work_ms / 1000)
     return n
+
+
+POISON = "poison.log"
+
+
+@app.task(name="faults.poison", bind=True)
+def poison(self) -> None:
+    """Record this execution (with its delivery count), then SIGKILL its own process: a task
+    that takes down whatever runs it, every time."""
+    fd = os.open(_dir() / POISON, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, f"{self.request.id} {os.getpid()} {self.request.deliveries}\n".encode())
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @app.task(name="faults.add")

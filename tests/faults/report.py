@@ -110,7 +110,8 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
     (
         "kill storm",
         (
-            "2 workers x 2 children drain the tasks while a random child is SIGKILLed every 200 ms and "
+            "2 workers x 2 children drain the tasks while a random child is SIGKILLed every 200 ms (every "
+            "second on RabbitMQ, whose children take about a second to connect and subscribe) and "
             "a whole worker (supervisor and children, its process group) is SIGKILLed twice and "
             "restarted; `worker_dead_after` = 3 s. *Extra executions* are runs beyond one per task: "
             "each one was in a process the test killed (asserted). *Requeued by the supervisor*: "
@@ -145,6 +146,24 @@ SECTIONS: list[tuple[str, str, list[str], Callable[[Row], list[Any]]]] = [
             r["requeued_by_supervisor"],
             r.get("orphaned_claims", "n/a"),
             f"{r['drain_seconds']} s",
+        ],
+    ),
+    (
+        "poison",
+        (
+            "A worker of 2 children gets 3 poison tasks (each SIGKILLs the process that runs it) among "
+            "ordinary ones; `task_max_deliveries` = 5. *Runs each*: how many times each poison task ran "
+            "(asserted: exactly 5, with delivery counts 1 to 5), then it is dead-lettered; the ordinary "
+            "tasks all complete."
+        ),
+        ["broker", "poison tasks", "runs each", "dead-lettered", "ordinary tasks", "ordinary lost"],
+        lambda r: [
+            r["broker"],
+            r["poison_tasks"],
+            ", ".join(str(n) for n in r["runs_each"]),
+            r["dead_letters"],
+            r["ordinary_tasks"],
+            r["ordinary_lost"],
         ],
     ),
     (
