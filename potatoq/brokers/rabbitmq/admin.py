@@ -37,12 +37,9 @@ class RabbitMQAdmin(Broker):
     # ------------------------------------------------------------------ dead letters
 
     def _registered(self) -> list[str]:
-        """The registry's potatoq queues, with those earlier reads of this process found
-        (a read can miss entries the previous read was still handing back)."""
         state = self._process()
         names: list[str] = state.link.run(declare.registered_queues, state.link, self.topology)
-        state.registered.update(dict.fromkeys(names))
-        return list(state.registered)
+        return names
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
         """Dead letters, newest first. Reads each ``q.dlq`` without removing or reordering
@@ -168,7 +165,6 @@ class RabbitMQAdmin(Broker):
         names += [self.topology.registry, self.topology.scheduler]
         deleted: int = state.link.run(declare.delete_queues, state.link, names)
         state.session.declared.clear()
-        state.registered.clear()
         return deleted
 
 

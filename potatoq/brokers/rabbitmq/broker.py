@@ -106,10 +106,6 @@ class _ProcessState:
         self.intake = Intake(self.session, hold=broker.options.prefetch_hold)
         self.link.on_tick = self.intake.hand_back_stale
         self.lease = SchedulerLease(self.session)
-        # Potatoq queues this process has read from the registry. The registry only grows
-        # (reads remove duplicate entries only), but a read right after another may find
-        # its messages still on their way back to the quorum queue: the names stay known.
-        self.registered: dict[str, None] = {}
 
     def _on_connected(self, _link: AmqpLink) -> None:
         self.intake.on_connected()

@@ -17,7 +17,7 @@ from typing import Any
 import pika
 import pika.channel
 
-from potatoq.brokers.rabbitmq import delay
+from potatoq.brokers.rabbitmq import delay, readlock
 from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.ops import Await, ChannelLost, Op, Publish
 from potatoq.brokers.rabbitmq.topology import QueueDecl, Topology
@@ -26,6 +26,8 @@ log = logging.getLogger("potatoq.brokers.rabbitmq")
 
 NOT_FOUND = 404
 PRECONDITION_FAILED = 406
+# How long a read waits for the messages it handed back to be ready again (see read_queue).
+RETURN_WAIT_SECONDS = 2.0
 
 # The delay cascade is shared by everything on a server; declare it once per process
 # and server URL (it is re-declared if a publish finds it missing).
@@ -212,6 +214,24 @@ def read_queue(
     name: str,
     decide: Any = None,
 ) -> Op[list[ReadMessage]]:
+    """Read every message of queue ``name`` without removing or reordering them, holding
+    the queue's read lock (:mod:`.readlock`: a concurrent read would see none of them)."""
+    locked = yield from readlock.acquire(link, name)
+    try:
+        messages = yield from _read_all(link, name, decide)
+    except GeneratorExit:  # abandoned: no more steps; our connection's end frees the lock
+        readlock.forget(link, name)
+        raise
+    except Exception:
+        if locked:
+            yield from readlock.release(link, name)
+        raise
+    if locked:
+        yield from readlock.release(link, name)
+    return messages
+
+
+def _read_all(link: AmqpLink, name: str, decide: Any) -> Op[list[ReadMessage]]:
     """Read every message of queue ``name`` without removing or reordering them.
 
     The messages are consumed on a channel of their own (unlimited prefetch), the
@@ -263,8 +283,15 @@ def read_queue(
         rest = [m.tag for m in messages if not m.ack]
         if rest:
             channel.basic_nack(max(rest), multiple=True, requeue=True)
-        # A round trip after the nack, so the messages are back before we return.
-        yield link.rpc(channel.queue_declare, name, passive=True)
+        # The nack's round trip isn't enough: a quorum queue takes the messages back through
+        # its log, after the reply. Wait until they count as ready again (bounded), so that
+        # the next reader, who takes the read lock after us, sees every one of them.
+        deadline = time.monotonic() + RETURN_WAIT_SECONDS
+        while True:
+            frame = yield link.rpc(channel.queue_declare, name, passive=True)
+            if frame.method.message_count >= len(rest) or time.monotonic() >= deadline:
+                break
+            yield link.sleep(0.005)
     finally:
         close_quietly(channel)
     return messages
