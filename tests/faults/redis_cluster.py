@@ -1,0 +1,168 @@
+"""A private Redis Cluster on loopback ports: 3 masters and 3 replicas (redis-server 7 of
+this machine, or any ``redis-server`` given by ``POTATOQ_REDIS_SERVER``), each node in a
+temp folder of its own, created with ``redis-cli --cluster create ... --cluster-yes``.
+
+Used by the cluster tests (tests/brokers/test_redis_cluster.py, the contract suite's
+``redis-cluster`` factory) and runnable by hand::
+
+    python -m tests.faults.redis_cluster      # prints the broker URL, Ctrl-C tears it down
+
+:meth:`RedisCluster.kill` SIGKILLs one node (no shutdown, no save); its replica is promoted
+by the cluster itself after ``cluster-node-timeout`` (set short here), or at once with
+:meth:`RedisCluster.failover` (``CLUSTER FAILOVER TAKEOVER`` on the replica).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from .harness import free_port, wait_for
+
+__all__ = ["RedisCluster", "available"]
+
+NODE_TIMEOUT_MS = 1500  # how long a silent master stays a master before its replica takes over
+
+
+def _server() -> str | None:
+    return os.environ.get("POTATOQ_REDIS_SERVER") or shutil.which("redis-server")
+
+
+def _cluster_ports(count: int) -> list[int]:
+    """``count`` free ports below 55536 whose cluster bus ports (port + 10000) are free too."""
+    found: list[int] = []
+    while len(found) < count:
+        port = free_port() % 30000 + 10000
+        if port not in found and _free(port) and _free(port + 10000):
+            found.append(port)
+    return found
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def available() -> str | None:
+    """Why a private cluster can't start here, or None when it can."""
+    if _server() is None:
+        return "redis-server is not installed"
+    if shutil.which("redis-cli") is None:
+        return "redis-cli is not installed"
+    return None
+
+
+class RedisCluster:
+    """``masters`` masters with ``replicas`` replicas each, on free loopback ports."""
+
+    def __init__(self, masters: int = 3, replicas: int = 1) -> None:
+        self.masters, self.replicas = masters, replicas
+        self.dir = Path(tempfile.mkdtemp(prefix="pq-redis-cluster-"))
+        self.ports = _cluster_ports(masters * (1 + replicas))
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[: self.masters]) + "/"
+
+    def start_node(self, port: int) -> None:
+        folder = self.dir / str(port)
+        folder.mkdir(exist_ok=True)
+        command = [
+            str(_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "yes",
+            "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction",
+            "--daemonize", "no", "--logfile", str(folder / "log"),
+        ]  # fmt: skip
+        self.procs[port] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: self._pings(port), 20, f"redis-server on port {port}")
+
+    def _pings(self, port: int) -> bool:
+        try:
+            with redis.Redis(port=port, socket_timeout=1) as client:
+                return bool(client.ping())
+        except redis.exceptions.RedisError:
+            return False
+
+    def start(self) -> RedisCluster:
+        for port in self.ports:
+            self.start_node(port)
+        nodes = [f"127.0.0.1:{p}" for p in self.ports]
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *nodes, "--cluster-replicas", str(self.replicas),
+             "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+        )  # fmt: skip
+        wait_for(self._settled, 30, "the cluster to be ok on every node")
+        return self
+
+    def _settled(self) -> bool:
+        for port in self.ports:
+            if port not in self.procs:
+                continue
+            try:
+                with redis.Redis(port=port, socket_timeout=1) as client:
+                    info = client.execute_command("CLUSTER", "INFO").decode()
+            except redis.exceptions.RedisError:
+                return False
+            if "cluster_state:ok" not in info:
+                return False
+        return True
+
+    def role(self, port: int) -> str:
+        with redis.Redis(port=port, socket_timeout=2) as client:
+            return str(client.execute_command("ROLE")[0].decode())
+
+    def master_ports(self) -> list[int]:
+        return [p for p in self.procs if self._pings(p) and self.role(p) == "master"]
+
+    def replica_of(self, master: int) -> int:
+        """The port of a replica of the master on ``master``."""
+        with redis.Redis(port=master, socket_timeout=2) as client:
+            role = client.execute_command("ROLE")
+        return int(role[2][0][1])
+
+    def kill(self, port: int) -> None:
+        proc = self.procs.pop(port)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def failover(self, replica: int) -> None:
+        """Make the replica on ``replica`` a master now (its master may be dead: TAKEOVER)."""
+        with redis.Redis(port=replica, socket_timeout=5) as client:
+            client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+        wait_for(lambda: self.role(replica) == "master", 20, f"port {replica} to become master")
+
+    def stop(self) -> None:
+        for port in list(self.procs):
+            with contextlib.suppress(Exception):
+                self.kill(port)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    with RedisCluster() as cluster:
+        print(cluster.url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
