@@ -132,9 +132,13 @@ class RedisCluster:
 
     def replica_of(self, master: int) -> int:
         """The port of a replica of the master on ``master``."""
-        with redis.Redis(port=master, socket_timeout=2) as client:
-            role = client.execute_command("ROLE")
-        return int(role[2][0][1])
+
+        def listed() -> int | None:  # a replica shows up once it has synced
+            with redis.Redis(port=master, socket_timeout=2) as client:
+                role = client.execute_command("ROLE")
+            return int(role[2][0][1]) if role[2] else None
+
+        return int(wait_for(listed, 30, f"a replica of port {master}"))
 
     def kill(self, port: int) -> None:
         proc = self.procs.pop(port)
