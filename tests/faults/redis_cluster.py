@@ -151,6 +151,31 @@ class RedisCluster:
             client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
         wait_for(lambda: self.role(replica) == "master", 20, f"port {replica} to become master")
 
+    def node_id(self, port: int) -> str:
+        with redis.Redis(port=port, socket_timeout=2) as client:
+            return str(client.execute_command("CLUSTER", "MYID").decode())
+
+    def move_slot(self, slot: int, source: int, target: int) -> int:
+        """Move ``slot`` from the master on ``source`` to the one on ``target`` by hand, as
+        ``redis-cli --cluster reshard`` does, but with all its keys in one ``MIGRATE``: the
+        source runs every call of the slot until then, and redirects all of them after
+        (see docs/deployment.md, resharding). Returns how many keys moved."""
+        source_id, target_id = self.node_id(source), self.node_id(target)
+        with (
+            redis.Redis(port=source, socket_timeout=30) as src,
+            redis.Redis(port=target, socket_timeout=30) as dst,
+        ):
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10_000_000)
+            if keys:
+                src.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 20000, "KEYS", *keys)
+            for port in self.master_ports():
+                with redis.Redis(port=port, socket_timeout=5) as node:
+                    node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        wait_for(self._settled, 30, "the cluster to agree on the moved slot")
+        return len(keys)
+
     def stop(self) -> None:
         for port in list(self.procs):
             with contextlib.suppress(Exception):

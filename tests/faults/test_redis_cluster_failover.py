@@ -111,3 +111,60 @@ def test_a_killed_master_loses_no_task(cluster: RedisCluster, tmp_path: Path) ->
     assert not dead, [(d.id, d.reason) for d in dead[:5]]
     assert alive, "the worker died"
     assert len(children) == 1, f"the worker was restarted: supervisors {children}"
+
+
+def test_moving_a_queue_slot_while_tasks_run_loses_none(cluster: RedisCluster, tmp_path: Path) -> None:
+    """The queue's slot moves to another master (all its keys in one MIGRATE) while the
+    worker runs the queue's tasks: every task runs, none is dead-lettered, no restart."""
+    env = FaultEnv(
+        tmp_path,
+        BrokerConfig(url=cluster.url, transport_options={"global_keyprefix": "pqmove"}),
+        "redis-cluster",
+        broker_connection_timeout=10.0,
+        worker_dead_after=5.0,
+    )
+    try:
+        with client(env) as proj:
+            broker = proj.app.broker
+            sent = [proj.record.delay(n, WORK_MS).id for n in range(TASKS)]
+            route = broker.keys.of_queue(proj.app.conf.task_default_queue) + "seq"
+            rc = broker._client()
+            slot = rc.keyslot(route)
+            source = rc.get_node_from_key(route).port
+            target = next(p for p in cluster.master_ports() if p != source)
+            worker = env.worker("-c", str(CHILDREN), "-l", "info")
+            wait_for(lambda: len(env.executions()) >= KILL_AT, 120, f"{KILL_AT} runs")
+            started = time.monotonic()
+            moved = cluster.move_slot(slot, source, target)
+            took = time.monotonic() - started
+            extra = [proj.record.delay(n, WORK_MS).id for n in range(TASKS, TASKS + 20)]  # after the move
+            sent += extra
+
+            def missing() -> set[str]:
+                return set(sent) - {task_id for task_id, _, _ in env.executions()}
+
+            wait_for(lambda: not missing(), 180, "every sent task to run")
+            runs = env.executions()
+            twice = {t: n for t, n in Counter(t for t, _, _ in runs).items() if n > 1}
+            children = {ppid for _, _, ppid in runs}
+            alive = worker.alive()
+            dead = broker.list_dead(limit=100)
+            now_on = broker._client().get_node_from_key(route).port
+            report(
+                "redis cluster slot moved",
+                "redis-cluster",
+                tasks=len(sent),
+                lost=len(missing()),
+                tasks_run_twice=len(twice),
+                keys_moved=moved,
+                move_seconds=round(took, 2),
+            )
+            worker.stop()
+    finally:
+        env.close(failed=True)
+
+    assert now_on == target
+    assert not missing()
+    assert not dead, [(d.id, d.reason) for d in dead[:5]]
+    assert alive, "the worker died"
+    assert len(children) == 1, f"the worker was restarted: supervisors {children}"

@@ -188,17 +188,25 @@ class RedisClusterBroker(RedisBroker):
             raise OperationalError(f"Redis Cluster unreachable: {exc}") from exc
 
     def _run_at(self, prefix: str, name: str, args: Sequence[str | bytes | int]) -> Any:
-        """One EVALSHA of cluster script ``name`` in the slot of ``prefix`` (its routing key);
-        loads the script on that node on NOSCRIPT (a promoted replica, a restart)."""
+        """One EVALSHA of cluster script ``name`` in the slot of ``prefix``; loads the script
+        on the masters on NOSCRIPT (a promoted replica, a restart, a slot being moved).
+
+        The one declared key routes the call: the queue's ``seq``, which exists from its
+        first enqueue on and is never deleted. While its slot migrates, the source node runs
+        the call as long as that key is still there, and redirects it (ASK) once it has
+        moved: safe when the slot's keys move together (one MIGRATE, see docs/deployment.md).
+        """
         script = CLUSTER_SCRIPTS[name]
         client = self._client()
+        route = prefix + "seq"
         with self._errors():
             try:
-                return client.execute_command("EVALSHA", script.sha, 1, prefix, prefix, *args)
+                return client.execute_command("EVALSHA", script.sha, 1, route, prefix, *args)
             except redis.exceptions.NoScriptError:
-                node = client.get_node_from_key(prefix)
-                client.execute_command("SCRIPT", "LOAD", script.source, target_nodes=node)
-                return client.execute_command("EVALSHA", script.sha, 1, prefix, prefix, *args)
+                # on every master: a call redirected (ASK, during a slot's move) ran on a
+                # node the slot map doesn't name yet
+                client.execute_command("SCRIPT", "LOAD", script.source, target_nodes=RedisCluster.PRIMARIES)
+                return client.execute_command("EVALSHA", script.sha, 1, route, prefix, *args)
 
     def _run(self, name: str, args: Sequence[str | bytes | int]) -> Any:
         # The mixins' calls (heartbeat, history): the global slot, or the queue slot a
