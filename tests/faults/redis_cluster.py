@@ -108,6 +108,8 @@ class RedisCluster:
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
         )  # fmt: skip
         wait_for(self._settled, 30, "the cluster to be ok on every node")
+        for master in self.master_ports():  # and every replica synced with its master
+            self.replica_of(master)
         return self
 
     def _settled(self) -> bool:

@@ -104,6 +104,11 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
         unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
+    #: The client's errors that mean "the server can't be reached" (OperationalError).
+    unreachable: ClassVar[tuple[type[Exception], ...]] = (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+    )
 
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__(config)
@@ -152,15 +157,18 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
             with self._check_lock:
                 if not self._checked:
                     with self._errors():
-                        check_server(client)
+                        self._check_server(client)
                     self._checked = True
         return client
+
+    def _check_server(self, client: Any) -> None:
+        check_server(client)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except self.unreachable as exc:
             self._clients.discard()
             self._script_conns.discard()
             raise OperationalError(f"Redis broker unreachable: {exc}") from exc

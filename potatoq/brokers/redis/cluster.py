@@ -9,12 +9,10 @@ settling queue's outbox (``lua/_cluster.lua``) and :meth:`RedisClusterBroker._re
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -31,11 +29,13 @@ from potatoq.brokers.base import (
     QueuedTask,
     QueueStats,
     RecoverReport,
+    Requeue,
+    RetryLater,
     WorkerRef,
     decode_queued,
     validate_queue_name,
 )
-from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError, OperationalError
+from potatoq.exceptions import ImproperlyConfigured, OperationalError
 from potatoq.message import Message
 
 from .broker import _QUEUED_STATES, HANDOFF, RedisBroker
@@ -144,6 +144,13 @@ class RedisClusterBroker(RedisBroker):
         atomic_settle=False,
     )
     schemes: ClassVar[tuple[str, ...]] = CLUSTER_SCHEMES
+    # a failover or a moving slot: the cluster client retried and gave up
+    unreachable: ClassVar[tuple[type[Exception], ...]] = (
+        *RedisBroker.unreachable,
+        redis.exceptions.ClusterError,
+        redis.exceptions.ClusterDownError,
+        redis.exceptions.TryAgainError,
+    )
     keys: ClusterKeys
 
     def __init__(self, config: Any) -> None:
@@ -164,28 +171,11 @@ class RedisClusterBroker(RedisBroker):
             **self._node_options,
         )
 
-    def _client(self) -> Any:
-        client = self._clients.get()
-        if not self._checked:
-            with self._check_lock:
-                if not self._checked:
-                    with self._errors():
-                        _check_cluster(client)
-                    self._checked = True
-        return client
+    def _client(self) -> Any:  # a RedisCluster, which the Redis stubs don't know
+        return super()._client()
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except (
-            redis.exceptions.ConnectionError,
-            redis.exceptions.TimeoutError,
-            redis.exceptions.ClusterDownError,
-            redis.exceptions.ClusterError,
-            redis.exceptions.TryAgainError,
-        ) as exc:
-            raise OperationalError(f"Redis Cluster unreachable: {exc}") from exc
+    def _check_server(self, client: Any) -> None:
+        _check_cluster(client)
 
     def _run_at(self, prefix: str, name: str, args: Sequence[str | bytes | int]) -> Any:
         """One EVALSHA of cluster script ``name`` in the slot of ``prefix``; loads the script
@@ -254,7 +244,7 @@ class RedisClusterBroker(RedisBroker):
         prefix = self.keys.of_queue(delivery.queue)
         settled = bool(self._run_at(prefix, name, args))
         if settled:
-            self._relay(prefix, f"{delivery.id}:{delivery.token}")
+            self._relay_settled(prefix, delivery, outcome)
             self._history_settled(delivery, outcome)
         return settled
 
@@ -269,13 +259,28 @@ class RedisClusterBroker(RedisBroker):
         reply = self._run_at(prefix, _SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
         settled = bool(reply[0])
         if settled:
-            self._relay(prefix, f"{delivery.id}:{delivery.token}")
+            self._relay_settled(prefix, delivery, outcome)
             self._history_settled(delivery, outcome)
         if len(reply) > 1:
             return settled, self._delivery(reply[1:], worker)
         return settled, self.claim(queues[1:], worker)
 
     # -- the outbox relay ---------------------------------------------------------------------
+
+    def _relay_settled(self, prefix: str, delivery: Delivery, outcome: Outcome) -> None:
+        """Relay the outbox entry the settle of ``delivery`` wrote, if it wrote one. The
+        settle is done whatever happens here: a relay that fails is left to recovery."""
+        if isinstance(outcome, Requeue):
+            return
+        if isinstance(outcome, RetryLater):
+            if outcome.result is None and outcome.message.queue == delivery.queue:
+                return
+        elif outcome.result is None and outcome.chord is None and not outcome.followups:
+            return
+        try:
+            self._relay(prefix, f"{delivery.id}:{delivery.token}")
+        except (OperationalError, redis.exceptions.RedisError) as exc:
+            log.warning("relaying the settle of %s failed (a recovery round will): %r", delivery.id, exc)
 
     def _relay(self, prefix: str, name: str) -> None:
         """Carry out outbox entry ``name`` of the queue slot ``prefix``, then delete it.
@@ -564,30 +569,16 @@ class RedisClusterBroker(RedisBroker):
                 )
                 heads += [(score, queue, task_id) for task_id, score in entries]
             picked = heapq.nlargest(offset + limit, heads)[offset:]
-            records = []
-            for score, queue, task_id in picked:
-                prefix = self.keys.of_queue(queue)
-                raw = client.hget(f"{prefix}dead:payload", task_id)
-                info = client.hget(f"{prefix}dead:info", task_id)
-                if raw is None or info is None:
-                    continue
-                meta = json.loads(info)
-                try:
-                    task: str | None = Message.decode(raw, max_size=self.config.max_message_size).task
-                except MessageDecodeError:
-                    task = None
-                records.append(
-                    DeadLetterRecord(
-                        id=task_id.decode(),
-                        queue=meta["queue"],
-                        task=task,
-                        reason=meta["reason"],
-                        raw=raw,
-                        died_at=float(meta.get("died") or score / 1000.0) / 1000.0,
-                        deliveries=int(meta.get("deliveries") or 0),
-                    )
-                )
-        return records
+            pipe = client.pipeline(transaction=False)
+            for _, queue, task_id in picked:
+                pipe.hget(f"{self.keys.of_queue(queue)}dead:payload", task_id)
+                pipe.hget(f"{self.keys.of_queue(queue)}dead:info", task_id)
+            fields = pipe.execute()
+        found = (
+            self._dead_record(task_id, score, fields[2 * i], fields[2 * i + 1])
+            for i, (score, _, task_id) in enumerate(picked)
+        )
+        return [record for record in found if record is not None]
 
     def retry_dead(self, ids: Sequence[str] | None = None) -> int:
         if ids is not None and not ids:
