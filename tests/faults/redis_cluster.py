@@ -1,6 +1,7 @@
 """A private Redis Cluster on loopback ports: 3 masters and 3 replicas (redis-server 7 of
-this machine, or any ``redis-server`` given by ``POTATOQ_REDIS_SERVER``), each node in a
-temp folder of its own, created with ``redis-cli --cluster create ... --cluster-yes``.
+this machine, or any ``redis-server`` given by ``POTATOQ_REDIS_SERVER``; or, with
+``server="valkey"``, Valkey 8 chrooted in the services' Debian root filesystem), each node
+in a temp folder of its own, created with ``redis-cli --cluster create ... --cluster-yes``.
 
 Used by the cluster tests (tests/brokers/test_redis_cluster.py, the contract suite's
 ``redis-cluster`` factory) and runnable by hand::
@@ -27,9 +28,12 @@ from pathlib import Path
 import redis
 
 from .harness import free_port, wait_for
+from .servers import services_cache
 
 __all__ = ["RedisCluster", "available"]
 
+# Valkey 8 comes from the Debian trixie root filesystem scripts/services/up builds.
+VALKEY_ROOTFS = services_cache() / "trixie-rootfs"
 NODE_TIMEOUT_MS = 1500  # how long a silent master stays a master before its replica takes over
 
 
@@ -56,9 +60,14 @@ def _free(port: int) -> bool:
         return True
 
 
-def available() -> str | None:
-    """Why a private cluster can't start here, or None when it can."""
-    if _server() is None:
+def available(server: str = "redis") -> str | None:
+    """Why a private cluster of ``server`` (redis, valkey) can't start here, or None when it can."""
+    if server == "valkey":
+        if not (VALKEY_ROOTFS / "usr/bin/valkey-server").exists():
+            return f"no Valkey in {VALKEY_ROOTFS} (bash scripts/services/up builds it)"
+        if os.geteuid() != 0:
+            return "a chrooted Valkey needs root"
+    elif _server() is None:
         return "redis-server is not installed"
     if shutil.which("redis-cli") is None:
         return "redis-cli is not installed"
@@ -68,9 +77,12 @@ def available() -> str | None:
 class RedisCluster:
     """``masters`` masters with ``replicas`` replicas each, on free loopback ports."""
 
-    def __init__(self, masters: int = 3, replicas: int = 1) -> None:
-        self.masters, self.replicas = masters, replicas
-        self.dir = Path(tempfile.mkdtemp(prefix="pq-redis-cluster-"))
+    def __init__(self, masters: int = 3, replicas: int = 1, server: str = "redis") -> None:
+        self.masters, self.replicas, self.server = masters, replicas, server
+        # Valkey runs chrooted in the services' Debian root filesystem: its folders are there
+        self.root = VALKEY_ROOTFS if server == "valkey" else None
+        base = None if self.root is None else str(self.root / "tmp")
+        self.dir = Path(tempfile.mkdtemp(prefix=f"pq-{server}-cluster-", dir=base))
         self.ports = _cluster_ports(masters * (1 + replicas))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -79,14 +91,21 @@ class RedisCluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[: self.masters]) + "/"
 
     def start_node(self, port: int) -> None:
+        running = self.procs.get(port)
+        if running is not None and running.poll() is None:
+            raise RuntimeError(f"a node already runs on port {port}")
         folder = self.dir / str(port)
         folder.mkdir(exist_ok=True)
+        inside = folder if self.root is None else Path("/") / folder.relative_to(self.root)
+        server = (
+            [str(_server())] if self.root is None else ["chroot", str(self.root), "/usr/bin/valkey-server"]
+        )
         command = [
-            str(_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+            *server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(inside),
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "yes",
             "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction",
-            "--daemonize", "no", "--logfile", str(folder / "log"),
+            "--daemonize", "no", "--logfile", str(inside / "log"),
         ]  # fmt: skip
         self.procs[port] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: self._pings(port), 20, f"redis-server on port {port}")

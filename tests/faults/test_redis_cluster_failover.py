@@ -1,7 +1,7 @@
 """A Redis Cluster loses a master, or moves a queue's slot, during a run: nothing is lost.
 
-A private cluster of 3 masters and 3 replicas (``redis_cluster.py``, AOF ``everysec``) for
-the module. Each test sends its tasks (``faults.record``, 5 ms each) to one queue, whose
+A private cluster of 3 masters and 3 replicas (``redis_cluster.py``, AOF ``everysec``), of
+Redis 7 and then of Valkey 8. Each test sends its tasks (``faults.record``, 5 ms each) to one queue, whose
 slot is on one master, waits until the replica has them (``WAIT 1``), and starts a worker
 of two processes. When a third have run:
 
@@ -41,14 +41,14 @@ KILL_AT = TASKS // 3
 WORK_MS = 5.0
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    reason = available()
+@pytest.fixture(scope="module", params=["redis", "valkey"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
+    reason = available(request.param)
     if reason is not None:
         if services.IN_CI:
-            pytest.fail(f"Redis Cluster: {reason}", pytrace=False)
+            pytest.fail(f"{request.param} cluster: {reason}", pytrace=False)
         pytest.skip(reason)
-    instance = RedisCluster()
+    instance = RedisCluster(server=request.param)
     try:
         instance.start()
         yield instance
@@ -130,7 +130,7 @@ def test_a_killed_master_loses_no_task(cluster: RedisCluster, tmp_path: Path) ->
     finally:
         for port in killed:
             cluster.start_node(port)  # it comes back as a replica of the promoted one
-    report("redis cluster master killed", "redis-cluster", **figures)
+    report("redis cluster master killed", f"{cluster.server}-cluster", **figures)
     check(figures)
 
 
@@ -151,5 +151,5 @@ def test_moving_a_queue_slot_while_tasks_run_loses_none(cluster: RedisCluster, t
         }
 
     figures = run_through(cluster, tmp_path, "pqmove", move_the_queue_slot)
-    report("redis cluster slot moved", "redis-cluster", **figures)
+    report("redis cluster slot moved", f"{cluster.server}-cluster", **figures)
     check(figures)
