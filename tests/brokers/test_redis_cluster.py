@@ -166,3 +166,35 @@ def test_cluster_url_lists_nodes_and_credentials() -> None:
 
 def test_the_cluster_client_is_a_cluster_client(broker: RedisClusterBroker) -> None:
     assert isinstance(broker._client(), redis.RedisCluster)
+
+
+def test_metrics_count_every_queue_slot(broker: RedisClusterBroker) -> None:
+    """/metrics of the dashboard: the gauges add up the queues of every slot and master."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from potatoq import Potatoq
+    from potatoq.brokers.base import DeadLetter
+    from potatoq.dashboard import create_app
+    from potatoq.metrics import parse_exposition
+
+    app = Potatoq(
+        "clustermetrics",
+        broker=factory.url(),
+        broker_transport_options={"global_keyprefix": broker.options.global_keyprefix},
+        set_as_current=False,
+    )
+    try:
+        broker.enqueue([msg("default") for _ in range(3)] + [msg("other"), msg("doomed")])
+        delivery = broker.claim(["doomed"], WORKER)
+        assert delivery is not None and broker.settle(delivery, DeadLetter(reason="test"))
+        with TestClient(create_app(app, sample_every=0), base_url="http://127.0.0.1:5555") as board:
+            response = board.get("/metrics")
+        assert response.status_code == 200
+        values = parse_exposition(response.text)
+        assert values[("potatoq_queue_waiting", (("queue", "default"),))] == 3
+        assert values[("potatoq_queue_waiting", (("queue", "other"),))] == 1
+        assert values[("potatoq_dead_letters", ())] == 1
+        assert [d.id for d in broker.list_dead()] == [delivery.id]
+    finally:
+        app.close()
