@@ -101,7 +101,8 @@ different slots can't be awaited in one ``BZPOPMIN``): at most a second each, so
 extra call a second per idle thread. Concurrency limits, rate limits and unique keys
 (counters shared by queues) are refused on a cluster (their capability flags are off).
 The standalone layout and its speed are unchanged: the cluster scripts are a second build
-of the same files (``CLUSTER_SCRIPTS``), used only by ``RedisClusterBroker``.
+of the same files (``scripts.cluster_scripts()``, built on first use), used only by
+``RedisClusterBroker``.
 
 Claim, settle, wake-up: ``claim.lua`` promotes the queues' due delayed tasks, pops the best
 ``ready`` member into ``active`` with a lease deadline and a new token, and adds it to the

@@ -41,7 +41,7 @@ from potatoq.message import Message
 from .broker import _QUEUED_STATES, HANDOFF, RedisBroker
 from .keys import Keys
 from .packing import _SETTLE_AND_CLAIM, _SETTLE_KIND, _message_fields, _messages_fields, _ms
-from .scripts import CLUSTER_SCRIPTS
+from .scripts import cluster_scripts
 from .unique import mark_duplicates
 
 __all__ = ["ClusterKeys", "RedisClusterBroker", "cluster_nodes"]
@@ -186,7 +186,7 @@ class RedisClusterBroker(RedisBroker):
         the call as long as that key is still there, and redirects it (ASK) once it has
         moved: safe when the slot's keys move together (one MIGRATE, see docs/deployment.md).
         """
-        script = CLUSTER_SCRIPTS[name]
+        script = cluster_scripts()[name]
         client = self._client()
         route = prefix + "seq"
         with self._errors():
@@ -644,7 +644,7 @@ class RedisClusterBroker(RedisBroker):
     def migrate(self) -> None:
         client = self._client()
         with self._errors():
-            for script in CLUSTER_SCRIPTS.values():
+            for script in cluster_scripts().values():
                 client.execute_command("SCRIPT", "LOAD", script.source, target_nodes=RedisCluster.PRIMARIES)
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ helper is written once and every script still runs as one self-contained ``EVALS
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -134,5 +135,10 @@ def _load_scripts(cluster: bool = False) -> dict[str, Script]:
 
 
 SCRIPTS = _load_scripts()
-#: The same scripts for the cluster layout (cluster.py), with ``_cluster.lua``'s helpers.
-CLUSTER_SCRIPTS = _load_scripts(cluster=True)
+
+
+@functools.cache
+def cluster_scripts() -> dict[str, Script]:
+    """The same scripts for the cluster layout (cluster.py), with ``_cluster.lua``'s helpers:
+    built on first use, so a standalone broker's processes never pay for them."""
+    return _load_scripts(cluster=True)
