@@ -98,7 +98,10 @@ queue slot. What must look at every queue (``queue_stats``, ``purge``, dead lett
 ``queues`` set, one call per queue slot, which the cluster client sends to that slot's
 master. A worker idle on several queues blocks on one queue's marker at a time (markers of
 different slots can't be awaited in one ``BZPOPMIN``): at most a second each, so one
-extra call a second per idle thread. Concurrency limits, rate limits and unique keys
+extra call a second per idle thread. A claim is not looked up by its token after a lost
+reply (``claim_lost.lua``) as on a single server: the cluster client resends a command
+that failed on a connection error, so a claim whose reply was lost may lease a task
+nobody runs until its lease runs out (late, not lost). Concurrency limits, rate limits and unique keys
 (counters shared by queues) are refused on a cluster (their capability flags are off).
 The standalone layout and its speed are unchanged: the cluster scripts are a second build
 of the same files (``scripts.cluster_scripts()``, built on first use), used only by
