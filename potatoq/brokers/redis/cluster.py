@@ -54,6 +54,10 @@ RELAY_MARK_MS = 7 * 86400 * 1000
 # A worker idle on several queues blocks on one queue's marker at a time (markers of
 # different slots can't be awaited in one command), for at most this long each.
 MULTI_QUEUE_SLICE = 1.0
+# A busy worker thread sends its task-history records after this many settles, or once the
+# oldest has waited this long (seconds), whichever comes first.
+HISTORY_BATCH = 100
+HISTORY_DELAY = 1.0
 
 
 def cluster_nodes(url: str) -> tuple[list[ClusterNode], dict[str, Any]]:
@@ -628,6 +632,17 @@ class RedisClusterBroker(RedisBroker):
         return resumed
 
     # -- history and lifecycle ----------------------------------------------------------------
+
+    def _history_settled(self, delivery: Delivery, outcome: Outcome) -> None:
+        # No settle round trip to ride along (it is in a queue's slot): a busy thread sends
+        # its records every HISTORY_BATCH settles or HISTORY_DELAY seconds, an idle one at
+        # once (wait).
+        super()._history_settled(delivery, outcome)
+        pending = len(self._history_buffer())
+        if pending <= 1:  # none (history off, a requeue), or the first since the last send
+            self._scope.history_since = time.monotonic()
+        elif pending >= HISTORY_BATCH or time.monotonic() - self._scope.history_since >= HISTORY_DELAY:
+            self._history_flush()
 
     def _history_flush(self) -> None:
         # History records go to the global slot in a call of their own (the standalone
