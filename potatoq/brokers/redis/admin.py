@@ -171,22 +171,26 @@ class RedisAdmin(Broker):
         return int(self._run("dead_purge", []))
 
     def queue_stats(self) -> list[QueueStats]:
-        reply = self._run("queue_stats", [])
-        now_ms = int(reply[0])
-        stats = []
-        for i in range(1, len(reply), 6):
-            name, ready, due, later, active, since = reply[i : i + 6]
-            stats.append(
-                QueueStats(
-                    queue=name.decode(),
-                    waiting=int(ready) + int(due),
-                    delayed=int(later),
-                    running=int(active),
-                    oldest_waiting_age=(max(0.0, (now_ms - int(since)) / 1000.0) if since else None),
-                )
-            )
-        return stats
+        return parse_stats(self._run("queue_stats", []))
 
     def purge(self, queues: Sequence[str]) -> int:
         names = [validate_queue_name(q) for q in queues]
         return int(self._run("purge", names)) if names else 0
+
+
+def parse_stats(reply: Sequence[Any]) -> list[QueueStats]:
+    """``queue_stats.lua``'s reply: the server time, then six values per queue."""
+    now_ms = int(reply[0])
+    stats = []
+    for i in range(1, len(reply), 6):
+        name, ready, due, later, active, since = reply[i : i + 6]
+        stats.append(
+            QueueStats(
+                queue=name.decode(),
+                waiting=int(ready) + int(due),
+                delayed=int(later),
+                running=int(active),
+                oldest_waiting_age=(max(0.0, (now_ms - int(since)) / 1000.0) if since else None),
+            )
+        )
+    return stats

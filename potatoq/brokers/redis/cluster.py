@@ -8,7 +8,6 @@ settling queue's outbox (``lua/_cluster.lua``) and :meth:`RedisClusterBroker._re
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 import time
@@ -23,23 +22,19 @@ from redis.cluster import ClusterNode, RedisCluster
 from potatoq.brokers.base import (
     Capabilities,
     ChordJoin,
-    DeadLetterRecord,
     Delivery,
     Outcome,
-    QueuedTask,
-    QueueStats,
     RecoverReport,
-    Requeue,
-    RetryLater,
     WorkerRef,
-    decode_queued,
     validate_queue_name,
 )
-from potatoq.exceptions import ImproperlyConfigured, OperationalError
+from potatoq.exceptions import ImproperlyConfigured
 from potatoq.message import Message
 
-from .broker import _QUEUED_STATES, HANDOFF, RedisBroker
+from .broker import HANDOFF, RedisBroker
+from .cluster_admin import ClusterAdmin
 from .keys import Keys
+from .outbox import ClusterOutbox
 from .packing import _SETTLE_AND_CLAIM, _SETTLE_KIND, _message_fields, _messages_fields, _ms
 from .scripts import cluster_scripts
 from .unique import mark_duplicates
@@ -134,7 +129,7 @@ class ClusterKeys(Keys):
         return f"{self.of_queue(queue)}wake:{instance}:{threading.get_ident()}"
 
 
-class RedisClusterBroker(RedisBroker):
+class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
     """:class:`RedisBroker` on a Redis Cluster (redis-py's ``RedisCluster``)."""
 
     # Limits and unique keys span queues (one counter for many slots): not on a cluster yet.
@@ -269,81 +264,6 @@ class RedisClusterBroker(RedisBroker):
             return settled, self._delivery(reply[1:], worker)
         return settled, self.claim(queues[1:], worker)
 
-    # -- the outbox relay ---------------------------------------------------------------------
-
-    def _relay_settled(self, prefix: str, delivery: Delivery, outcome: Outcome) -> None:
-        """Relay the outbox entry the settle of ``delivery`` wrote, if it wrote one. The
-        settle is done whatever happens here: a relay that fails is left to recovery."""
-        if isinstance(outcome, Requeue):
-            return
-        if isinstance(outcome, RetryLater):
-            if outcome.result is None and outcome.message.queue == delivery.queue:
-                return
-        elif outcome.result is None and outcome.chord is None and not outcome.followups:
-            return
-        try:
-            self._relay(prefix, f"{delivery.id}:{delivery.token}")
-        except (OperationalError, redis.exceptions.RedisError) as exc:
-            log.warning("relaying the settle of %s failed (a recovery round will): %r", delivery.id, exc)
-
-    def _relay(self, prefix: str, name: str) -> None:
-        """Carry out outbox entry ``name`` of the queue slot ``prefix``, then delete it.
-
-        Each operation is idempotent (a result write keeps the newest stamp, a chord join
-        records a part once, an enqueue is marked per entry), so an entry relayed twice, by
-        its settling worker and by a recovery round, does each thing once."""
-        key = f"{prefix}outbox:{name}"
-        with self._errors():
-            ops = self._client().lrange(key, 0, -1)
-        i = 0
-        while i < len(ops):
-            kind = ops[i]
-            if kind == b"r":
-                task_id, record, ttl, stamp = ops[i + 1 : i + 5]
-                self._run_at(
-                    self.keys.of_result(task_id.decode()), "cluster_result", [task_id, record, ttl, stamp]
-                )
-                i += 5
-            elif kind == b"c":
-                group, index, size, value, ttl, *callback = ops[i + 1 : i + 11]
-                complete, _ = self._run_at(
-                    self.keys.of_chord(group.decode()), "cluster_chord_join", [group, index, size, value, ttl]
-                )
-                if complete and callback[0]:
-                    self._relay_enqueue(callback, f"chord:{group.decode()}")
-                i += 11
-            elif kind == b"e":
-                self._relay_enqueue(ops[i + 1 : i + 6], f"{name}:{i}")
-                i += 6
-            else:
-                raise OperationalError(f"unknown outbox operation {kind!r} in {key}")
-        with self._errors():
-            pipe = self._client().pipeline(transaction=False)
-            pipe.delete(key)
-            pipe.zrem(f"{prefix}outbox", name)
-            pipe.execute()
-
-    def _relay_enqueue(self, fields: Sequence[bytes], mark: str) -> None:
-        queue = fields[1].decode()
-        self._register([queue])
-        self._run_at(self.keys.of_queue(queue), "cluster_relay_enqueue", [mark, str(RELAY_MARK_MS), *fields])
-
-    def relay_outboxes(self, older_than: float = 0.0) -> int:
-        """Relay every outbox entry written more than ``older_than`` seconds ago (a settling
-        worker that died before its relay); how many were relayed."""
-        relayed = 0
-        client = self._client()
-        for queue in self._queues():
-            prefix = self.keys.of_queue(queue)
-            with self._errors():
-                cutoff = client.execute_command("TIME", target_nodes=client.get_node_from_key(prefix))
-                now_ms = int(cutoff[0]) * 1000 + int(cutoff[1]) // 1000
-                names = client.zrangebyscore(f"{prefix}outbox", "-inf", now_ms - int(older_than * 1000))
-            for name in names:
-                self._relay(prefix, name.decode())
-                relayed += 1
-        return relayed
-
     # -- waiting ------------------------------------------------------------------------------
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
@@ -430,13 +350,6 @@ class RedisClusterBroker(RedisBroker):
         self.relay_outboxes_of(prefix, suffix=":r")
         return report
 
-    def relay_outboxes_of(self, prefix: str, suffix: str = "") -> None:
-        with self._errors():
-            names = self._client().zrange(f"{prefix}outbox", 0, -1)
-        for name in names:
-            if name.decode().endswith(suffix):
-                self._relay(prefix, name.decode())
-
     def _history_reaped(self, dead: int, keys: Keys | None = None) -> None:
         # The reap's dead letters are in the dead set of the queue slot it reaped.
         prefix = getattr(self._scope, "prefix", None)
@@ -500,32 +413,6 @@ class RedisClusterBroker(RedisBroker):
                     found[name] = max(found.get(name, 0.0), float(ms) / 1000)
         return found
 
-    def queued_task(self, task_id: str) -> QueuedTask | None:
-        fields = ("payload", "queue", "priority", "state", "deliveries", "ready_at", "due")
-        queues = self._queues()
-        with self._errors():
-            pipe = self._client().pipeline(transaction=False)
-            for queue in queues:
-                pipe.hmget(f"{self.keys.of_queue(queue)}job:{task_id}", fields)
-            rows = pipe.execute()
-        for values in rows:
-            job = dict(zip(fields, values, strict=True))
-            payload, state = job["payload"], (job["state"] or b"").decode()
-            if payload is None:
-                continue
-            due_ms = job["due"] if state == "delayed" else job["ready_at"] or job["due"]
-            return decode_queued(
-                id=task_id,
-                queue=(job["queue"] or b"").decode(),
-                state=_QUEUED_STATES.get(state, state),
-                priority=int(job["priority"] or 0),
-                due=None if due_ms is None else float(due_ms) / 1000,
-                deliveries=int(job["deliveries"] or 0),
-                raw=payload,
-                max_size=self.config.max_message_size,
-            )
-        return None
-
     # -- results, admin -----------------------------------------------------------------------
 
     def store_result(self, record: Any) -> None:
@@ -546,90 +433,6 @@ class RedisClusterBroker(RedisBroker):
             int(keep_ready),
         ]
         return bool(self._run_at(self.keys.of_result(record.task_id), "result_store_fenced", args))
-
-    def revoke(self, task_id: str) -> bool:
-        queued = self.queued_task(task_id)
-        if queued is None:
-            return False
-        removed = bool(self._run_at(self.keys.of_queue(queued.queue), "revoke", [task_id]))
-        if removed and self.config.history.enabled:
-            from potatoq.brokers import history as hist
-
-            name = None if queued.message is None else queued.message.task
-            record = hist.for_revoke(task_id, name, queued.queue, time.time(), self.config.history)
-            if record is not None:
-                self._history_buffer().append(record)
-        return removed
-
-    def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:
-        oldest = int((time.time() - self.config.dead_letter_ttl) * 1_000_000)
-        client = self._client()
-        heads: list[tuple[float, str, bytes]] = []
-        with self._errors():
-            for queue in self._queues():
-                dead = f"{self.keys.of_queue(queue)}dead"
-                entries = client.zrevrangebyscore(
-                    dead, "+inf", oldest, start=0, num=offset + limit, withscores=True
-                )
-                heads += [(score, queue, task_id) for task_id, score in entries]
-            picked = heapq.nlargest(offset + limit, heads)[offset:]
-            pipe = client.pipeline(transaction=False)
-            for _, queue, task_id in picked:
-                pipe.hget(f"{self.keys.of_queue(queue)}dead:payload", task_id)
-                pipe.hget(f"{self.keys.of_queue(queue)}dead:info", task_id)
-            fields = pipe.execute()
-        found = (
-            self._dead_record(task_id, score, fields[2 * i], fields[2 * i + 1])
-            for i, (score, _, task_id) in enumerate(picked)
-        )
-        return [record for record in found if record is not None]
-
-    def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        if ids is not None and not ids:
-            return 0
-        args = ["1"] if ids is None else ["0", *ids]
-        return sum(int(self._run_at(self.keys.of_queue(q), "dead_retry", args)) for q in self._queues())
-
-    def purge_dead(self) -> int:
-        return sum(int(self._run_at(self.keys.of_queue(q), "dead_purge", [])) for q in self._queues())
-
-    def queue_stats(self) -> list[QueueStats]:
-        stats = []
-        for queue in self._queues():
-            reply = self._run_at(self.keys.of_queue(queue), "queue_stats", [])
-            now_ms = int(reply[0])
-            for i in range(1, len(reply), 6):
-                name, ready, due, later, active, since = reply[i : i + 6]
-                if name.decode() != queue:
-                    continue
-                stats.append(
-                    QueueStats(
-                        queue=queue,
-                        waiting=int(ready) + int(due),
-                        delayed=int(later),
-                        running=int(active),
-                        oldest_waiting_age=(max(0.0, (now_ms - int(since)) / 1000.0) if since else None),
-                    )
-                )
-        return stats
-
-    def purge(self, queues: Sequence[str]) -> int:
-        names = [validate_queue_name(q) for q in queues]
-        return sum(int(self._run_at(self.keys.of_queue(q), "purge", [q])) for q in names)
-
-    def pause_queue(self, queue: str) -> bool:
-        validate_queue_name(queue)
-        with self._errors():
-            paused = bool(self._client().hsetnx(self.keys.paused, queue, repr(time.time())))
-            self._client().zadd(self.keys.marker(queue), {"m": 0})
-        return paused
-
-    def resume_queue(self, queue: str) -> bool:
-        validate_queue_name(queue)
-        with self._errors():
-            resumed = bool(self._client().hdel(self.keys.paused, queue))
-            self._client().zadd(self.keys.marker(queue), {"m": 0})
-        return resumed
 
     # -- history and lifecycle ----------------------------------------------------------------
 
@@ -661,9 +464,6 @@ class RedisClusterBroker(RedisBroker):
         with self._errors():
             for script in cluster_scripts().values():
                 client.execute_command("SCRIPT", "LOAD", script.source, target_nodes=RedisCluster.PRIMARIES)
-
-    def close(self) -> None:
-        super().close()
 
 
 def _check_cluster(client: Any) -> None:
