@@ -90,7 +90,7 @@ def check_server(client: redis.Redis[bytes]) -> None:
     cluster_info, memory_info = pipe.execute()
     if cluster_enabled(cluster_info):
         raise ImproperlyConfigured(
-            "this Redis server runs in cluster mode: use a redis+cluster://host:port,host:port/ "
+            "this Redis server runs in Redis Cluster mode: use a redis+cluster://host:port,host:port/ "
             "URL (the cluster key layout, one hash slot per queue), not redis://"
         )
     policy = memory_info.get("maxmemory_policy")
