@@ -108,7 +108,19 @@ class RedisCluster:
             "--daemonize", "no", "--logfile", str(inside / "log"),
         ]  # fmt: skip
         self.procs[port] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: self._pings(port), 20, f"redis-server on port {port}")
+        wait_for(lambda: self._is_ours(port), 20, f"our server on port {port}")
+
+    def _is_ours(self, port: int) -> bool:
+        """The server on ``port`` answers and is the process we started (not another test
+        process's node that took the port first: then ours exits, and this fails)."""
+        proc = self.procs[port]
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server for port {port} exited ({proc.returncode}): port taken?")
+        try:
+            with redis.Redis(port=port, socket_timeout=1) as client:
+                return int(client.info("server")["process_id"]) == proc.pid
+        except redis.exceptions.RedisError:
+            return False
 
     def _pings(self, port: int) -> bool:
         try:
