@@ -4,12 +4,14 @@ Blocks of one page run in order in one namespace, in a temporary directory. Ever
 page creates gets an in-process ``ThreadWorker``, so examples can call ``.get()`` as they
 would with a worker running. A block whose info string says ``python no-test`` is shown
 but not run (e.g. it needs a server of the reader's); ``python requires=redis`` (or
-postgres, valkey, rabbitmq) runs it against that test service. A page containing
+postgres, valkey, rabbitmq) runs it against that test service; ``requires=redis_cluster``
+against a private Redis Cluster (tests/factories/redis_cluster.py). A page containing
 ``<!-- docs-test: no-worker -->`` gets no ThreadWorker (its examples drain by hand).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -73,7 +75,12 @@ def test_docs_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
             if "no-test" in info:
                 continue
             for need in re.findall(r"requires=(\w+)", info):
-                services.require(need)
+                if need == "redis_cluster":  # a private cluster, started on first use
+                    from tests.factories import redis_cluster
+
+                    os.environ["POTATOQ_TEST_REDIS_CLUSTER_URL"] = redis_cluster.url()
+                else:
+                    services.require(need)
             exec(compile(code, f"{page}:{line}", "exec"), namespace)
     finally:
         signals.app_created.disconnect(start_worker)

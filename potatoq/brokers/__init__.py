@@ -23,6 +23,11 @@ REGISTRY: dict[str, tuple[str, str, str | None]] = {
     "valkey": ("potatoq.brokers.redis", "RedisBroker", "redis"),
     "valkeys": ("potatoq.brokers.redis", "RedisBroker", "redis"),
     "unix": ("potatoq.brokers.redis", "RedisBroker", "redis"),
+    # Redis Cluster / Valkey cluster (the cluster key layout: potatoq/brokers/redis/cluster.py)
+    "redis+cluster": ("potatoq.brokers.redis.cluster", "RedisClusterBroker", "redis"),
+    "rediss+cluster": ("potatoq.brokers.redis.cluster", "RedisClusterBroker", "redis"),
+    "valkey+cluster": ("potatoq.brokers.redis.cluster", "RedisClusterBroker", "redis"),
+    "valkeys+cluster": ("potatoq.brokers.redis.cluster", "RedisClusterBroker", "redis"),
     "amqp": ("potatoq.brokers.rabbitmq", "RabbitMQBroker", "rabbitmq"),
     "amqps": ("potatoq.brokers.rabbitmq", "RabbitMQBroker", "rabbitmq"),
 }
@@ -30,6 +35,8 @@ REGISTRY: dict[str, tuple[str, str, str | None]] = {
 
 def scheme_of(url: str) -> str:
     scheme = urlsplit(url).scheme.lower()
+    if scheme.endswith("+cluster"):  # redis+cluster:// is a broker of its own
+        return scheme
     if "+" in scheme:  # e.g. "postgresql+psycopg" from SQLAlchemy-style URLs
         scheme = scheme.split("+", 1)[0]
     return scheme

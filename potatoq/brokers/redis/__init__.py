@@ -61,9 +61,51 @@ Why this shape:
   score must stay an exact integer in a double, and ``seq`` takes the low 40 bits (at
   2^40 the waiting tasks are renumbered from 1 in order).
 
-Redis Cluster is refused (scripts touch keys of several queues, so they can't hash to one
-slot); ``maxmemory-policy`` other than ``noeviction`` is warned about, because eviction
-silently deletes tasks.
+A ``redis://`` URL pointed at a cluster-mode server is refused (its layout spans slots):
+use ``redis+cluster://`` (below). ``maxmemory-policy`` other than ``noeviction`` is warned
+about, because eviction silently deletes tasks.
+
+Redis Cluster / Valkey cluster (``redis+cluster://host:port,host:port/``, ``cluster.py``).
+Cluster scripts may touch keys of one hash slot only. The cluster layout keeps the layout
+above but gives every kind of key a hash tag, so that one transition touches one slot:
+
+* Queue slot ``{<prefix>:q:<queue>}``: the scripts above run unchanged with the prefix
+  ``{<prefix>:q:<queue>}:``, so the queue's sets, its jobs' hashes, its ``held`` sets, its
+  ``seq``, its dead letters and its outbox all hash to one slot. Enqueue (grouped by queue),
+  claim (one queue per call), extend, reap and the settle of a task are each one
+  single-slot script, as BullMQ does it.
+* Result slot ``{<prefix>:r:<id>}``: ``result``/``waiting``/``notify`` of one task, so
+  ``.get()`` finds them by id alone and blocks on its own ``notify`` list.
+* Chord slot ``{<prefix>:c:<group>}``: the chord's counter hash.
+* Global slot ``{<prefix>}``: ``workers``, ``paused``, ``queues`` (every queue name, the
+  list the "every queue" calls walk), the task history streams.
+
+What crosses slots goes through the outbox, at least once, without a multi-slot
+transaction. The settle script (``lua/_cluster.lua`` replaces the helpers that would write
+elsewhere) removes the task and appends to ``outbox:<id>:<token>`` in the queue's slot, in
+the same call: the result (stamped with the settle's server time), the chord join, the
+follow-ups (chain steps, callbacks, errbacks, a retry into another queue). The settling
+worker relays the entry right after (``RedisClusterBroker._relay``) and deletes it; a worker
+that dies in between leaves it listed in the queue's ``outbox`` ZSET, where any worker's
+recovery round (``recover``) relays it once it is older than ``worker_dead_after``. Every
+relayed operation is idempotent: a result is written unless a newer stamp is stored (a late
+relay never hides a later run's result), a chord part is recorded once per index (and the
+callback enqueued once per group, by a ``relayed:`` mark in its queue's slot), a follow-up
+is enqueued once per entry and position (same mark). Periodic fire marks live in the slot
+of the queue they send to, so marking and sending stay one script; "last run" reads every
+queue slot. What must look at every queue (``queue_stats``, ``purge``, dead letters,
+``held_by``, ``queued_task``/``revoke`` by id, the dashboard, ``/metrics``) walks the
+``queues`` set, one call per queue slot, which the cluster client sends to that slot's
+master. A worker idle on several queues blocks on one queue's marker at a time (markers of
+different slots can't be awaited in one ``BZPOPMIN``): at most a second each, so one
+extra call a second per idle thread. A claim is not looked up by its token after a lost
+reply (``claim_lost.lua``) as on a single server: the cluster client resends a command
+that failed on a connection error, so a claim whose reply was lost may lease a task
+nobody runs until its lease runs out (late, not lost). Concurrency limits, rate limits and unique keys
+(counters shared by queues) are refused on a cluster (their capability flags are off).
+The standalone layout and its speed are unchanged: the cluster scripts are a second build
+of the same files (``scripts.cluster_scripts()``, built on first use), used only by
+``RedisClusterBroker``.
 
 Claim, settle, wake-up: ``claim.lua`` promotes the queues' due delayed tasks, pops the best
 ``ready`` member into ``active`` with a lease deadline and a new token, and adds it to the
@@ -82,7 +124,7 @@ otherwise the job moves to ``limit:<key>:parked`` with its ready score and the c
 on to the next task, so nothing waits behind it. ``release`` (every end of a run: settle,
 requeue, reap) gives the slot back and moves one parked job back to its ready set, arming
 its queue's marker: the wake-up chain, no polling. Runtime changes: ``limit_set.lua``.
-These keys span queues, like the rest of the layout (no cluster support yet).
+These keys span queues, so limits are refused on a cluster (below).
 
 Global rate limits: ``claim`` also reads a job's rate key, ms per token and burst
 (``rk``/``ri``/``rb``, from the ``rl`` header on first claim) and keeps GCRA per key in
@@ -97,7 +139,8 @@ makes the key's waiting jobs due now; usage: ``rate_usage.lua``.
 
 Modules: ``broker`` (the class), ``options`` (transport options, URL and server checks),
 ``keys`` (key names), ``scripts`` (loads ``lua/*.lua`` with the ``_lib.lua`` helpers each
-needs) and ``packing`` (script arguments and the hiredis command path).
+needs) and ``packing`` (script arguments and the hiredis command path); ``cluster`` (the
+Redis Cluster broker and its outbox relay).
 """
 
 from __future__ import annotations

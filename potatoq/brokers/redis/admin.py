@@ -133,27 +133,33 @@ class RedisAdmin(Broker):
             pipe.hmget(self.keys.dead_payload, ids)
             pipe.hmget(self.keys.dead_info, ids)
             payloads, infos = pipe.execute()
-        records = []
-        for (task_id, score), raw, info in zip(entries, payloads, infos, strict=True):
-            if raw is None or info is None:
-                continue
-            meta = json.loads(info)
-            try:
-                task: str | None = Message.decode(raw, max_size=self.config.max_message_size).task
-            except MessageDecodeError:
-                task = None
-            records.append(
-                DeadLetterRecord(
-                    id=task_id.decode(),
-                    queue=meta["queue"],
-                    task=task,
-                    reason=meta["reason"],
-                    raw=raw,
-                    died_at=float(meta.get("died") or score / 1000.0) / 1000.0,
-                    deliveries=int(meta.get("deliveries") or 0),
-                )
-            )
-        return records
+        found = (
+            self._dead_record(task_id, score, raw, info)
+            for (task_id, score), raw, info in zip(entries, payloads, infos, strict=True)
+        )
+        return [record for record in found if record is not None]
+
+    def _dead_record(
+        self, task_id: bytes, score: float, raw: bytes | None, info: bytes | None
+    ) -> DeadLetterRecord | None:
+        """One dead letter from its ``dead`` score and its ``dead:payload``/``dead:info``
+        fields (None when they were trimmed meanwhile)."""
+        if raw is None or info is None:
+            return None
+        meta = json.loads(info)
+        try:
+            task: str | None = Message.decode(raw, max_size=self.config.max_message_size).task
+        except MessageDecodeError:
+            task = None
+        return DeadLetterRecord(
+            id=task_id.decode(),
+            queue=meta["queue"],
+            task=task,
+            reason=meta["reason"],
+            raw=raw,
+            died_at=float(meta.get("died") or score / 1000.0) / 1000.0,
+            deliveries=int(meta.get("deliveries") or 0),
+        )
 
     def retry_dead(self, ids: Sequence[str] | None = None) -> int:
         args = ["1"] if ids is None else ["0", *ids]
@@ -165,22 +171,26 @@ class RedisAdmin(Broker):
         return int(self._run("dead_purge", []))
 
     def queue_stats(self) -> list[QueueStats]:
-        reply = self._run("queue_stats", [])
-        now_ms = int(reply[0])
-        stats = []
-        for i in range(1, len(reply), 6):
-            name, ready, due, later, active, since = reply[i : i + 6]
-            stats.append(
-                QueueStats(
-                    queue=name.decode(),
-                    waiting=int(ready) + int(due),
-                    delayed=int(later),
-                    running=int(active),
-                    oldest_waiting_age=(max(0.0, (now_ms - int(since)) / 1000.0) if since else None),
-                )
-            )
-        return stats
+        return parse_stats(self._run("queue_stats", []))
 
     def purge(self, queues: Sequence[str]) -> int:
         names = [validate_queue_name(q) for q in queues]
         return int(self._run("purge", names)) if names else 0
+
+
+def parse_stats(reply: Sequence[Any]) -> list[QueueStats]:
+    """``queue_stats.lua``'s reply: the server time, then six values per queue."""
+    now_ms = int(reply[0])
+    stats = []
+    for i in range(1, len(reply), 6):
+        name, ready, due, later, active, since = reply[i : i + 6]
+        stats.append(
+            QueueStats(
+                queue=name.decode(),
+                waiting=int(ready) + int(due),
+                delayed=int(later),
+                running=int(active),
+                oldest_waiting_age=(max(0.0, (now_ms - int(since)) / 1000.0) if since else None),
+            )
+        )
+    return stats

@@ -86,6 +86,8 @@ REAPER = WorkerRef("reaper", 0)
 
 # The job hash's state names, as queued_task() reports them.
 _QUEUED_STATES = {"delayed": "scheduled", "ready": "ready", "active": "running"}
+# The job hash's fields queued_task() reads.
+JOB_FIELDS = ("payload", "queue", "priority", "state", "deliveries", "ready_at", "due")
 
 
 # ----------------------------------------------------------------------------- the broker
@@ -104,6 +106,11 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
         unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "valkey", "valkeys")
+    #: The client's errors that mean "the server can't be reached" (OperationalError).
+    unreachable: ClassVar[tuple[type[Exception], ...]] = (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+    )
 
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__(config)
@@ -152,15 +159,18 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
             with self._check_lock:
                 if not self._checked:
                     with self._errors():
-                        check_server(client)
+                        self._check_server(client)
                     self._checked = True
         return client
+
+    def _check_server(self, client: Any) -> None:
+        check_server(client)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except self.unreachable as exc:
             self._clients.discard()
             self._script_conns.discard()
             raise OperationalError(f"Redis broker unreachable: {exc}") from exc
@@ -531,12 +541,16 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
         return {name: float(ms) / 1000 for name, ms in zip(names, values, strict=True) if ms is not None}
 
     def queued_task(self, task_id: str) -> QueuedTask | None:
-        fields = ("payload", "queue", "priority", "state", "deliveries", "ready_at", "due")
         with self._errors():
-            values: list[bytes | None] = self._client().hmget(self.keys.job(task_id), fields)
-        job = dict(zip(fields, values, strict=True))
+            values: list[bytes | None] = self._client().hmget(self.keys.job(task_id), JOB_FIELDS)
+        return self._queued(task_id, values)
+
+    def _queued(self, task_id: str, values: Sequence[bytes | None]) -> QueuedTask | None:
+        """The task from its hash's :data:`JOB_FIELDS` (None: no hash, so finished, revoked
+        or never enqueued)."""
+        job = dict(zip(JOB_FIELDS, values, strict=True))
         payload, state = job["payload"], (job["state"] or b"").decode()
-        if payload is None:  # no hash: finished, revoked or never enqueued
+        if payload is None:
             return None
         # A delayed task is due at 'due'; once ready (or running) it became due at 'ready_at'.
         due_ms = job["due"] if state == "delayed" else job["ready_at"] or job["due"]

@@ -180,18 +180,20 @@ class RedisHistory(Broker):
             self._history_buffer().append(record)
         return True
 
-    def _history_reaped(self, dead: int) -> None:
+    def _history_reaped(self, dead: int, keys: Keys | None = None) -> None:
         """Record the ``dead`` tasks the reap script just dead-lettered: the newest dead
-        letters (read after the script, only when it reports some: crashes are rare)."""
+        letters (read after the script, only when it reports some: crashes are rare).
+        ``keys``: where the reap's dead set is (a queue's slot on a cluster)."""
         if dead <= 0 or not self.config.history.enabled:
             return
+        keys = keys or self.keys
         with self._errors():
             client = self._client()
-            ids = client.zrevrange(self.keys.dead, 0, dead - 1)
+            ids = client.zrevrange(keys.dead, 0, dead - 1)
             if not ids:
                 return
-            infos = client.hmget(self.keys.dead_info, ids)
-            payloads = client.hmget(self.keys.dead_payload, ids)
+            infos = client.hmget(keys.dead_info, ids)
+            payloads = client.hmget(keys.dead_payload, ids)
         now = time.time()
         for raw_id, info, payload in zip(ids, infos, payloads, strict=True):
             details = json.loads(info) if info else {}

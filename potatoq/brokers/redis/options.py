@@ -79,7 +79,8 @@ def cluster_enabled(info: Mapping[str, Any]) -> bool:
 
 
 def check_server(client: redis.Redis[bytes]) -> None:
-    """Refuse Redis Cluster; warn unless ``maxmemory-policy`` is ``noeviction``.
+    """Refuse a cluster-mode server (it needs ``redis+cluster://``); warn unless
+    ``maxmemory-policy`` is ``noeviction``.
 
     Reads ``INFO`` rather than ``CONFIG GET`` because managed services often disable CONFIG.
     """
@@ -89,9 +90,8 @@ def check_server(client: redis.Redis[bytes]) -> None:
     cluster_info, memory_info = pipe.execute()
     if cluster_enabled(cluster_info):
         raise ImproperlyConfigured(
-            "the Redis broker doesn't support Redis Cluster yet: its scripts touch keys of "
-            "several queues, which can't live in one hash slot; use a standalone server or "
-            "Sentinel-managed primary"
+            "this Redis server runs in Redis Cluster mode: use a redis+cluster://host:port,host:port/ "
+            "URL (the cluster key layout, one hash slot per queue), not redis://"
         )
     policy = memory_info.get("maxmemory_policy")
     if policy is not None and str(policy) != "noeviction":

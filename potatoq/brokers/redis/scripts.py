@@ -6,6 +6,7 @@ helper is written once and every script still runs as one self-contained ``EVALS
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ _LUA_LOCAL = re.compile(r"local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]
 # Settle outcome kinds: settle_and_claim.lua is built once per kind, so each variant's
 # source holds only the helpers that kind needs (the "complete" one runs for most tasks).
 SETTLE_KINDS = ("complete", "dead", "retry", "requeue")
+# Under the cluster layout these run in a result's slot, with _lib.lua's write_result.
+RESULT_SLOT_SCRIPTS = frozenset({"result_store", "result_store_fenced", "cluster_result"})
 
 
 def _identifiers(code: str) -> frozenset[str]:
@@ -85,12 +88,33 @@ def _source(header: str, helpers: Sequence[_Helper], body: str) -> str:
     return header + "".join(h.text for i, h in enumerate(helpers) if i in needed) + "\n" + body
 
 
-def _load_scripts() -> dict[str, Script]:
+def _with_overrides(helpers: list[_Helper], overrides: list[_Helper]) -> list[_Helper]:
+    """``helpers`` with each helper of ``overrides`` in place of the one defining the same
+    names; the overrides that replace nothing go right before the first one that does."""
+    by_names = {h.names: h for h in overrides}
+    replaced = [h for h in helpers if h.names in by_names]
+    added = [h for h in overrides if h.names not in {r.names for r in replaced}]
+    out: list[_Helper] = []
+    for helper in helpers:
+        if helper.names in by_names:
+            out += added
+            added = []
+        out.append(by_names.get(helper.names, helper))
+    return out
+
+
+def _load_scripts(cluster: bool = False) -> dict[str, Script]:
     """Read every ``lua/*.lua`` once; each script is the part of ``_lib.lua`` it needs
     followed by its body. ``settle_and_claim`` becomes ``settle_and_claim.<kind>``, one per
-    outcome kind, with ``settle_KIND`` in its body replaced by ``settle_<kind>``."""
+    outcome kind, with ``settle_KIND`` in its body replaced by ``settle_<kind>``. With
+    ``cluster``, the helpers of ``_cluster.lua`` replace those of the same name (the cluster
+    layout: cluster.py)."""
     folder = resources.files("potatoq.brokers.redis").joinpath("lua")
     header, helpers = _parse_lib(folder.joinpath("_lib.lua").read_text(encoding="utf-8"))
+    plain = helpers
+    if cluster:
+        _, overrides = _parse_lib(folder.joinpath("_cluster.lua").read_text(encoding="utf-8"))
+        helpers = _with_overrides(helpers, overrides)
     bodies = {}
     for entry in folder.iterdir():
         if entry.name.endswith(".lua") and not entry.name.startswith("_"):
@@ -104,9 +128,17 @@ def _load_scripts() -> dict[str, Script]:
                 bodies[name] = body
     scripts = {}
     for name, body in bodies.items():
-        source = _source(header, helpers, body)
+        # the scripts that run in a result's own slot write it there (no outbox)
+        source = _source(header, plain if name in RESULT_SLOT_SCRIPTS else helpers, body)
         scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), body)
     return scripts
 
 
 SCRIPTS = _load_scripts()
+
+
+@functools.cache
+def cluster_scripts() -> dict[str, Script]:
+    """The same scripts for the cluster layout (cluster.py), with ``_cluster.lua``'s helpers:
+    built on first use, so a standalone broker's processes never pay for them."""
+    return _load_scripts(cluster=True)
