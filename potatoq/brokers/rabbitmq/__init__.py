@@ -45,7 +45,8 @@ taken at publish and released after each ack or RabbitMQ's own dead-lettering.
 Modules: ``broker`` (the class), ``backed`` (what lives in the result backend), ``admin``
 (dead letters, stats, purges), ``options``,
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
-declarations and reads), ``readlock`` (one reader at a time of a queue read by consuming it), ``io`` (the per-process connection and its I/O thread),
+declarations and reads), ``readlock`` (one reader at a time of a queue read by consuming
+it), ``io`` (the per-process connection and its I/O thread),
 ``session`` (confirmed publishes), ``consume`` (claims), ``kills`` (the supervisor's kill
 tombstones) and ``lease`` (the scheduler lease).
 """
