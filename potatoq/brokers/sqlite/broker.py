@@ -38,7 +38,8 @@ from ..base import (
 from ..limits import limit_columns, rate_columns
 from ..unique import unique_columns
 from .admin import SQLiteAdmin
-from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MAX_RUNG, WAIT_MIN, ThreadConnection
+from .doorbell import Doorbell, Listener, supported
 from .history import SQLiteHistory
 from .limits import SQLiteLimits, rate_defer_in, rate_take_in
 from .pause import SQLitePause
@@ -91,7 +92,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             check_local_filesystem(self.path)
         #: the clock used for due times, claims, heartbeats and expiry (injectable in tests)
         self.clock: Callable[[], float] = time.time
-        self._local: ProcessLocal[ThreadConnection] = ProcessLocal(self._open, lambda c: c.conn.close())
+        self._local: ProcessLocal[ThreadConnection] = ProcessLocal(self._open, ThreadConnection.close)
+        #: wakes waiting threads (of any process) after each commit; see doorbell
+        self._doorbell = Doorbell(self.path) if supported() else None
+        self._listeners: set[Listener] = set()  # this process's, rung by interrupt()
         self._schema_ready = False
         self._pid = os.getpid()
         self._wake = threading.Condition()
@@ -160,7 +164,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction on this thread's connection."""
-        conn = self._local.get().conn
+        local = self._local.get()
+        conn = local.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -174,6 +179,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        if self._doorbell is not None:
+            self._doorbell.ring(skip=local.listener.token if local.listener is not None else None)
 
     def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         try:
@@ -398,16 +405,35 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
     def _wake_condition(self) -> threading.Condition:
         if self._pid != os.getpid():  # a lock inherited through fork() may be held forever
             self._pid, self._wake = os.getpid(), threading.Condition()
+            self._listeners = set()  # the parent's threads' sockets: not this process's waiters
         return self._wake
 
-    def _sleep(self, seconds: float, interrupts: int) -> bool:
-        """Sleep up to ``seconds``; False if interrupt() was called since ``interrupts``."""
+    def _sleep(self, local: ThreadConnection, seconds: float, interrupts: int) -> bool:
+        """Sleep up to ``seconds`` (a doorbell ring ends it early); False if interrupt() was
+        called since ``interrupts``."""
         wake = self._wake_condition()
+        if local.listener is not None:
+            if self._interrupts != interrupts:
+                return False
+            local.listener.wait(seconds)  # interrupt() rings it too: no wake-up is missed
+            return self._interrupts == interrupts
         with wake:
             if self._interrupts != interrupts:
                 return False
             wake.wait(seconds)
             return self._interrupts == interrupts
+
+    def _listener(self, local: ThreadConnection) -> Listener | None:
+        """This thread's doorbell socket, made on its first wait (None: polling only)."""
+        if local.listener is None and self._doorbell is not None:
+            try:
+                local.listener = self._doorbell.listener()
+            except OSError:
+                self._doorbell = None  # e.g. a read-only directory: poll as before
+                return None
+            with self._wake_condition():
+                self._listeners.add(local.listener)
+        return local.listener
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
         """Return at once if work is ready (or due) in ``queues``; otherwise when another
@@ -420,6 +446,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         names = self._queue_list(queues)
         deadline = time.monotonic() + max(0.0, timeout)
         interrupts = local.interrupts
+        listener = self._listener(local)
+        if listener is not None:
+            listener.drain()  # before data_version: a ring after this is for a later commit
+        cap = WAIT_MAX if listener is None else WAIT_MAX_RUNG
         try:
             baseline = local.data_version()
         except sqlite3.OperationalError as exc:
@@ -434,7 +464,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
-                if not self._sleep(min(delay, remaining), interrupts):
+                if not self._sleep(local, min(delay, remaining), interrupts):
                     return
                 version = local.data_version()
                 if version != baseline:
@@ -446,7 +476,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                     if new_deadline is None:
                         return
                     deadline = new_deadline
-                delay = min(delay * 2, WAIT_MAX)
+                delay = min(delay * 2, cap)
         finally:
             local.interrupts = self._interrupts
 
@@ -466,6 +496,9 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         with wake:
             self._interrupts += 1
             wake.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener.ring_self()
 
     # -- liveness -----------------------------------------------------------------------------
 
