@@ -8,9 +8,11 @@ then sums over the worker's processes (the supervisor and its children):
   the processes sharing them, so the PSS sum is what the worker adds to the machine), and
 * the CPU time all of them use over ``--seconds`` while idle, as a percentage of one core.
 
-``--busy-writer`` adds, for SQLite, a second process committing unrelated writes (another
-table in the same database file) as fast as it can while the worker idles, to show whether
-idle waits turn into polling on a busy database.
+``--busy-writer`` adds two SQLite rows: a thread of the benchmark commits unrelated writes
+(another table in the same database file, a commit per millisecond or so) while the worker
+idles, and then one that enqueues tasks to another queue through potatoq (whose commits
+ring the worker's doorbell), to show whether idle waits turn into polling on a busy
+database.
 
 Prints a markdown table. Not part of CI.
 """
@@ -155,6 +157,7 @@ def idle_worker(app_dir: Path, queue: str, timeout: float = 60.0) -> Iterator[in
 
 
 def busy_writer(path: Path, stop: threading.Event, counter: list[int]) -> None:
+    """Commits to a table potatoq doesn't know, as another program would."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=30)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE IF NOT EXISTS unrelated (id INTEGER PRIMARY KEY, v TEXT)")
@@ -165,7 +168,24 @@ def busy_writer(path: Path, stop: threading.Event, counter: list[int]) -> None:
     conn.close()
 
 
-def measure(broker: str, seconds: float, settle: float, writer: bool) -> dict[str, object]:
+def busy_enqueuer(path: Path, stop: threading.Event, counter: list[int]) -> None:
+    """Enqueues to a queue the worker doesn't consume, through potatoq (its commits ring)."""
+    from potatoq.brokers import create_broker
+    from potatoq.brokers.base import BrokerConfig
+    from potatoq.message import Message, new_id
+
+    broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
+    while not stop.is_set():
+        broker.enqueue([Message(id=new_id(), task="elsewhere.noop", queue="elsewhere")])
+        counter[0] += 1
+        stop.wait(0.001)
+    broker.close()
+
+
+WRITERS = {"busy writer": busy_writer, "busy potatoq enqueuer": busy_enqueuer}
+
+
+def measure(broker: str, seconds: float, settle: float, writer: str | None) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="potatoq-footprint-") as tmpname:
         tmp = Path(tmpname)
         url, options = broker_setup(broker, tmp)
@@ -178,9 +198,9 @@ def measure(broker: str, seconds: float, settle: float, writer: bool) -> dict[st
                 stop = threading.Event()
                 commits = [0]
                 thread = None
-                if writer:
+                if writer is not None:
                     thread = threading.Thread(
-                        target=busy_writer, args=(tmp / "footprint.sqlite3", stop, commits)
+                        target=WRITERS[writer], args=(tmp / "footprint.sqlite3", stop, commits)
                     )
                     thread.start()
                 before = [cpu_ticks(p) for p in pids]
@@ -195,7 +215,7 @@ def measure(broker: str, seconds: float, settle: float, writer: bool) -> dict[st
         finally:
             drop(broker, url, options)
     return {
-        "broker": broker + (" + busy writer" if writer else ""),
+        "broker": broker + (f" + {writer}" if writer else ""),
         "processes": len(pids),
         "rss_mb": sum(r for r, _ in mem) / 1024,
         "pss_mb": sum(p for _, p in mem) / 1024,
@@ -218,9 +238,10 @@ def main() -> None:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rows = []
     for broker in args.brokers.split(","):
-        rows.append(measure(broker, args.seconds, args.settle, writer=False))
+        rows.append(measure(broker, args.seconds, args.settle, writer=None))
         if broker == "sqlite" and args.busy_writer:
-            rows.append(measure(broker, args.seconds, args.settle, writer=True))
+            for writer in WRITERS:
+                rows.append(measure(broker, args.seconds, args.settle, writer=writer))
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
     print(

@@ -411,12 +411,17 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
     def _sleep(self, local: ThreadConnection, seconds: float, interrupts: int) -> bool:
         """Sleep up to ``seconds`` (a doorbell ring ends it early); False if interrupt() was
         called since ``interrupts``."""
+        if local.listener is None:
+            return self._pause(seconds, interrupts)
+        if self._interrupts != interrupts:
+            return False
+        local.listener.wait(seconds)  # interrupt() rings it too: no wake-up is missed
+        return self._interrupts == interrupts
+
+    def _pause(self, seconds: float, interrupts: int) -> bool:
+        """Sleep ``seconds`` deaf to the doorbell; False if interrupt() was called since
+        ``interrupts``."""
         wake = self._wake_condition()
-        if local.listener is not None:
-            if self._interrupts != interrupts:
-                return False
-            local.listener.wait(seconds)  # interrupt() rings it too: no wake-up is missed
-            return self._interrupts == interrupts
         with wake:
             if self._interrupts != interrupts:
                 return False
@@ -458,11 +463,17 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         if first_deadline is None:
             return
         deadline = first_deadline
-        delay = WAIT_MIN
+        # The fallback poll's backoff, and how long a ring that brought nothing for these
+        # queues mutes the next. A thread with a doorbell carries both over from a wait that
+        # timed out (a worker waits a second at a time): an idle thread keeps polling once a
+        # second instead of starting again at 2 ms, and rings still wake it at once.
+        delay, pause = (local.backoff, local.pause) if listener is not None else (WAIT_MIN, WAIT_MIN)
+        timed_out = False
         try:
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    timed_out = True
                     return
                 if not self._sleep(local, min(delay, remaining), interrupts):
                     return
@@ -476,9 +487,18 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                     if new_deadline is None:
                         return
                     deadline = new_deadline
+                    if listener is not None:
+                        # Rung for other queues: a busy database rings for every commit, so
+                        # wait a little (doubling, up to WAIT_MAX) before hearing the next
+                        # ring; rings meanwhile stay in the socket and end the next sleep at
+                        # once. At most one cheap read per 50 ms, as without the doorbell.
+                        if not self._pause(min(pause, remaining), interrupts):
+                            return
+                        pause = min(pause * 2, WAIT_MAX)
                 delay = min(delay * 2, cap)
         finally:
             local.interrupts = self._interrupts
+            local.backoff, local.pause = (delay, pause) if timed_out else (WAIT_MIN, WAIT_MIN)
 
     def _work_or_deadline(self, names: str, deadline: float) -> float | None:
         """None if work is ready or due in ``names``; else ``deadline``, brought forward to

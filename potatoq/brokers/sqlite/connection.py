@@ -21,12 +21,15 @@ STATE_NAMES = {SCHEDULED: "scheduled", READY: "ready", RUNNING: "running"}  # fo
 class ThreadConnection:
     """One thread's connection, plus the interrupts its wait() calls have seen."""
 
-    __slots__ = ("conn", "interrupts", "listener")
+    __slots__ = ("backoff", "conn", "interrupts", "listener", "pause")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         #: this thread's doorbell socket, made by its first wait() (None: not yet, or no doorbell)
         self.listener: Listener | None = None
+        #: wait()'s poll backoff and ring pause, kept from a wait that timed out (see wait)
+        self.backoff = WAIT_MIN
+        self.pause = WAIT_MIN
         # interrupt() calls counted when this thread's last wait() returned: one made since
         # makes the next wait() return at once, even if it came before that wait started.
         self.interrupts = 0
