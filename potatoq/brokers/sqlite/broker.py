@@ -9,7 +9,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from potatoq.exceptions import OperationalError
@@ -162,8 +162,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         return self._local.get()
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One BEGIN IMMEDIATE transaction on this thread's connection."""
+    def _write(self, rings: Collection[str] | None = None) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction on this thread's connection; once committed, the
+        doorbell wakes the threads waiting on ``rings`` (None: every waiting thread, for a
+        write that may free work anywhere; empty: nobody)."""
         local = self._local.get()
         conn = local.conn
         try:
@@ -179,8 +181,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
-        if self._doorbell is not None:
-            self._doorbell.ring(skip=local.listener.token if local.listener is not None else None)
+        if self._doorbell is not None and (rings is None or rings):
+            self._doorbell.ring(rings, skip=local.listener.token if local.listener is not None else None)
 
     def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         try:
@@ -232,7 +234,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         if connection is not None:
             self._enqueue_through(connection, messages, now)
             return
-        with self._write() as conn:
+        with self._write(rings={m.queue for m in messages}) as conn:
             self._insert(conn, messages, now)
 
     def _enqueue_through(self, connection: Any, messages: Sequence[Message], now: float) -> None:
@@ -278,7 +280,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         ready, due = self._read("job_peek", {"queues": self._queue_list(queues), "now": now})[0]
         if not ready and not due:
             return None  # the cheap read found nothing: no write lock taken
-        with self._write() as conn:
+        with self._write(rings=()) as conn:  # a claim makes no work for anyone
             delivery = self._claim_in(conn, queues, worker, now)
         claim_committed("claim", delivery)
         return delivery
@@ -408,14 +410,14 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             self._listeners = set()  # the parent's threads' sockets: not this process's waiters
         return self._wake
 
-    def _sleep(self, local: ThreadConnection, seconds: float, interrupts: int) -> bool:
+    def _sleep(self, listener: Listener | None, seconds: float, interrupts: int) -> bool:
         """Sleep up to ``seconds`` (a doorbell ring ends it early); False if interrupt() was
         called since ``interrupts``."""
-        if local.listener is None:
+        if listener is None:
             return self._pause(seconds, interrupts)
         if self._interrupts != interrupts:
             return False
-        local.listener.wait(seconds)  # interrupt() rings it too: no wake-up is missed
+        listener.wait(seconds)  # interrupt() rings it too: no wake-up is missed
         return self._interrupts == interrupts
 
     def _pause(self, seconds: float, interrupts: int) -> bool:
@@ -428,16 +430,20 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             wake.wait(seconds)
             return self._interrupts == interrupts
 
-    def _listener(self, local: ThreadConnection) -> Listener | None:
-        """This thread's doorbell socket, made on its first wait (None: polling only)."""
-        if local.listener is None and self._doorbell is not None:
-            try:
+    def _listener(self, local: ThreadConnection, queues: tuple[str, ...]) -> Listener | None:
+        """This thread's doorbell socket, made on its first wait, announced for ``queues``
+        (None: polling only)."""
+        if self._doorbell is None:
+            return None
+        try:
+            if local.listener is None:
                 local.listener = self._doorbell.listener()
-            except OSError:
-                self._doorbell = None  # e.g. a read-only directory: poll as before
-                return None
-            with self._wake_condition():
-                self._listeners.add(local.listener)
+                with self._wake_condition():
+                    self._listeners.add(local.listener)
+            local.listener.announce(queues)
+        except OSError:
+            self._doorbell = None  # e.g. a read-only directory: poll as before
+            return None
         return local.listener
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
@@ -451,7 +457,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         names = self._queue_list(queues)
         deadline = time.monotonic() + max(0.0, timeout)
         interrupts = local.interrupts
-        listener = self._listener(local)
+        listener = self._listener(local, tuple(queues))
         if listener is not None:
             listener.drain()  # before data_version: a ring after this is for a later commit
         cap = WAIT_MAX if listener is None else WAIT_MAX_RUNG
@@ -475,7 +481,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
                 if remaining <= 0:
                     timed_out = True
                     return
-                if not self._sleep(local, min(delay, remaining), interrupts):
+                if not self._sleep(listener, min(delay, remaining), interrupts):
                     return
                 version = local.data_version()
                 if version != baseline:
@@ -524,7 +530,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
 
     def heartbeat(self, info: WorkerInfo) -> None:
         params = {"node": info.node, "info": info.encode(), "now": self.clock()}
-        with self._write() as conn:
+        with self._write(rings=()) as conn:
             conn.execute(SQL["worker_heartbeat"], params)
 
     def workers(self) -> list[WorkerInfo]:

@@ -3,11 +3,13 @@
 SQLite has no notifications, and ``PRAGMA data_version`` changes on *any* commit, so a
 waiter that only polls it either answers late or turns into a polling loop on a busy
 database. Instead, each waiting thread owns a Unix datagram socket in Linux's abstract
-namespace (no file to clean up, no path length limit), announced by an empty marker file
-in ``<database>-potatoq-wake/``; after every committed write, potatoq sends an empty
-datagram to each announced socket. A waiter sleeps in ``select()`` on its socket: it
-wakes for potatoq's commits (then reads data_version and peeks, as before), not for
-other programs' writes, which its slow fallback poll still sees.
+namespace (no file to clean up, no path length limit), announced by a marker file in
+``<database>-potatoq-wake/`` that lists the queues it waits on; after a committed write,
+potatoq sends an empty datagram to each announced socket whose queues the write concerns
+(an enqueue: the messages' queues; a claim or a heartbeat: none; anything else: all). A
+waiter sleeps in ``select()`` on its socket: it wakes for potatoq's commits to its queues
+(then reads data_version and peeks, as before), not for other queues' or other programs'
+writes, which its slow fallback poll still sees.
 
 Ringing is best effort, never an error: a full socket buffer already holds a ring, a
 refused send means the waiter's process is gone (its marker is removed then), and a
@@ -26,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Collection
 
 __all__ = ["Doorbell", "Listener", "supported"]
 
@@ -43,19 +46,37 @@ class Listener:
     """One waiting thread's socket; :meth:`wait` sleeps until a ring or the timeout."""
 
     def __init__(self, directory: str) -> None:
+        self.directory = directory
         self.token = f"{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}"
-        self.marker = os.path.join(directory, self.token)
         self.address = _address(self.token)
+        self.queues: tuple[str, ...] | None = None  # announced (None: not yet)
+        self.marker: str | None = None
+        self._generation = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             self.sock.bind(self.address)
             self.sock.setblocking(False)
             os.makedirs(directory, exist_ok=True)
-            with open(self.marker, "x"):
-                pass
         except BaseException:
             self.sock.close()
             raise
+
+    def announce(self, queues: tuple[str, ...]) -> None:
+        """Publish the queues this thread waits on (a new marker: the directory changes, so
+        ringers list it again; the old one goes after the new one exists)."""
+        if queues == self.queues:
+            return
+        self._generation += 1
+        name = f"{self.token}~{self._generation}"
+        marker = os.path.join(self.directory, name)
+        draft = os.path.join(self.directory, f".{name}")  # ringers skip dot names
+        with open(draft, "x") as out:
+            out.write("\n".join(queues))
+        os.rename(draft, marker)  # whole, or not there: a ringer never reads half a list
+        if self.marker is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.marker)
+        self.marker, self.queues = marker, queues
 
     def drain(self) -> None:
         """Forget rings that came while this thread wasn't waiting."""
@@ -77,8 +98,9 @@ class Listener:
             self.sock.sendto(b"", self.address)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self.marker)
+        if self.marker is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.marker)
         self.sock.close()
 
 
@@ -90,15 +112,16 @@ class Doorbell:
         self._lock = threading.Lock()
         self._pid = 0
         self._sock: socket.socket | None = None
-        self._names: list[str] = []
+        self._listeners: dict[str, tuple[bytes, frozenset[str] | None]] = {}  # marker -> address, queues
         self._listed_mtime = -1
         self._listed_at = 0
 
     def listener(self) -> Listener:
         return Listener(self.directory)
 
-    def ring(self, skip: str | None = None) -> None:
-        """Wake every waiter on this database (``skip``: a token not to ring, the caller's)."""
+    def ring(self, queues: Collection[str] | None = None, skip: str | None = None) -> None:
+        """Wake the waiters on ``queues`` (None: every waiter) of this database; ``skip``: a
+        token not to ring (the caller's own)."""
         try:
             changed = os.stat(self.directory).st_mtime_ns
         except OSError:
@@ -110,17 +133,19 @@ class Doorbell:
                 self._listed_mtime = -1
             if changed != self._listed_mtime or self._listed_at - changed < LISTING_SETTLE_NS:
                 try:
-                    self._names = os.listdir(self.directory)
+                    self._listeners = self._list(self._listeners)
                 except OSError:
                     return
                 self._listed_mtime, self._listed_at = changed, time.time_ns()
-            names, sock = self._names, self._sock
+            listeners, sock = self._listeners, self._sock
         assert sock is not None
-        for name in names:
-            if name == skip:
+        for name, (address, waits_on) in listeners.items():
+            if name.startswith(f"{skip}~"):
+                continue
+            if queues is not None and waits_on is not None and waits_on.isdisjoint(queues):
                 continue
             try:
-                sock.sendto(b"", _address(name))
+                sock.sendto(b"", address)
             except (BlockingIOError, InterruptedError):
                 pass  # its buffer is full: it has rings to read already
             except OSError:  # ConnectionRefusedError: no such socket (its thread closed it)
@@ -128,13 +153,35 @@ class Doorbell:
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(self.directory, name))
 
+    def _list(
+        self, known: dict[str, tuple[bytes, frozenset[str] | None]]
+    ) -> dict[str, tuple[bytes, frozenset[str] | None]]:
+        """The markers in the directory: (address, queues) by name (a marker's content never
+        changes, so the known ones aren't read again); new markers of dead processes go."""
+        listeners = {}
+        for name in os.listdir(self.directory):
+            if name.startswith("."):
+                continue
+            entry = known.get(name)
+            if entry is None:
+                if not _alive(name):  # left by a process that died without closing
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(self.directory, name))
+                    continue
+                waits_on: frozenset[str] | None = None  # unreadable: ring it for everything
+                with contextlib.suppress(OSError), open(os.path.join(self.directory, name)) as marker:
+                    waits_on = frozenset(marker.read().split("\n"))
+                entry = (_address(name.split("~", 1)[0]), waits_on)
+            listeners[name] = entry
+        return listeners
+
 
 def _address(token: str) -> bytes:
     return b"\0potatoq-wake-" + token.encode()
 
 
 def _alive(token: str) -> bool:
-    """Whether the process that made marker ``token`` (``pid-thread-random``) still runs.
+    """Whether the process that made marker ``token`` (``pid-thread-random~n``) still runs.
 
     A refused ring with a live process (another network namespace, a closing thread) leaves
     the marker: its owner removes it when it closes.

@@ -1,5 +1,6 @@
-"""The SQLite doorbell: potatoq's commits wake waiting threads of any process; other
-programs' commits don't (those are what the slow fallback poll is for)."""
+"""The SQLite doorbell: potatoq's commits wake the threads of any process waiting on the
+queues they concern; commits to other queues and other programs' commits don't (those are
+what the pause and the slow fallback poll are for)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from potatoq.brokers import create_broker
-from potatoq.brokers.base import BrokerConfig
+from potatoq.brokers.base import BrokerConfig, WorkerInfo
 from potatoq.brokers.sqlite import SQLiteBroker
 from potatoq.brokers.sqlite.doorbell import Doorbell, supported
 from potatoq.message import Message, new_id
@@ -44,6 +45,7 @@ def msg(queue: str = "default") -> Message:
 
 def test_an_enqueue_in_another_process_rings_a_listener(broker: SQLiteBroker, db_path: Path) -> None:
     listener = Doorbell(str(db_path)).listener()
+    listener.announce(("default",))
     try:
         code = (
             "from potatoq.brokers import create_broker; from potatoq.brokers.base import BrokerConfig;"
@@ -60,6 +62,7 @@ def test_an_enqueue_in_another_process_rings_a_listener(broker: SQLiteBroker, db
 
 def test_another_programs_commit_does_not_ring(broker: SQLiteBroker, db_path: Path) -> None:
     listener = Doorbell(str(db_path)).listener()
+    listener.announce(("default",))
     try:
         with sqlite3.connect(db_path) as conn:
             conn.execute("CREATE TABLE unrelated (x)")
@@ -68,6 +71,26 @@ def test_another_programs_commit_does_not_ring(broker: SQLiteBroker, db_path: Pa
                 conn.commit()
         assert not listener.wait(0)
         broker.enqueue([msg()])  # and potatoq's does, on the same file
+        assert listener.wait(0)
+    finally:
+        listener.close()
+
+
+def test_only_commits_for_its_queues_ring_a_listener(broker: SQLiteBroker, db_path: Path) -> None:
+    listener = Doorbell(str(db_path)).listener()
+    listener.announce(("a", "b"))
+    try:
+        broker.enqueue([msg("elsewhere")])
+        broker.heartbeat(
+            WorkerInfo(node="n", hostname="h", pid=1, queues=("b",), concurrency=1, started_at=0.0)
+        )
+        assert not listener.wait(0)
+        broker.enqueue([msg("b")])
+        assert listener.wait(0)
+        listener.announce(("elsewhere",))  # a new marker: ringers list the directory again
+        broker.enqueue([msg("b")])
+        assert not listener.wait(0)
+        broker.enqueue([msg("elsewhere")])
         assert listener.wait(0)
     finally:
         listener.close()
@@ -105,7 +128,7 @@ def test_a_dead_process_marker_is_removed_by_the_next_ring(broker: SQLiteBroker,
     dead_pid = int(proc.stdout)
     wake_dir = Path(f"{db_path}-potatoq-wake")
     wake_dir.mkdir(exist_ok=True)
-    stale = wake_dir / f"{dead_pid}-1-00000000"
+    stale = wake_dir / f"{dead_pid}-1-00000000~1"
     stale.touch()
     broker.enqueue([msg()])
     assert not stale.exists()
