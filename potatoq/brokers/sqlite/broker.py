@@ -458,8 +458,21 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         deadline = time.monotonic() + max(0.0, timeout)
         interrupts = local.interrupts
         listener = self._listener(local, tuple(queues))
-        if listener is not None:
-            listener.drain()  # before data_version: a ring after this is for a later commit
+        if listener is None:
+            self._wait(local, None, names, deadline, interrupts)
+            return
+        # Waiting is announced, and old rings forgotten, before data_version is read: a
+        # commit after that read rings this thread.
+        listener.listening(True)
+        listener.drain()
+        try:
+            self._wait(local, listener, names, deadline, interrupts)
+        finally:
+            listener.listening(False)
+
+    def _wait(
+        self, local: ThreadConnection, listener: Listener | None, names: str, deadline: float, interrupts: int
+    ) -> None:
         cap = WAIT_MAX if listener is None else WAIT_MAX_RUNG
         try:
             baseline = local.data_version()

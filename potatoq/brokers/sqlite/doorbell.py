@@ -4,9 +4,11 @@ SQLite has no notifications, and ``PRAGMA data_version`` changes on *any* commit
 waiter that only polls it either answers late or turns into a polling loop on a busy
 database. Instead, each waiting thread owns a Unix datagram socket in Linux's abstract
 namespace (no file to clean up, no path length limit), announced by a marker file in
-``<database>-potatoq-wake/`` that lists the queues it waits on; after a committed write,
-potatoq sends an empty datagram to each announced socket whose queues the write concerns
-(an enqueue: the messages' queues; a claim or a heartbeat: none; anything else: all). A
+``<database>-potatoq-wake/`` that lists the queues it waits on, after a first byte that
+says whether it waits right now (both processes map the file: setting it costs no system
+call). After a committed write, potatoq sends an empty datagram to each waiting socket
+whose queues the write concerns (an enqueue: the messages' queues; a claim or a
+heartbeat: none; anything else: all), so a busy thread costs an enqueue nothing. A
 waiter sleeps in ``select()`` on its socket: it wakes for potatoq's commits to its queues
 (then reads data_version and peeks, as before), not for other queues' or other programs'
 writes, which its slow fallback poll still sees.
@@ -22,6 +24,7 @@ waiters poll as before.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import select
 import socket
@@ -51,6 +54,7 @@ class Listener:
         self.address = _address(self.token)
         self.queues: tuple[str, ...] | None = None  # announced (None: not yet)
         self.marker: str | None = None
+        self._map: mmap.mmap | None = None  # the marker's first byte: 1 while waiting
         self._generation = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
@@ -70,13 +74,23 @@ class Listener:
         name = f"{self.token}~{self._generation}"
         marker = os.path.join(self.directory, name)
         draft = os.path.join(self.directory, f".{name}")  # ringers skip dot names
-        with open(draft, "x") as out:
-            out.write("\n".join(queues))
+        with open(draft, "x+b") as out:
+            out.write(b"\0" + "\n".join(queues).encode())
+            out.flush()
+            mapped = mmap.mmap(out.fileno(), 1)
         os.rename(draft, marker)  # whole, or not there: a ringer never reads half a list
         if self.marker is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.marker)
-        self.marker, self.queues = marker, queues
+        if self._map is not None:
+            self._map.close()
+        self.marker, self.queues, self._map = marker, queues, mapped
+
+    def listening(self, waiting: bool) -> None:
+        """Say whether this thread waits now (set before its last look for work, so a
+        commit after that look sees it and rings)."""
+        if self._map is not None:
+            self._map[0] = 1 if waiting else 0
 
     def drain(self) -> None:
         """Forget rings that came while this thread wasn't waiting."""
@@ -101,6 +115,8 @@ class Listener:
         if self.marker is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.marker)
+        if self._map is not None:
+            self._map.close()
         self.sock.close()
 
 
@@ -112,7 +128,7 @@ class Doorbell:
         self._lock = threading.Lock()
         self._pid = 0
         self._sock: socket.socket | None = None
-        self._listeners: dict[str, tuple[bytes, frozenset[str] | None]] = {}  # marker -> address, queues
+        self._listeners: dict[str, Announced] = {}  # by marker name
         self._listed_mtime = -1
         self._listed_at = 0
 
@@ -139,10 +155,13 @@ class Doorbell:
                 self._listed_mtime, self._listed_at = changed, time.time_ns()
             listeners, sock = self._listeners, self._sock
         assert sock is not None
-        for name, (address, waits_on) in listeners.items():
-            if name.startswith(f"{skip}~"):
-                continue
+        own = f"{skip}~" if skip is not None else "\0"
+        for name, (address, waits_on, waiting) in listeners.items():
+            if waiting is not None and not waiting[0]:
+                continue  # busy: it looks for work before its next wait anyway
             if queues is not None and waits_on is not None and waits_on.isdisjoint(queues):
+                continue
+            if name.startswith(own):
                 continue
             try:
                 sock.sendto(b"", address)
@@ -153,11 +172,10 @@ class Doorbell:
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(self.directory, name))
 
-    def _list(
-        self, known: dict[str, tuple[bytes, frozenset[str] | None]]
-    ) -> dict[str, tuple[bytes, frozenset[str] | None]]:
-        """The markers in the directory: (address, queues) by name (a marker's content never
-        changes, so the known ones aren't read again); new markers of dead processes go."""
+    def _list(self, known: dict[str, Announced]) -> dict[str, Announced]:
+        """The markers in the directory by name (a marker's list never changes, so the known
+        ones aren't read again); new markers of dead processes go. Markers no longer there
+        drop out, and their maps close when no ring() uses them any more."""
         listeners = {}
         for name in os.listdir(self.directory):
             if name.startswith("."):
@@ -168,12 +186,25 @@ class Doorbell:
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(self.directory, name))
                     continue
-                waits_on: frozenset[str] | None = None  # unreadable: ring it for everything
-                with contextlib.suppress(OSError), open(os.path.join(self.directory, name)) as marker:
-                    waits_on = frozenset(marker.read().split("\n"))
-                entry = (_address(name.split("~", 1)[0]), waits_on)
+                entry = _read_marker(os.path.join(self.directory, name))
             listeners[name] = entry
         return listeners
+
+
+#: A marker as a ringer sees it: the socket's address, the queues (None: unreadable, rung for
+#: every write) and the mapped waiting byte (None: unmappable, always rung).
+Announced = tuple[bytes, frozenset[str] | None, mmap.mmap | None]
+
+
+def _read_marker(path: str) -> Announced:
+    address = _address(os.path.basename(path).split("~", 1)[0])
+    try:
+        with open(path, "rb") as marker:
+            content = marker.read()
+            waiting = mmap.mmap(marker.fileno(), 1, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # gone, or empty
+        return address, None, None
+    return address, frozenset(content[1:].decode(errors="replace").split("\n")), waiting
 
 
 def _address(token: str) -> bytes:

@@ -46,6 +46,7 @@ def msg(queue: str = "default") -> Message:
 def test_an_enqueue_in_another_process_rings_a_listener(broker: SQLiteBroker, db_path: Path) -> None:
     listener = Doorbell(str(db_path)).listener()
     listener.announce(("default",))
+    listener.listening(True)
     try:
         code = (
             "from potatoq.brokers import create_broker; from potatoq.brokers.base import BrokerConfig;"
@@ -63,6 +64,7 @@ def test_an_enqueue_in_another_process_rings_a_listener(broker: SQLiteBroker, db
 def test_another_programs_commit_does_not_ring(broker: SQLiteBroker, db_path: Path) -> None:
     listener = Doorbell(str(db_path)).listener()
     listener.announce(("default",))
+    listener.listening(True)
     try:
         with sqlite3.connect(db_path) as conn:
             conn.execute("CREATE TABLE unrelated (x)")
@@ -79,6 +81,7 @@ def test_another_programs_commit_does_not_ring(broker: SQLiteBroker, db_path: Pa
 def test_only_commits_for_its_queues_ring_a_listener(broker: SQLiteBroker, db_path: Path) -> None:
     listener = Doorbell(str(db_path)).listener()
     listener.announce(("a", "b"))
+    listener.listening(True)
     try:
         broker.enqueue([msg("elsewhere")])
         broker.heartbeat(
@@ -88,10 +91,14 @@ def test_only_commits_for_its_queues_ring_a_listener(broker: SQLiteBroker, db_pa
         broker.enqueue([msg("b")])
         assert listener.wait(0)
         listener.announce(("elsewhere",))  # a new marker: ringers list the directory again
+        listener.listening(True)
         broker.enqueue([msg("b")])
         assert not listener.wait(0)
         broker.enqueue([msg("elsewhere")])
         assert listener.wait(0)
+        listener.listening(False)  # busy running a task: enqueues don't ring it
+        broker.enqueue([msg("elsewhere")])
+        assert not listener.wait(0)
     finally:
         listener.close()
 
