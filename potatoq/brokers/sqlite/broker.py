@@ -190,7 +190,10 @@ class SQLiteBroker(
                 conn.execute("ROLLBACK")
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
         if self._doorbell is not None and (rings is None or rings):
-            self._doorbell.ring(rings, skip=local.listener.token if local.listener is not None else None)
+            # committed: a ring that fails (out of file descriptors, say) costs waiters
+            # latency, up to their fallback poll, and must not fail the write
+            with contextlib.suppress(OSError):
+                self._doorbell.ring(rings, skip=local.listener.token if local.listener is not None else None)
 
     def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         try:
