@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-footprint reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -125,6 +125,11 @@ bench-amqp10: $(BENCH_STAMP)
 # SCALE_ARGS="--ready 100000 --delayed 100000 --results 1000000 --drain-seconds 60".
 bench-scale: $(STAMP)
 	$(PY) -m benchmarks.scale $(SCALE_ARGS)
+
+# An idle `-c 2` worker per broker: RSS and PSS of its processes, idle CPU over 30 s; not in
+# CI. E.g. FOOTPRINT_ARGS="--brokers sqlite,redis,postgres --busy-writer --seconds 30".
+bench-footprint: $(STAMP)
+	$(PY) -m benchmarks.footprint $(FOOTPRINT_ARGS)
 
 # The fault-injection suite at full size (a 2,000-task kill storm per broker, broker restarts,
 # fencing, bad input, SQLite faults): rewrites docs/reliability-figures.md. Needs root (a

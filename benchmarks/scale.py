@@ -9,7 +9,11 @@ and PostgreSQL. In one run, per broker:
    ``--results`` stored results, by bulk SQL) and measure the bytes per waiting task;
 3. the same three figures again, on other queues of the same database, plus the
    backlog queue's own processed/s and the time ``queue_stats()`` takes (inspection);
-4. drain the ready backlog (for at most ``--drain-seconds``) and report its rate.
+4. drain the ready backlog (for at most ``--drain-seconds``) and report its rate;
+5. SQLite: make every delayed task due and every stored result expired at once (a mass ETA
+   after downtime), then promote them (by claims) and expire them (by ``recover()``) while
+   another connection takes the write lock in a loop: the longest it waited is the longest
+   write transaction (plus scheduling delay on a busy machine).
 
 Defaults are the issue's sizes (1,000,000 ready + 1,000,000 delayed); pass smaller ones on a
 shared machine. Prints one markdown table per broker. Not part of CI.
@@ -204,26 +208,81 @@ def pg_expiry_rate(broker: Broker, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def sqlite_lock_wait(broker: Broker, path: Path, delayed: int) -> tuple[float, float, float, int, int, float]:
+    """(longest wait for the write lock in ms with no other writer for 2 s (the machine's
+    noise), while one recover() call deletes expired results, and while due tasks are
+    promoted; tasks promoted, results deleted by that call, seconds)."""
+    import sqlite3
+
+    now = time.time()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE potatoq_jobs SET run_at = ? WHERE state = 0 AND queue = 'backlog'", (now - 1,))
+        expired = conn.execute("UPDATE potatoq_results SET expires_at = ?", (now - 60,)).rowcount
+    stop = threading.Event()
+    longest = [0.0]
+
+    def probe() -> None:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=60)
+        while not stop.is_set():
+            start = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("COMMIT")
+            longest[0] = max(longest[0], time.perf_counter() - start)
+            stop.wait(0.0005)
+        conn.close()
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    time.sleep(2.0)  # the probe alone: what scheduling on this machine adds to any wait
+    alone, longest[0] = longest[0], 0.0
+    start = time.perf_counter()
+    try:
+        broker.recover(3600.0, 5)  # result expiry (and dead-letter trimming) in batches
+        expiring, longest[0] = longest[0], 0.0
+        with sqlite3.connect(path) as conn:
+            expired -= int(conn.execute("SELECT count(*) FROM potatoq_results").fetchone()[0])
+        conn.close()
+        promoted = 0
+        while promoted < delayed:  # each claim promotes a batch of due tasks, then claims one
+            delivery = broker.claim(["backlog"], WORKER)
+            if delivery is None:
+                break
+            broker.settle(delivery, Complete())
+            promoted = delayed - _scheduled(path)
+    finally:
+        seconds = time.perf_counter() - start
+        stop.set()
+        thread.join()
+    return alone * 1000, expiring * 1000, longest[0] * 1000, promoted, expired, seconds
+
+
+def _scheduled(path: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM potatoq_jobs WHERE state = 0").fetchone()[0])
+
+
 @contextmanager
-def sqlite_broker() -> Iterator[tuple[Broker, Callable[[int, int, int], float]]]:
+def sqlite_broker() -> Iterator[tuple[Broker, Callable[[int, int, int], float], Path]]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "scale.sqlite3"
         broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
         try:
-            yield broker, lambda r, d, s: fill_sqlite(broker, path, r, d, s)
+            yield broker, lambda r, d, s: fill_sqlite(broker, path, r, d, s), path
         finally:
             broker.close()
 
 
 @contextmanager
-def postgres_broker(url: str) -> Iterator[tuple[Broker, Callable[[int, int, int], float]]]:
+def postgres_broker(url: str) -> Iterator[tuple[Broker, Callable[[int, int, int], float], None]]:
     import psycopg
     from psycopg import sql
 
     schema = f"pq_scale_{uuid.uuid4().hex[:8]}"
     broker = create_broker(BrokerConfig(url=url, transport_options={"schema": schema}))
     try:
-        yield broker, lambda r, d, s: fill_postgres(broker, r, d, s)
+        yield broker, lambda r, d, s: fill_postgres(broker, r, d, s), None
     finally:
         broker.close()
         with psycopg.connect(url, autocommit=True) as conn:
@@ -231,7 +290,7 @@ def postgres_broker(url: str) -> Iterator[tuple[Broker, Callable[[int, int, int]
 
 
 def run(name: str, made: Callable[[], object], args: argparse.Namespace) -> None:
-    with made() as (broker, fill):  # type: ignore[attr-defined]
+    with made() as (broker, fill, path):  # type: ignore[attr-defined]
         empty = figures(broker, "empty", args.samples, args.tasks)
         start = time.perf_counter()
         per_task = fill(args.ready, args.delayed, args.results)
@@ -243,6 +302,7 @@ def run(name: str, made: Callable[[], object], args: argparse.Namespace) -> None
         deadline = time.monotonic() + args.drain_seconds
         drained, drain_s = process(broker, "backlog", args.ready, deadline)
         expiry = pg_expiry_rate(broker, args.expire) if name == "PostgreSQL" else None
+        lock = sqlite_lock_wait(broker, path, args.delayed) if path is not None else None
     print(f"\n### {name}: {args.ready:,} ready + {args.delayed:,} delayed + {args.results:,} results")
     print(f"(filled in {fill_s:.1f} s; load average {os.getloadavg()[0]:.2f})\n")
     print("| figure | empty queue | behind the backlog | ratio |\n|---|---:|---:|---:|")
@@ -255,6 +315,16 @@ def run(name: str, made: Callable[[], object], args: argparse.Namespace) -> None
     print(f"| bytes on disk per waiting task (table + indexes) | | {per_task:,.0f} | |")
     if expiry is not None:
         print(f"| expired results deleted/s (one sweep of {args.expire:,}) | | {expiry:,.0f} | |")
+    if lock is not None:
+        alone, expiring, promoting, promoted, expired, seconds = lock
+        print(f"| longest wait for the write lock, no other writer (2 s) | | {alone:,.1f} ms | |")
+        print(
+            f"| ... while one `recover()` call deleted {expired:,} expired results | | {expiring:,.1f} ms | |"
+        )
+        print(
+            f"| ... while {promoted:,} due tasks were promoted (both in {seconds:.1f} s) "
+            f"| | {promoting:,.1f} ms | |"
+        )
 
 
 def main() -> None:

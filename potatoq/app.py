@@ -18,7 +18,6 @@ from .brokers.base import Broker, BrokerConfig, HistorySettings
 from .canvas import Signature, resolve_eta, resolve_expires
 from .config import Settings, load_object
 from .control import Control
-from .eager import apply_eagerly
 from .exceptions import ImproperlyConfigured, InvalidOption, MessageTooLarge, NotRegistered, OperationalError
 from .message import Message, new_id
 from .pydantic_args import OPTIONS as PYDANTIC_OPTIONS
@@ -520,6 +519,8 @@ class Potatoq:
     def apply_eagerly(self, sig: Signature) -> Any:
         """Run ``sig`` here and now through a private in-memory broker (``task.apply()``,
         ``task_always_eager``); tasks and signatures reach the eager runner through this."""
+        from .eager import apply_eagerly  # the in-memory broker, loaded by the first eager run
+
         return apply_eagerly(self, sig)
 
     def send_messages(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import collections
 import contextlib
@@ -395,6 +394,8 @@ class AsyncResult(Generic[R]):
 
     async def aget(self, timeout: float | None = None, propagate: bool = True, **kwargs: Any) -> Any:
         """``get`` for asyncio callers: waits in a thread, never blocking the event loop."""
+        import asyncio  # here, not at the top: a worker that runs no coroutine never loads it
+
         return await asyncio.to_thread(self.get, timeout, propagate, **kwargs)
 
     def collect(self, intermediate: bool = False, **kwargs: Any) -> Iterator[tuple[AsyncResult, Any]]:
@@ -528,6 +529,8 @@ class GroupResult:
     join = join_native = get
 
     async def aget(self, timeout: float | None = None, propagate: bool = True) -> list[Any]:
+        import asyncio
+
         return await asyncio.to_thread(self.get, timeout, propagate)
 
     def revoke(self, **kwargs: Any) -> None:

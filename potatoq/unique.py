@@ -17,7 +17,6 @@ broker enforces at enqueue (see :mod:`potatoq.brokers.unique`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +34,8 @@ def default_key(task_name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     text = serialization.dumps(
         [list(args), dict(sorted(kwargs.items()))], where=f"arguments of {task_name!r}"
     )
+    import hashlib  # loads libcrypto: only for apps that use unique tasks
+
     return f"{task_name}:{hashlib.sha256(text.encode()).hexdigest()}"
 
 

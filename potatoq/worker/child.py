@@ -17,7 +17,6 @@ task settled by the supervisor at once, and one past its hard time limit is kill
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import logging
@@ -238,16 +237,18 @@ class ChildRunner:
             # outcome yet, the task hit its soft limit outside its own code.
             if outcome is None:
                 outcome = self.executor.lost_outcome(delivery, exc)
-        except asyncio.CancelledError as exc:  # an async task cancelled at its soft limit
-            if outcome is None:
+        except Exception as exc:  # the executor promises not to raise; keep the slot alive anyway
+            logger.exception("executor failed on %s", describe(delivery))
+            outcome = self.executor.lost_outcome(delivery, exc)
+        except BaseException as exc:
+            if not _cancelled(exc):
+                raise
+            if outcome is None:  # an async task cancelled at its soft limit
                 reason = str(exc) or "cancelled"
                 failure = SoftTimeLimitExceeded(
                     f"soft time limit ({soft:g}s) exceeded" if reason == SOFT_LIMIT_CANCEL else reason
                 )
                 outcome = self.executor.lost_outcome(delivery, failure)
-        except Exception as exc:  # the executor promises not to raise; keep the slot alive anyway
-            logger.exception("executor failed on %s", describe(delivery))
-            outcome = self.executor.lost_outcome(delivery, exc)
         assert outcome is not None
         _log_outcome(delivery, outcome, time.perf_counter() - started)
         return outcome
@@ -290,6 +291,13 @@ class ChildRunner:
         settle_reliably(self.broker, delivery, outcome, on_retry=lambda: self.reporter.settling(delivery))
         self.reporter.end(delivery)
         return None, (None, None)
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is asyncio's ``CancelledError`` (asyncio isn't imported to ask: a
+    process that never ran a coroutine never loaded it, and can't have raised it)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
 
 
 def _log_outcome(delivery: Delivery, outcome: Outcome, seconds: float) -> None:

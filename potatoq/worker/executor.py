@@ -9,8 +9,6 @@ the outcome to ``Broker.settle`` so that the result and follow-ups land atomical
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
 import logging
 import os
@@ -43,6 +41,8 @@ from ..serialization import dumps, loads
 from .ratelimit import Limiter, RateLimiter
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..app import Potatoq
     from ..task import Task
 
@@ -266,6 +266,11 @@ class Executor:
         return retval
 
     def _await(self, coro: Any) -> Any:
+        # asyncio is imported by the first coroutine, not at start: with ssl it is about
+        # 10 MB of resident memory in every worker process that never runs an async task.
+        import asyncio
+        import concurrent.futures
+
         if asyncio._get_running_loop() is not None:
             # Drained from inside a running event loop (tests, eager mode in async code):
             # this thread's loop is busy, so run the coroutine on a loop of its own thread.
@@ -274,6 +279,8 @@ class Executor:
         return self._loop().run_until_complete(coro)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
+        import asyncio
+
         loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
         if loop is None or loop.is_closed():
             loop = asyncio.new_event_loop()

@@ -26,18 +26,21 @@ as "the task hit its soft limit" only if no outcome was produced yet.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import ctypes
 import heapq
 import itertools
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from potatoq.exceptions import SoftTimeLimitExceeded
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["SOFT_LIMIT_CANCEL", "SoftLimits"]
 
@@ -47,12 +50,16 @@ SOFT_LIMIT_CANCEL = "SoftTimeLimitExceeded"
 
 def _raise_in_thread(thread_id: int, exc: type[BaseException] | None) -> None:
     """Schedule ``exc`` in the thread (``None`` clears a pending one)."""
+    import ctypes  # only when a soft limit fires
+
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc is not None else None
     )
 
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    import asyncio
+
     for task in asyncio.all_tasks(loop):
         task.cancel(SOFT_LIMIT_CANCEL)
 
@@ -108,7 +115,10 @@ class SoftLimits:
             return
         self._armed_token = None
         message = f"soft time limit ({self._armed_seconds:g}s) exceeded"
-        loop = asyncio._get_running_loop()
+        # No asyncio loaded: no coroutine ran in this process (the executor imports it
+        # for the first one), so no loop can be running.
+        asyncio = sys.modules.get("asyncio")
+        loop = asyncio._get_running_loop() if asyncio is not None else None
         if loop is not None:
             # An async task: raising here would land in the event loop's select() and
             # leave the coroutine suspended in the loop. Cancel it instead, so it sees

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -96,7 +95,7 @@ class WorkerOptions:
             threads=per_child,
             pool=pool,
             nodename=human,
-            node=f"{human}:{os.getpid()}-{secrets.token_hex(3)}",
+            node=f"{human}:{os.getpid()}-{os.urandom(3).hex()}",
             max_tasks_per_child=int(max_tasks) if max_tasks else None,
             max_memory_per_child=int(max_memory) if max_memory else None,
             shutdown_timeout=float(conf.worker_shutdown_timeout),

@@ -31,9 +31,13 @@ Why it is built this way:
   can drop the last commits (``{"durable": True}`` selects FULL).
 * Settling is one transaction: the fenced delete (or update) of the job row, the result,
   the chord join and the follow-up tasks. ``settle_and_claim`` adds the next claim to it.
-* Idle workers wake up through ``PRAGMA data_version``, which changes whenever another
-  connection commits; it costs microseconds, so a 2 ms → 50 ms backoff gives millisecond
-  latency with no extra process.
+* Idle workers wake up through a doorbell (module ``doorbell``, Linux): each waiting
+  thread's abstract Unix datagram socket, announced with its queues by a marker file next
+  to the database, gets an empty datagram after a commit that concerns its queues (an
+  enqueue: its messages' queues; claims and heartbeats: nobody; anything else: everyone).
+  ``PRAGMA data_version`` (it changes whenever another connection commits, and costs
+  microseconds) then says whether to look again; a fallback poll of it backs off from 2 ms
+  to 1 s (50 ms without the doorbell) for writers that don't ring. Module ``waiting``.
 * Fork safety: connections live in a :class:`~potatoq.brokers.base.ProcessLocal`, so a
   child never uses, closes or garbage-collects its parent's connection (closing one would
   release the parent's POSIX locks).

@@ -9,7 +9,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from potatoq.exceptions import OperationalError
@@ -38,7 +38,8 @@ from ..base import (
 from ..limits import limit_columns, rate_columns
 from ..unique import unique_columns
 from .admin import SQLiteAdmin
-from .connection import READY, SCHEDULED, WAIT_MAX, WAIT_MIN, ThreadConnection
+from .connection import READY, SCHEDULED, ThreadConnection
+from .doorbell import Doorbell, Listener, supported
 from .history import SQLiteHistory
 from .limits import SQLiteLimits, rate_defer_in, rate_take_in
 from .pause import SQLitePause
@@ -53,22 +54,30 @@ from .setup import (
     migrate,
 )
 from .unique import insert_jobs
+from .waiting import SQLiteWaiting
 
 __all__ = ["SQLiteBroker", "SQLiteOptions"]
 
 # How long claimed periodic fire times are remembered (nobody races for older ones).
 PERIODIC_RETENTION = 7 * 86400.0
-# Rows deleted per housekeeping write transaction: a few milliseconds of the write lock.
-HOUSEKEEPING_BATCH = 2000
-# Due scheduled tasks made ready per claim transaction (the rest by the next claims).
-PROMOTE_BATCH = 1000
+# Rows deleted per housekeeping write transaction: a few milliseconds of the write lock
+# (2,000 held it 100-350 ms on the shared 2-core VM, with 500,000 results; bench-scale).
+HOUSEKEEPING_BATCH = 500
+# Seconds one recover() call spends deleting expired rows (it runs in the supervisor's
+# loop); what is left goes in the next calls.
+HOUSEKEEPING_BUDGET = 1.0
+# Due scheduled tasks made ready per claim transaction (the rest by the next claims): 1,000
+# held the write lock 120-230 ms behind a mass ETA on the same VM.
+PROMOTE_BATCH = 200
 
 
 def _failure_payload(exc_type: str, message: str) -> dict[str, Any]:
     return {"exc_type": exc_type, "exc_message": [message], "exc_module": "potatoq.exceptions"}
 
 
-class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLiteLimits, Broker):
+class SQLiteBroker(
+    SQLiteWaiting, SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLiteLimits, Broker
+):
     """A broker in one local SQLite file, shared by any number of processes on this host."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -91,7 +100,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             check_local_filesystem(self.path)
         #: the clock used for due times, claims, heartbeats and expiry (injectable in tests)
         self.clock: Callable[[], float] = time.time
-        self._local: ProcessLocal[ThreadConnection] = ProcessLocal(self._open, lambda c: c.conn.close())
+        self._local: ProcessLocal[ThreadConnection] = ProcessLocal(self._open, ThreadConnection.close)
+        #: wakes waiting threads (of any process) after each commit; see doorbell
+        self._doorbell = Doorbell(self.path) if supported() else None
+        self._listeners: set[Listener] = set()  # this process's, rung by interrupt()
         self._schema_ready = False
         self._pid = os.getpid()
         self._wake = threading.Condition()
@@ -158,9 +170,12 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         return self._local.get()
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One BEGIN IMMEDIATE transaction on this thread's connection."""
-        conn = self._local.get().conn
+    def _write(self, rings: Collection[str] | None = None) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction on this thread's connection; once committed, the
+        doorbell wakes the threads waiting on ``rings`` (None: every waiting thread, for a
+        write that may free work anywhere; empty: nobody)."""
+        local = self._local.get()
+        conn = local.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -174,6 +189,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+        if self._doorbell is not None and (rings is None or rings):
+            # committed: a ring that fails (out of file descriptors, say) costs waiters
+            # latency, up to their fallback poll, and must not fail the write
+            with contextlib.suppress(OSError):
+                self._doorbell.ring(rings, skip=local.listener.token if local.listener is not None else None)
 
     def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         try:
@@ -225,7 +245,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         if connection is not None:
             self._enqueue_through(connection, messages, now)
             return
-        with self._write() as conn:
+        with self._write(rings={m.queue for m in messages}) as conn:
             self._insert(conn, messages, now)
 
     def _enqueue_through(self, connection: Any, messages: Sequence[Message], now: float) -> None:
@@ -243,7 +263,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
     ) -> Delivery | None:
         """Promote due tasks and claim the best ready one, inside an open write transaction."""
         names = self._queue_list(queues)
-        conn.execute(SQL["job_promote_due"], {"queues": names, "now": now, "limit": PROMOTE_BATCH})
+        for queue in queues:
+            conn.execute(SQL["job_promote_due"], {"queue": queue, "now": now, "limit": PROMOTE_BATCH})
         if self._limits_seen:
             conn.execute(SQL["limit_park_full"], {"queues": names})
         rate_defer_in(conn, names, now)
@@ -271,7 +292,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         ready, due = self._read("job_peek", {"queues": self._queue_list(queues), "now": now})[0]
         if not ready and not due:
             return None  # the cheap read found nothing: no write lock taken
-        with self._write() as conn:
+        with self._write(rings=()) as conn:  # a claim makes no work for anyone
             delivery = self._claim_in(conn, queues, worker, now)
         claim_committed("claim", delivery)
         return delivery
@@ -393,85 +414,11 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         claim_committed("settle_and_claim", next_delivery)
         return settled, next_delivery
 
-    # -- waiting ------------------------------------------------------------------------------
-
-    def _wake_condition(self) -> threading.Condition:
-        if self._pid != os.getpid():  # a lock inherited through fork() may be held forever
-            self._pid, self._wake = os.getpid(), threading.Condition()
-        return self._wake
-
-    def _sleep(self, seconds: float, interrupts: int) -> bool:
-        """Sleep up to ``seconds``; False if interrupt() was called since ``interrupts``."""
-        wake = self._wake_condition()
-        with wake:
-            if self._interrupts != interrupts:
-                return False
-            wake.wait(seconds)
-            return self._interrupts == interrupts
-
-    def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Return at once if work is ready (or due) in ``queues``; otherwise when another
-        connection commits, when the earliest scheduled task falls due, or after ``timeout``.
-
-        data_version is read *before* the cheap read for work, so a commit that the read
-        misses changes it: nothing can land unnoticed between looking and sleeping.
-        """
-        local = self._conn()
-        names = self._queue_list(queues)
-        deadline = time.monotonic() + max(0.0, timeout)
-        interrupts = local.interrupts
-        try:
-            baseline = local.data_version()
-        except sqlite3.OperationalError as exc:
-            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
-        first_deadline = self._work_or_deadline(names, deadline)
-        if first_deadline is None:
-            return
-        deadline = first_deadline
-        delay = WAIT_MIN
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                if not self._sleep(min(delay, remaining), interrupts):
-                    return
-                version = local.data_version()
-                if version != baseline:
-                    # Another connection committed: return only if it concerns these queues.
-                    # A commit elsewhere (any busy database has them every few ms) costs one
-                    # cheap read, and the backoff goes on, so idle threads don't poll.
-                    baseline = version
-                    new_deadline = self._work_or_deadline(names, deadline)
-                    if new_deadline is None:
-                        return
-                    deadline = new_deadline
-                delay = min(delay * 2, WAIT_MAX)
-        finally:
-            local.interrupts = self._interrupts
-
-    def _work_or_deadline(self, names: str, deadline: float) -> float | None:
-        """None if work is ready or due in ``names``; else ``deadline``, brought forward to
-        when the earliest scheduled task of ``names`` falls due."""
-        ready, due = self._read("job_peek", {"queues": names, "now": self.clock()})[0]
-        if ready or due:
-            return None
-        next_due = self._read("job_next_due", {"queues": names})[0][0]
-        if next_due is not None:
-            deadline = min(deadline, time.monotonic() + max(0.0, float(next_due) - self.clock()))
-        return deadline
-
-    def interrupt(self) -> None:
-        wake = self._wake_condition()
-        with wake:
-            self._interrupts += 1
-            wake.notify_all()
-
     # -- liveness -----------------------------------------------------------------------------
 
     def heartbeat(self, info: WorkerInfo) -> None:
         params = {"node": info.node, "info": info.encode(), "now": self.clock()}
-        with self._write() as conn:
+        with self._write(rings=()) as conn:
             conn.execute(SQL["worker_heartbeat"], params)
 
     def workers(self) -> list[WorkerInfo]:
@@ -544,12 +491,20 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         other writers' busy timeout, and they would fail with "database is locked".
         """
         params = {"now": now, "limit": HOUSEKEEPING_BATCH}
+        stop_at = time.monotonic() + HOUSEKEEPING_BUDGET
         for names in (("housekeeping_results",), ("housekeeping_chord_parts", "housekeeping_chords")):
             while True:
-                with self._write() as conn:
+                started = time.monotonic()
+                with self._write(rings=()) as conn:  # deleting expired rows frees no work
                     deleted = [conn.execute(SQL[name], params).rowcount for name in names]
                 if deleted[-1] < HOUSEKEEPING_BATCH:
                     break
+                took = time.monotonic() - started
+                if time.monotonic() + took >= stop_at:
+                    return  # the rest in the next calls: this one runs in the supervisor's loop
+                # Let other writers in: SQLite's busy handler retries after sleeps of 1 to
+                # 100 ms, so batches back to back would starve them as one long one would.
+                time.sleep(min(took, 0.05))
 
     @staticmethod
     def _lost_result(task_id: str, task: str | None, reason: str, now: float) -> ResultRecord:

@@ -3,10 +3,16 @@ backoff with which waiters re-check ``PRAGMA data_version``."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+
+from .doorbell import Listener
 
 WAIT_MIN = 0.002  # data_version backoff: first check after 2 ms ...
 WAIT_MAX = 0.050  # ... doubling up to 50 ms
+# ... or up to 1 s for a thread that hears the doorbell: potatoq's commits ring it, so the
+# poll only catches writes by other programs (and a ring lost in a rare race).
+WAIT_MAX_RUNG = 1.0
 
 SCHEDULED, READY, RUNNING = 0, 1, 2
 STATE_NAMES = {SCHEDULED: "scheduled", READY: "ready", RUNNING: "running"}  # for queued_task()
@@ -15,13 +21,24 @@ STATE_NAMES = {SCHEDULED: "scheduled", READY: "ready", RUNNING: "running"}  # fo
 class ThreadConnection:
     """One thread's connection, plus the interrupts its wait() calls have seen."""
 
-    __slots__ = ("conn", "interrupts")
+    __slots__ = ("backoff", "conn", "interrupts", "listener", "pause")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        #: this thread's doorbell socket, made by its first wait() (None: not yet, or no doorbell)
+        self.listener: Listener | None = None
+        #: wait()'s poll backoff and ring pause, kept from a wait that timed out (see wait)
+        self.backoff = WAIT_MIN
+        self.pause = WAIT_MIN
         # interrupt() calls counted when this thread's last wait() returned: one made since
         # makes the next wait() return at once, even if it came before that wait started.
         self.interrupts = 0
 
     def data_version(self) -> int:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def close(self) -> None:
+        if self.listener is not None:
+            with contextlib.suppress(OSError):
+                self.listener.close()
+        self.conn.close()

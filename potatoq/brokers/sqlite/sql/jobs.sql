@@ -26,16 +26,20 @@ SELECT
             WHERE j.queue = q.value AND j.state = 0 AND j.run_at <= :now);
 
 -- name: job_promote_due
--- Scheduled tasks whose time has come become ready, inside the claim's transaction. Each
--- takes a new seq above every row's (in order of due time): FIFO order is the order in
--- which tasks become ready (the broker contract), so a task that waited for its eta goes
--- behind the tasks that were already ready. The window function makes SQLite compute the
--- new numbers before it moves any row.
+-- Scheduled tasks of :queue whose time has come become ready, inside the claim's
+-- transaction (one statement per queue). Each takes a new seq above every row's (in order
+-- of due time): FIFO order is the order in which tasks become ready (the broker contract),
+-- so a task that waited for its eta goes behind the tasks that were already ready. The
+-- window function makes SQLite compute the new numbers before it moves any row.
+-- One queue per statement: the scheduled index (queue, run_at) then yields the rows in
+-- order and LIMIT stops the walk. Over a list of queues SQLite merged them with a sort of
+-- every due row, and with statistics of one huge queue it scanned the table instead: 100 ms
+-- per claim behind 100,000 due tasks (bench-scale).
 UPDATE potatoq_jobs SET state = 1, seq = due.new_seq
 FROM (SELECT seq AS old_seq,
              (SELECT max(seq) FROM potatoq_jobs) + row_number() OVER (ORDER BY run_at, seq) AS new_seq
-      FROM potatoq_jobs
-      WHERE state = 0 AND run_at <= :now AND queue IN (SELECT value FROM json_each(:queues))
+      FROM potatoq_jobs INDEXED BY potatoq_jobs_scheduled
+      WHERE queue = :queue AND state = 0 AND run_at <= :now
       -- at most :limit per claim: a backlog of due tasks (after downtime, a mass ETA) is
       -- promoted over the next claims, never in one long write transaction
       ORDER BY run_at, seq LIMIT :limit) AS due
