@@ -371,10 +371,10 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         now = self.clock()
         self._forward_result(outcome)
-        with self._write() as conn:
+        with self._write_with_history(now) as conn:  # held history rows ride along once due
             settled = self._settle_in(conn, delivery, outcome, now)
-            if settled:  # task history (issue 31): same transaction
-                self._history_in(conn, delivery, outcome, now)
+        if settled:  # task history (issue 31): the record is built outside the write lock
+            self._history_settled(delivery, outcome, now)
         return settled
 
     def settle_and_claim(
@@ -384,12 +384,12 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         now = self.clock()
         next_delivery: Delivery | None = None
         self._forward_result(outcome)
-        with self._write() as conn:
+        with self._write_with_history(now) as conn:  # held history rows ride along once due
             settled = self._settle_in(conn, delivery, outcome, now)
-            if settled:  # task history (issue 31): same transaction
-                self._history_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
+        if settled:  # task history (issue 31): the record is built outside the write lock
+            self._history_settled(delivery, outcome, now)
         claim_committed("settle_and_claim", next_delivery)
         return settled, next_delivery
 
@@ -416,6 +416,7 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         data_version is read *before* the cheap read for work, so a commit that the read
         misses changes it: nothing can land unnoticed between looking and sleeping.
         """
+        self._history_flush()  # idle: held history rows go in now (issue 31)
         local = self._conn()
         names = self._queue_list(queues)
         deadline = time.monotonic() + max(0.0, timeout)
@@ -619,6 +620,8 @@ class SQLiteBroker(SQLiteResults, SQLiteAdmin, SQLitePause, SQLiteHistory, SQLit
         self._read("schema_version")
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort: held history rows (issue 31)
+            self._history_flush()
         self._local.close_all()
 
 
