@@ -161,7 +161,7 @@ class HistoryRecord:
         return {name: getattr(self, name) for name in _RECORD_FIELDS}
 
     def encode(self) -> bytes:
-        return json.dumps(self.to_json(), separators=(",", ":")).encode()
+        return _ENCODER.encode(self.to_json()).encode()
 
     @classmethod
     def decode(cls, data: bytes | str, cursor: str | None = None) -> HistoryRecord:
@@ -171,6 +171,9 @@ class HistoryRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(HistoryRecord) if f.name != "cursor")
+# One encoder, made once: json.dumps with separators makes a new one per call. Records
+# hold scalars only, so there is no cycle to check for.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 @dataclasses.dataclass(frozen=True)
