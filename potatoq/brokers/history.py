@@ -74,6 +74,7 @@ class HistorySettings:
     redact_kwargs: tuple[str, ...] = ("password", "secret", "token", "api_key")
     trim_every: int = TRIM_EVERY  # SQL brokers trim on about one write in this many
     batch: int = 32  # records a worker thread holds before writing them together (history_buffer)
+    flush_after: float = 1.0  # seconds after which a thread writes what it holds, with its next settle
 
     @classmethod
     def from_settings(cls, conf: Any) -> HistorySettings:

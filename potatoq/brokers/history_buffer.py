@@ -4,11 +4,11 @@ Writing each record on its own costs a statement or script call (and on SQLite a
 worth of index pages) per task: most of what history cost a worker's processed/s. So the
 SQLite, PostgreSQL and Redis brokers keep the records of the settles a thread made in
 this buffer, and write them all *with a settle the thread makes anyway* once the buffer
-holds ``HistorySettings.batch`` records or its oldest is ``FLUSH_SECONDS`` old; and
+holds ``HistorySettings.batch`` records or its oldest is ``flush_after`` (a second) old; and
 whatever it holds when the thread waits for work, reads history or closes.
 
 What a crash loses: a worker process killed (SIGKILL, OOM, power) loses the records it
-held, at most ``batch`` of them and none older than ``FLUSH_SECONDS`` plus one task's run;
+held, at most ``batch`` of them and none older than ``flush_after`` plus one task's run;
 never a task or its result. ``task_history_batch = 1`` holds only the newest record (it
 rides with the next settle).
 """
@@ -20,12 +20,9 @@ import time
 from collections.abc import Sequence
 
 from .base import Broker, ProcessLocal
-from .history import HistoryRecord
+from .history import HistoryRecord, HistorySettings
 
-__all__ = ["FLUSH_SECONDS", "HeldHistory", "HistoryBuffer"]
-
-#: A thread's records are written with its first settle after the oldest is this old.
-FLUSH_SECONDS = 1.0
+__all__ = ["HeldHistory", "HistoryBuffer"]
 
 
 class HistoryBuffer:
@@ -48,19 +45,22 @@ class HistoryBuffer:
         for record in records:
             self.add(record)
 
-    def take(self, batch: int = 1) -> list[HistoryRecord]:
-        """Every record held, if there are ``batch`` or the oldest is ``FLUSH_SECONDS`` old
-        (``batch=1``: whatever is held); else none (they stay)."""
+    def take(self, settings: HistorySettings | None = None) -> list[HistoryRecord]:
+        """Every record held if they are due by ``settings`` (see :meth:`due`), else none
+        (they stay); without ``settings``, every record held."""
         records = self.records
-        if not self.due(batch):
+        if settings is not None and not self.due(settings):
             return []
         self.records = []
         return records
 
-    def due(self, batch: int) -> bool:
-        """Whether the records held should be written now (see :meth:`take`)."""
+    def due(self, settings: HistorySettings) -> bool:
+        """Whether the records held are to be written now: ``settings.batch`` of them, or
+        the oldest is ``settings.flush_after`` seconds old."""
         records = self.records
-        return bool(records) and (len(records) >= batch or time.monotonic() - self.since >= FLUSH_SECONDS)
+        return bool(records) and (
+            len(records) >= settings.batch or time.monotonic() - self.since >= settings.flush_after
+        )
 
     def restore(self, records: Sequence[HistoryRecord]) -> None:
         """Put back records whose write failed (or may have): they go with the next try."""
@@ -86,7 +86,7 @@ class HeldHistory(Broker):
 
     def _history_due(self) -> list[HistoryRecord]:
         """The records to write with this settle: all held, once the batch is full or old."""
-        return self._history_buffer().take(self.config.history.batch)
+        return self._history_buffer().take(self.config.history)
 
     def _history_take(self) -> list[HistoryRecord]:
         """Every record held (to write now: idle, a history read, close)."""
@@ -94,11 +94,11 @@ class HeldHistory(Broker):
 
     def hold_history(self, records: Sequence[HistoryRecord]) -> None:
         self._history_buffer().extend(records)
-        if self._history_buffer().due(self.config.history.batch):
+        if self._history_buffer().due(self.config.history):
             self._history_flush()
 
     def flush_history(self, force: bool = True) -> bool:
         buffer = self._history_buffer()
-        if force or buffer.due(self.config.history.batch):
+        if force or buffer.due(self.config.history):
             self._history_flush()
         return bool(buffer.records)

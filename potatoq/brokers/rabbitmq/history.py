@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
-from ..history_buffer import FLUSH_SECONDS
 
 
 class RabbitMQHistory(Broker):
@@ -40,9 +39,10 @@ class RabbitMQHistory(Broker):
 
     def _history_idle(self, timeout: float) -> float:
         """Before a wait for work: the backend's held records are written once due, and
-        while it holds some the wait is cut to ``FLUSH_SECONDS`` (so an idle worker's
-        records land within about two of them, with the wait after)."""
-        return min(timeout, FLUSH_SECONDS) if self.flush_history(force=False) else timeout
+        while it holds some the wait is cut to ``flush_after`` (so an idle worker's records
+        land within about twice that, with the wait after)."""
+        held = self.flush_history(force=False)
+        return min(timeout, self.config.history.flush_after) if held else timeout
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         if self.backend is None:
