@@ -16,8 +16,9 @@ rides with the next settle).
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .base import Broker, ProcessLocal
 from .history import HistoryRecord, HistorySettings
@@ -87,6 +88,17 @@ class HeldHistory(Broker):
     def _history_due(self) -> list[HistoryRecord]:
         """The records to write with this settle: all held, once the batch is full or old."""
         return self._history_buffer().take(self.config.history)
+
+    @contextlib.contextmanager
+    def _history_riding(self) -> Iterator[list[HistoryRecord]]:
+        """The records due to ride along with a settle (:meth:`_history_due`), put back if
+        the block raises: the write may not have happened."""
+        pending = self._history_due()
+        try:
+            yield pending
+        except BaseException:
+            self._history_buffer().restore(pending)
+            raise
 
     def _history_take(self) -> list[HistoryRecord]:
         """Every record held (to write now: idle, a history read, close)."""

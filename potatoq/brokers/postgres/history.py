@@ -52,17 +52,13 @@ class PostgresHistory(HeldHistory, Broker):
 
     def _run_after_history(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Run statement ``name``, preceded in the same round trip by the buffered records."""
-        pending = self._history_due()
-        if not pending:
-            return self._run(name, params)
-        try:
+        with self._history_riding() as pending:
+            if not pending:
+                return self._run(name, params)
             with self._connection() as conn, conn.pipeline():
                 self._history_in(conn, pending)
                 cur = conn.execute(self._statements()[name].query, params)
-            return cur.fetchall() if cur.description is not None else []
-        except BaseException:
-            self._history_buffer().restore(pending)  # not written: kept for the next try
-            raise
+        return cur.fetchall() if cur.description is not None else []
 
     def _history_flush(self) -> None:
         """Insert this thread's buffered records now (idle, before a read, at close)."""

@@ -36,15 +36,10 @@ class SQLiteHistory(HeldHistory, Broker):
     def _write_with_history(self, now: float) -> Iterator[sqlite3.Connection]:
         """:meth:`_write`, also inserting this thread's held records once they are due
         (kept for the next try if the transaction fails)."""
-        pending = self._history_due()
-        try:
-            with self._write() as conn:
-                if pending:
-                    self._history_rows_in(conn, pending, now)
-                yield conn
-        except BaseException:
-            self._history_buffer().restore(pending)
-            raise
+        with self._history_riding() as pending, self._write() as conn:
+            if pending:
+                self._history_rows_in(conn, pending, now)
+            yield conn
 
     def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
         """Hold the record of a settle that committed (inserted with a later transaction)."""
