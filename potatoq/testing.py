@@ -81,6 +81,7 @@ def drain(
                 # A broker that pushes deliveries (RabbitMQ) stops consuming here: once the
                 # drain returns, nothing sent later may wait unrun in this process.
                 broker.consume_only([])
+                broker.flush_history()  # records this thread holds (issue 31) land before return
                 return ran
             quiet = True
             # a pause, not broker.wait(): wait() would start consumers that stay and take

@@ -6,6 +6,7 @@ task leaves one record; ``Broker.history`` filters them and pages with a keyset 
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 import uuid
 
@@ -23,6 +24,7 @@ from potatoq.brokers.base import (
     RetryLater,
 )
 from potatoq.brokers.history import DEAD
+from potatoq.brokers.history_buffer import HeldHistory
 from potatoq.message import Message
 from potatoq.states import FAILURE, RETRY, REVOKED, SUCCESS
 
@@ -175,6 +177,23 @@ def test_history_off_records_nothing(make_broker: BrokerMaker) -> None:
     sent = send(broker)
     run(broker)
     assert records(broker, task_id=sent.id) == []
+
+
+def test_a_thread_holds_its_records_until_its_batch_is_full(make_broker: BrokerMaker) -> None:
+    # flush_after far away: only the count (and flush_history) may write what is held
+    broker = make_broker(history=HistorySettings(batch=3, flush_after=3600.0))
+    if not isinstance(broker, HeldHistory) and not isinstance(getattr(broker, "backend", None), HeldHistory):
+        pytest.skip("this broker writes each record at once")
+    for _ in range(4):
+        send(broker)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker_thread:  # one thread settles
+        done = [worker_thread.submit(run, broker).result() for _ in range(2)]
+        assert records(broker) == []  # held by the worker thread, not this one
+        done += [worker_thread.submit(run, broker).result() for _ in range(2)]
+        # the batch of three was written (by the 4th settle, or on RabbitMQ as the 3rd was held)
+        assert [r.task_id for r in records(broker)][-3:] == done[2::-1]
+        worker_thread.submit(broker.flush_history).result()
+    assert [r.task_id for r in records(broker)] == done[::-1]
 
 
 def test_retention_keeps_the_newest_max_count(make_broker: BrokerMaker) -> None:

@@ -39,6 +39,7 @@ CONTRACT = (
     "potatoq.brokers.history",
     "potatoq.brokers.sqlfiles",
     "potatoq.brokers.history_sql",
+    "potatoq.brokers.history_buffer",
 )
 BOTTOM = ("potatoq.message", "potatoq.serialization", "potatoq.exceptions", "potatoq.states", "potatoq.utils")
 CORE = (

@@ -552,6 +552,17 @@ class Broker(abc.ABC):
         """Store ``records`` (settles write theirs themselves; this is for records made
         elsewhere, e.g. by a broker whose history lives in its result store)."""
 
+    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
+        """Store ``records``, possibly later, with other writes (brokers that hold a
+        thread's records: see :mod:`potatoq.brokers.history_buffer`); ``flush_history``
+        writes what is held. For a broker whose history lives in its result store."""
+        self.append_history(records)
+
+    def flush_history(self, force: bool = True) -> bool:
+        """Write the records this thread holds (see :meth:`hold_history`): all of them, or
+        with ``force=False`` only once due. True if some are still held."""
+        return False
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def migrate(self) -> None:  # noqa: B027

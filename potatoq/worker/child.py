@@ -133,6 +133,14 @@ class ChildRunner:
 
     # -- one slot ----------------------------------------------------------------------------
 
+    def _history_out(self) -> None:
+        """Write the task-history records this slot's thread holds (when it stops, or every
+        queue is paused; the broker's wait does it when idle: see brokers.history_buffer)."""
+        try:
+            self.broker.flush_history()
+        except Exception:  # the records are kept for a later try; the tasks are settled
+            logger.warning("task history: held records not written yet", exc_info=True)
+
     def _slot(self, index: int) -> None:
         delivery: Delivery | None = None
         limits: tuple[float | None, float | None] = (None, None)
@@ -141,10 +149,12 @@ class ChildRunner:
         while True:
             if delivery is None:
                 if self.stopping.is_set():
+                    self._history_out()
                     return
                 try:
                     queues = self.gate.claimable(self.rotation())
                     if not queues:  # every queue of this worker is paused
+                        self._history_out()
                         self.stopping.wait(self.gate.refresh)
                         continue
                     delivery = self.broker.claim(queues, self.worker)

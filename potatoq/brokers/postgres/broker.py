@@ -430,8 +430,8 @@ class PostgresBroker(
         stmts = self._statements()
         clock = self._promotion.get()
         promoted = None
-        pending = self._history_take()  # buffered history rows ride along (issue 31)
-        with self._connection() as conn, conn.pipeline():
+        # held history rows ride along when due (issue 31)
+        with self._history_riding() as pending, self._connection() as conn, conn.pipeline():
             self._history_in(conn, pending)
             settled = conn.execute(stmts[name].query, params)
             if names and clock.timed_due():

@@ -1,17 +1,17 @@
 """Task history on PostgreSQL (see :mod:`potatoq.brokers.history`).
 
 A settle is one statement (one round trip), and whether it applied is known only from its
-reply. So its record is kept in this thread's buffer and inserted *in the next round trip
-this thread makes for a settle* (pipelined before that settle statement: no extra round
-trip), or when the thread next waits for work, reads history or closes. A busy worker's
-records land one task late; a worker killed meanwhile loses the one record it buffered,
-never a task or its result.
+reply. So its record goes to this thread's :class:`~potatoq.brokers.history_buffer.HistoryBuffer`,
+and the buffer's records are inserted with one statement *pipelined before a settle this
+thread makes anyway* (no extra round trip) once it holds ``task_history_batch`` records or
+its oldest is a second old; or when the thread next waits for work, reads history or
+closes. A worker killed meanwhile loses the records it held (see history_buffer), never a
+task or its result.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,14 +20,13 @@ import psycopg
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
-from ..history_sql import page_from_rows, query_params
+from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..history_buffer import HeldHistory
+from ..history_sql import column_values, page_from_rows, query_params
 from . import statements
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(HistoryRecord) if f.name != "cursor")
 
-
-class PostgresHistory(Broker):
+class PostgresHistory(HeldHistory, Broker):
     """Mixin of :class:`PostgresBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:
@@ -36,50 +35,30 @@ class PostgresHistory(Broker):
         def _statements(self) -> statements.Statements: ...
         def _connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
 
-    def _history_buffer(self) -> list[HistoryRecord]:
-        """This thread's records not yet inserted (per process and thread: fork-safe)."""
-        local: ProcessLocal[list[HistoryRecord]] | None = self.__dict__.get("_history_local")
-        if local is None:
-            local = self.__dict__.setdefault("_history_local", ProcessLocal(list))
-        return local.get()
-
     def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
-        """Buffer the record of a settle that committed (inserted with the next round trip)."""
-        record = hist.for_settle(delivery, outcome, now, self.config.history)
-        if record is not None:
-            self._history_buffer().append(record)
-
-    def _history_take(self) -> list[HistoryRecord]:
-        buffer = self._history_buffer()
-        taken = buffer[:]
-        buffer.clear()
-        return taken
+        """Hold the record of a settle that committed (inserted with a later round trip)."""
+        self._history_buffer().add(hist.for_settle(delivery, outcome, now, self.config.history))
 
     def _history_in(self, conn: psycopg.Connection[Any], records: Sequence[HistoryRecord]) -> None:
         """Queue the INSERT (and now and then the trim) of ``records`` on ``conn``."""
         if not records:
             return
         stmts = self._statements()
-        rows = [r.columns() for r in records]
-        conn.execute(stmts["history_insert"].query, {name: [row[name] for row in rows] for name in _FIELDS})
+        conn.execute(stmts["history_insert"].query, column_values(records))
         settings = self.config.history
-        if hist.should_trim(settings):
+        if hist.should_trim(settings, len(records)):
             cutoff = max(r.finished_at for r in records) - settings.max_age
             conn.execute(stmts["history_trim"].query, {"cutoff": cutoff, "keep": settings.max_count})
 
     def _run_after_history(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Run statement ``name``, preceded in the same round trip by the buffered records."""
-        pending = self._history_take()
-        if not pending:
-            return self._run(name, params)
-        try:
+        with self._history_riding() as pending:
+            if not pending:
+                return self._run(name, params)
             with self._connection() as conn, conn.pipeline():
                 self._history_in(conn, pending)
                 cur = conn.execute(self._statements()[name].query, params)
-            return cur.fetchall() if cur.description is not None else []
-        except BaseException:
-            self._history_buffer()[:0] = pending  # not written: keep them for the next try
-            raise
+        return cur.fetchall() if cur.description is not None else []
 
     def _history_flush(self) -> None:
         """Insert this thread's buffered records now (idle, before a read, at close)."""
@@ -90,7 +69,7 @@ class PostgresHistory(Broker):
             with self._connection() as conn, conn.pipeline():
                 self._history_in(conn, pending)
         except BaseException:
-            self._history_buffer()[:0] = pending
+            self._history_buffer().restore(pending)
             raise
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:

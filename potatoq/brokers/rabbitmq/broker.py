@@ -3,6 +3,7 @@ periodic fire times and the result-backend hand-offs."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -488,6 +489,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
     def wait(self, queues: Sequence[str], timeout: float) -> None:
         for queue in queues:
             validate_queue_name(queue, allow_dots=False)
+        timeout = self._history_idle(timeout)  # held history records (issue 31)
         self._process().intake.wait(queues, timeout)
 
     def interrupt(self) -> None:
@@ -537,6 +539,8 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         self._process()
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort: held history records (issue 31)
+            self.flush_history()
         with self._lock:
             state, self._state = self._state, None
         if state is None:

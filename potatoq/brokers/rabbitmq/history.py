@@ -2,7 +2,9 @@
 
 Queues can't be searched, so records go to the broker that holds this broker's results
 (``result_backend``: Redis, PostgreSQL or SQLite), appended once a settle was applied.
-Without a result backend there is no history (``history`` returns empty pages).
+A settle's record is held by the result backend and written with its batch (see
+:mod:`potatoq.brokers.history_buffer`); the worker flushes it when it waits for work or
+closes. Without a result backend there is no history (``history`` returns empty pages).
 """
 
 from __future__ import annotations
@@ -25,12 +27,22 @@ class RabbitMQHistory(Broker):
         if self.backend is None:
             return
         record = hist.for_settle(delivery, outcome, time.time(), self.config.history)
-        if record is not None:
-            self.backend.append_history([record])
+        if record is not None:  # written with the backend's next batch (history_buffer)
+            self.backend.hold_history([record])
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
         if self.backend is not None and records:
             self.backend.append_history(records)
+
+    def flush_history(self, force: bool = True) -> bool:
+        return self.backend is not None and self.backend.flush_history(force)
+
+    def _history_idle(self, timeout: float) -> float:
+        """Before a wait for work: the backend's held records are written once due, and
+        while it holds some the wait is cut to ``flush_after`` (so an idle worker's records
+        land within about twice that, with the wait after)."""
+        held = self.flush_history(force=False)
+        return min(timeout, self.config.history.flush_after) if held else timeout
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         if self.backend is None:

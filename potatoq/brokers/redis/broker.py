@@ -239,7 +239,7 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
     ) -> Any:
         """:meth:`_run_claim`, with this thread's buffered history records (issue 31) sent in
         the same round trip as the first attempt, so a settle stays one round trip."""
-        pending = self._history_take()
+        pending = self._history_due()  # held records ride along once due
         if not pending:
             return self._run_claim(name, args, worker, token, settled)
         try:

@@ -61,10 +61,6 @@ REDIRECTIONS = (
 # A worker idle on several queues blocks on one queue's marker at a time (markers of
 # different slots can't be awaited in one command), for at most this long each.
 MULTI_QUEUE_SLICE = 1.0
-# A busy worker thread sends its task-history records after this many settles, or once the
-# oldest has waited this long (seconds), whichever comes first.
-HISTORY_BATCH = 100
-HISTORY_DELAY = 1.0
 
 
 def cluster_nodes(url: str) -> tuple[list[ClusterNode], dict[str, Any]]:
@@ -473,13 +469,10 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
 
     def _history_settled(self, delivery: Delivery, outcome: Outcome) -> None:
         # No settle round trip to ride along (it is in a queue's slot): a busy thread sends
-        # its records every HISTORY_BATCH settles or HISTORY_DELAY seconds, an idle one at
-        # once (wait).
+        # its records in a call of their own once `task_history_batch` of them are held or
+        # the oldest is a second old, an idle one at once (wait).
         super()._history_settled(delivery, outcome)
-        pending = len(self._history_buffer())
-        if pending <= 1:  # none (history off, a requeue), or the first since the last send
-            self._scope.history_since = time.monotonic()
-        elif pending >= HISTORY_BATCH or time.monotonic() - self._scope.history_since >= HISTORY_DELAY:
+        if self._history_buffer().due(self.config.history):
             self._history_flush()
 
     def _history_flush(self) -> None:
@@ -491,7 +484,7 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
                 for command in self._history_commands(pending):
                     self._run("history_append", list(command[4:]))
             except BaseException:
-                self._history_buffer()[:0] = pending
+                self._history_buffer().restore(pending)
                 raise
 
     def close(self) -> None:

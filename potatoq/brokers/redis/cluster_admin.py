@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from potatoq.brokers.base import (
     DeadLetterRecord,
-    HistoryRecord,
     QueuedTask,
     QueueStats,
     validate_queue_name,
 )
 
+from ..history_buffer import HistoryBuffer
 from .admin import parse_stats
 from .broker import JOB_FIELDS
 from .outbox import ClusterParts
@@ -27,7 +27,7 @@ class ClusterAdmin(ClusterParts):
 
     if TYPE_CHECKING:
 
-        def _history_buffer(self) -> list[HistoryRecord]: ...
+        def _history_buffer(self) -> HistoryBuffer: ...
         def _queued(self, task_id: str, values: Sequence[bytes | None]) -> QueuedTask | None: ...
         def _dead_record(
             self, task_id: bytes, score: float, raw: bytes | None, info: bytes | None
@@ -54,7 +54,7 @@ class ClusterAdmin(ClusterParts):
             name = None if queued.message is None else queued.message.task
             record = hist.for_revoke(task_id, name, queued.queue, time.time(), self.config.history)
             if record is not None:
-                self._history_buffer().append(record)
+                self._history_buffer().add(record)
         return removed
 
     def list_dead(self, limit: int = 100, offset: int = 0) -> list[DeadLetterRecord]:

@@ -7,13 +7,15 @@ exactly to ``max_count`` and drops entries older than ``max_age`` (``XTRIM MINID
 ids are milliseconds).
 
 Every state change is one round trip (one EVALSHA), and whether a settle applied is known
-only from its reply. So a settle's record is kept in this thread's buffer and its append is
-pipelined *in front of the thread's next script call* that settles or revokes (the same
-single send), or sent when the thread next waits for work, reads history or closes. A busy
-worker's records land one task late; a worker killed meanwhile loses the record it
-buffered, never a task or its result.
+only from its reply. So a settle's record goes to this thread's
+:class:`~potatoq.brokers.history_buffer.HistoryBuffer`, and the buffer's records are
+appended by one script call *pipelined in front of a script call the thread makes anyway*
+to settle or revoke (the same single send) once it holds ``task_history_batch`` records or
+its oldest is a second old; or when the thread next waits for work, reads history or
+closes. A worker killed meanwhile loses the records it held (see history_buffer), never a
+task or its result.
 
-Every append is one ``history_append.lua`` call, which also adds the entry's id to three
+Every append is one ``history_append.lua`` call, which also adds each entry's id to three
 filter indexes: ``<prefix>:history:n:<name>``, ``:s:<state>`` and ``:q:<queue>``, STREAMs
 whose entry ids *are* the main stream's ids (one empty field), capped like it and, on each
 exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
@@ -44,6 +46,7 @@ from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
+from ..history_buffer import HeldHistory
 from .keys import Keys
 from .packing import _pack
 from .scripts import SCRIPTS
@@ -57,7 +60,7 @@ APPEND_LAG = 3600.0  # seconds a record may wait in its thread's buffer (one tas
 _BATCH = 500
 
 
-class RedisHistory(Broker):
+class RedisHistory(HeldHistory, Broker):
     """Mixin of :class:`RedisBroker`: writing and reading the history stream."""
 
     if TYPE_CHECKING:
@@ -69,31 +72,16 @@ class RedisHistory(Broker):
         def _errors(self) -> AbstractContextManager[None]: ...
         def _run(self, name: str, args: Sequence[str | bytes | int]) -> Any: ...
 
-    def _history_buffer(self) -> list[HistoryRecord]:
-        """This thread's records not yet sent (per process and thread: fork-safe)."""
-        local: ProcessLocal[list[HistoryRecord]] | None = self.__dict__.get("_history_local")
-        if local is None:
-            local = self.__dict__.setdefault("_history_local", ProcessLocal(list))
-        return local.get()
-
     def _history_settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        """Buffer the record of a settle that applied (sent with the next round trip)."""
-        record = hist.for_settle(delivery, outcome, time.time(), self.config.history)
-        if record is not None:
-            self._history_buffer().append(record)
-
-    def _history_take(self) -> list[HistoryRecord]:
-        buffer = self._history_buffer()
-        taken = buffer[:]
-        buffer.clear()
-        return taken
+        """Hold the record of a settle that applied (sent with a later round trip)."""
+        self._history_buffer().add(hist.for_settle(delivery, outcome, time.time(), self.config.history))
 
     def _history_commands(self, records: Sequence[HistoryRecord]) -> list[tuple[Any, ...]]:
         """One ``history_append`` call for ``records`` (none for no records)."""
         if not records:
             return []
         settings = self.config.history
-        trim = hist.should_trim(settings)
+        trim = hist.should_trim(settings, len(records))
         oldest_ms = int((time.time() - settings.max_age) * 1000) if trim else 0
         args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms]
         for r in records:
@@ -126,7 +114,7 @@ class RedisHistory(Broker):
                     conn.disconnect()  # replies may be half read
                     raise
         except BaseException:
-            self._history_buffer()[:0] = pending  # maybe not written: keep them for the next try
+            self._history_buffer().restore(pending)  # maybe not written: kept for the next try
             raise
         cut = len(replies) - len(tail)
         for i, reply in enumerate(replies[:cut]):
@@ -149,7 +137,7 @@ class RedisHistory(Broker):
 
     def _run_after_history(self, name: str, args: Sequence[str | bytes | int]) -> Any:
         """Script ``name``, preceded in the same round trip by this thread's buffered records."""
-        pending = self._history_take()
+        pending = self._history_due()
         if not pending:
             return self._run(name, args)
         return self._pipelined(pending, _evalsha(self, name, args))[0]
@@ -176,8 +164,7 @@ class RedisHistory(Broker):
         record = hist.for_revoke(
             task_id, name, queue.decode() if queue else "", time.time(), self.config.history
         )
-        if record is not None:
-            self._history_buffer().append(record)
+        self._history_buffer().add(record)
         return True
 
     def _history_reaped(self, dead: int, keys: Keys | None = None) -> None:
@@ -206,8 +193,7 @@ class RedisHistory(Broker):
                 now,
                 self.config.history,
             )
-            if record is not None:
-                self._history_buffer().append(record)
+            self._history_buffer().add(record)
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         self._history_flush()  # this thread's own settles are visible to it at once

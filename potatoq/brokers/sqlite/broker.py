@@ -392,10 +392,10 @@ class SQLiteBroker(
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         now = self.clock()
         self._forward_result(outcome)
-        with self._write() as conn:
+        with self._write_with_history(now) as conn:  # held history rows ride along once due
             settled = self._settle_in(conn, delivery, outcome, now)
-            if settled:  # task history (issue 31): same transaction
-                self._history_in(conn, delivery, outcome, now)
+        if settled:  # task history (issue 31): the record is built outside the write lock
+            self._history_settled(delivery, outcome, now)
         return settled
 
     def settle_and_claim(
@@ -405,12 +405,12 @@ class SQLiteBroker(
         now = self.clock()
         next_delivery: Delivery | None = None
         self._forward_result(outcome)
-        with self._write() as conn:
+        with self._write_with_history(now) as conn:  # held history rows ride along once due
             settled = self._settle_in(conn, delivery, outcome, now)
-            if settled:  # task history (issue 31): same transaction
-                self._history_in(conn, delivery, outcome, now)
             if queues:
                 next_delivery = self._claim_in(conn, queues, worker, now)
+        if settled:  # task history (issue 31): the record is built outside the write lock
+            self._history_settled(delivery, outcome, now)
         claim_committed("settle_and_claim", next_delivery)
         return settled, next_delivery
 
@@ -574,6 +574,8 @@ class SQLiteBroker(
         self._read("schema_version")
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort: held history rows (issue 31)
+            self._history_flush()
         self._local.close_all()
 
 

@@ -1,20 +1,29 @@
-"""Task history on SQLite: a row written in the settle's own transaction (see
-:mod:`potatoq.brokers.history`), trimmed to the retention setting now and then."""
+"""Task history on SQLite (see :mod:`potatoq.brokers.history`).
+
+A settle's record is built after its transaction commits (not while holding the write
+lock) and goes to this thread's :class:`~potatoq.brokers.history_buffer.HistoryBuffer`;
+the buffer's rows are inserted *inside a settle transaction the thread makes anyway* once
+it holds ``task_history_batch`` records or its oldest is a second old (one commit's worth
+of index pages for the batch, not per task), or in a transaction of their own when the
+thread waits for work, reads history or closes. A worker killed meanwhile loses the
+records it held, never a task or its result. Revokes and crash recovery write theirs in
+their own transaction. The table is trimmed to the retention setting now and then."""
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
-from ..history_sql import page_from_rows, query_params
+from ..history_buffer import HeldHistory
+from ..history_sql import page_from_rows, query_params, row_values
 from .setup import SQL
 
 
-class SQLiteHistory(Broker):
+class SQLiteHistory(HeldHistory, Broker):
     """Mixin of :class:`SQLiteBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:
@@ -23,11 +32,30 @@ class SQLiteHistory(Broker):
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
         def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
-    def _history_in(self, conn: sqlite3.Connection, delivery: Delivery, outcome: Outcome, now: float) -> None:
-        """Record a settle that was applied, inside its transaction."""
-        record = hist.for_settle(delivery, outcome, now, self.config.history)
-        if record is not None:
-            self._history_rows_in(conn, [record], now)
+    @contextlib.contextmanager
+    def _write_with_history(self, now: float) -> Iterator[sqlite3.Connection]:
+        """:meth:`_write`, also inserting this thread's held records once they are due
+        (kept for the next try if the transaction fails)."""
+        with self._history_riding() as pending, self._write() as conn:
+            if pending:
+                self._history_rows_in(conn, pending, now)
+            yield conn
+
+    def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
+        """Hold the record of a settle that committed (inserted with a later transaction)."""
+        self._history_buffer().add(hist.for_settle(delivery, outcome, now, self.config.history))
+
+    def _history_flush(self) -> None:
+        """Insert this thread's held records now (idle, before a read, at close)."""
+        pending = self._history_take()
+        if not pending:
+            return
+        try:
+            with self._write() as conn:
+                self._history_rows_in(conn, pending, self.clock())
+        except BaseException:
+            self._history_buffer().restore(pending)
+            raise
 
     def _history_revoked_in(self, conn: sqlite3.Connection, task_id: str, now: float) -> None:
         """Record the waiting task ``revoke`` is about to delete (same transaction)."""
@@ -52,17 +80,16 @@ class SQLiteHistory(Broker):
     def _history_rows_in(
         self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float
     ) -> None:
-        conn.executemany(SQL["history_insert"], [r.columns() for r in records])
-        if hist.should_trim(self.config.history):
+        conn.executemany(SQL["history_insert"], map(row_values, records))
+        if hist.should_trim(self.config.history, len(records)):
             settings = self.config.history
             conn.execute(SQL["history_trim_age"], {"cutoff": now - settings.max_age})
             conn.execute(SQL["history_trim_count"], {"keep": settings.max_count})
 
     def history(self, query: HistoryQuery) -> HistoryPage:
+        self._history_flush()  # this thread's own settles are visible to it at once
         return page_from_rows(self._read("history_page", query_params(query)), query)
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
-        if not records:
-            return
-        with self._write() as conn:
-            self._history_rows_in(conn, records, self.clock())
+        self._history_buffer().extend(records)
+        self._history_flush()

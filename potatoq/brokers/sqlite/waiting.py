@@ -37,6 +37,7 @@ class SQLiteWaiting(Broker):
         def _conn(self) -> ThreadConnection: ...
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
         def _queue_list(self, queues: Sequence[str]) -> str: ...
+        def _history_flush(self) -> None: ...
 
     def _wake_condition(self) -> threading.Condition:
         if self._pid != os.getpid():  # a lock inherited through fork() may be held forever
@@ -87,6 +88,7 @@ class SQLiteWaiting(Broker):
         data_version is read *before* the cheap read for work, so a commit that the read
         misses changes it: nothing can land unnoticed between looking and sleeping.
         """
+        self._history_flush()  # idle: held history rows go in now (issue 31)
         local = self._conn()
         names = self._queue_list(queues)
         deadline = time.monotonic() + max(0.0, timeout)

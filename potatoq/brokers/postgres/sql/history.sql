@@ -36,12 +36,14 @@ ORDER BY seq DESC
 LIMIT %(limit)s;
 
 -- name: history_trim
--- Retention: drop rows older than the cutoff, then all but the newest %(keep)s.
+-- Retention: drop rows older than the cutoff, then those more than %(keep)s seqs below the
+-- newest: two index probes and the surplus rows, however large the table (an OFFSET walked
+-- %(keep)s index entries each time). seq gaps (rolled back inserts) only keep fewer rows.
 WITH aged AS (
     DELETE FROM {schema}.potatoq_history WHERE finished_at < %(cutoff)s
 )
 DELETE FROM {schema}.potatoq_history
-WHERE seq <= (SELECT seq FROM {schema}.potatoq_history ORDER BY seq DESC OFFSET %(keep)s LIMIT 1);
+WHERE seq <= (SELECT max(seq) FROM {schema}.potatoq_history) - %(keep)s;
 
 -- name: history_job_revoke
 -- job_revoke returning what the REVOKED record needs (the task name is in the payload).

@@ -10,6 +10,7 @@ local hk = ARGV[1] .. 'history'
 local reg = hk .. ':indexes'
 local maxc = ARGV[2]
 local n = 0
+local registered = {}  -- index keys already added to the registry by this call
 for i = 5, #ARGV - 3, 4 do
   local id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 3])
   local idx = {hk .. ':s:' .. ARGV[i + 1], hk .. ':q:' .. ARGV[i + 2]}
@@ -18,7 +19,10 @@ for i = 5, #ARGV - 3, 4 do
     -- pcall: an index holding a higher id (stream deleted, server clock set back) refuses
     -- this one; the record is kept anyway
     redis.pcall('XADD', idx[j], 'MAXLEN', '~', maxc, id, 'i', '')
-    redis.call('SADD', reg, idx[j])
+    if not registered[idx[j]] then
+      registered[idx[j]] = true
+      redis.call('SADD', reg, idx[j])
+    end
   end
   n = n + 1
 end
