@@ -1,0 +1,225 @@
+"""Concurrency and rate limits on RabbitMQ: slots and tokens in the result backend (see
+:mod:`.store`), a task over its limit parked in the delay cascade.
+
+A claim of a delivery that carries a limit (``cl``/``rl`` headers, see
+:mod:`potatoq.brokers.limits`) asks the store, in one atomic script each:
+
+* **concurrency**: a slot is a holder (the delivery's token) in the key's sorted set,
+  scored by a lease expiry. This process renews the leases of the slots it holds every
+  third of ``limit_lease`` (a transport option, 20 s by default) and gives a slot back
+  after its settle's ack; a process that dies stops renewing, and the next claim of the key
+  drops its expired holders, so a killed worker never leaks a slot (it comes back within
+  ``limit_lease``). A task whose slot isn't free is *parked*: published again (confirmed)
+  into the delay cascade for :data:`SLOT_WAIT` seconds, then acked. It doesn't count as a
+  delivery and holds no worker thread, but each parked try costs one publish, and the
+  cascade's resolution is whole seconds.
+* **rate**: GCRA on the key's theoretical arrival time. With no token now, the next one is
+  *reserved* for the task (the key's time moves on, as if taken) and the task is parked
+  until it is due, rounded up to whole seconds; it carries :data:`H_RATE_TOKEN` and runs
+  when it comes back without a second check. Tasks of one key are spread one token
+  apart, never earlier than their token, and a parked task costs one publish. Because the
+  cascade delivers whole seconds, parked tasks start in bunches at second boundaries
+  rather than evenly spread within each second; the count per second stays the rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from potatoq.brokers.base import Broker, Delivery
+from potatoq.brokers.limits import (
+    LimitUsage,
+    RateUsage,
+    concurrency_of,
+    rate_of,
+    rate_usage_row,
+    validate_limit,
+    validate_rate,
+)
+from potatoq.brokers.rabbitmq import delay
+from potatoq.brokers.rabbitmq.ops import Publish
+from potatoq.brokers.rabbitmq.session import Outgoing, properties_for
+from potatoq.brokers.rabbitmq.store import LimitStore, store_of
+from potatoq.brokers.rabbitmq.topology import H_ONCE, H_PRIOR
+
+if TYPE_CHECKING:
+    from potatoq.brokers.rabbitmq.consume import Pending
+    from potatoq.brokers.rabbitmq.options import RabbitMQOptions
+
+log = logging.getLogger("potatoq.brokers.rabbitmq")
+
+#: Seconds a task whose concurrency slot isn't free waits in the cascade before it tries again.
+SLOT_WAIT = 1
+#: Header of a parked task that holds a reserved rate token (its value: the limit's key).
+H_RATE_TOKEN = "x-potatoq-rate-token"
+#: How long (ms) past its return a parked task is still listed as waiting, should it never
+#: come back (purged, or its queue deleted).
+_LISTED_MS = 30_000
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _Leases:
+    """The slots this process holds, renewed by a daemon thread while there are any."""
+
+    def __init__(self, store: LimitStore, lease: float) -> None:
+        self.pid = os.getpid()
+        self.store = store
+        self.lease = lease
+        self.held: dict[str, str] = {}  # holder (delivery token) -> limit key
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def add(self, holder: str, key: str) -> None:
+        with self.cond:
+            self.held[holder] = key
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._renew, name="potatoq-limit-leases", daemon=True)
+                self.thread.start()
+
+    def pop(self, holder: str) -> str | None:
+        with self.cond:
+            return self.held.pop(holder, None)
+
+    def _renew(self) -> None:
+        while True:
+            with self.cond:
+                self.cond.wait(self.lease / 3)
+                pairs = [x for holder, key in self.held.items() for x in (key, holder)]
+            if pairs:
+                try:
+                    self.store.run("slot_renew", [int(self.lease * 1000), *pairs])
+                except Exception as exc:  # the next round tries again; the lease has slack
+                    log.warning("renewing concurrency-limit leases failed: %s", exc)
+
+
+class RabbitMQLimits(Broker):
+    """``set_limit``/``limits``/``set_rate``/``rates`` and the claim's limit check (mixed
+    into :class:`~.broker.RabbitMQBroker`)."""
+
+    if TYPE_CHECKING:
+        backend: Broker | None
+        options: RabbitMQOptions
+        _lock: threading.Lock
+        _leases: _Leases | None
+
+    def _store(self, what: str = "concurrency and rate limits") -> LimitStore:
+        return store_of(self.backend, what)
+
+    # ------------------------------------------------------------------ run time, usage
+
+    def set_limit(self, key: str, limit: int | None) -> None:
+        key, limit = validate_limit(key, limit)
+        self._store().run("limit_set", [key, "" if limit is None else limit])
+
+    def limits(self) -> list[LimitUsage]:
+        if self.backend is None:
+            return []
+        found = []
+        for key, limit, running, waiting, overridden in self._store().run("limit_usage", []):
+            text = _text(limit)
+            found.append(
+                LimitUsage(
+                    key=_text(key),
+                    limit=int(float(text)) if text else None,
+                    running=int(running),
+                    waiting=int(waiting),
+                    override=bool(int(overridden)),
+                )
+            )
+        return found
+
+    def set_rate(self, key: str, rate: str | float | None, burst: int | None = None) -> None:
+        key, per_second, checked = validate_rate(key, rate, burst)
+        step = "" if per_second is None else repr(1000.0 / per_second)
+        self._store().run("rate_set", [key, step, checked])
+
+    def rates(self) -> list[RateUsage]:
+        if self.backend is None:
+            return []
+        found = []
+        for key, step, burst, tat, waiting, overridden, now in self._store().run("rate_usage", []):
+            per_ms = _text(step)
+            count = _text(burst)
+            row = (
+                _text(key),
+                1000.0 / float(per_ms) if per_ms else None,
+                int(float(count)) if count else None,
+                float(_text(tat)) / 1000.0,
+                int(waiting),
+                int(overridden),
+            )
+            found.append(rate_usage_row(row, int(now) / 1000.0))
+        return found
+
+    # ------------------------------------------------------------------ claim and settle
+
+    def _lease_book(self, store: LimitStore) -> _Leases:
+        leases = self._leases
+        if leases is None or leases.pid != os.getpid():
+            with self._lock:
+                leases = self._leases
+                if leases is None or leases.pid != os.getpid():
+                    leases = self._leases = _Leases(store, self.options.limit_lease)
+        return leases
+
+    def _limit_wait(self, delivery: Delivery, pending: Pending) -> tuple[int, str | None] | None:
+        """None when ``delivery`` may run now (its slot, if any, is taken); else the whole
+        seconds it is to wait in the cascade and the rate key whose token it reserved."""
+        message = delivery.message
+        if message is None:
+            return None
+        slot = concurrency_of(message.headers)
+        rate = rate_of(message.headers)
+        if slot is None and rate is None:
+            return None
+        store = self._store()
+        headers = getattr(pending.properties, "headers", None) or {}
+        reserved = _text(headers[H_RATE_TOKEN]) if headers.get(H_RATE_TOKEN) else None
+        if slot is not None:
+            key, carried = slot
+            listed = SLOT_WAIT * 1000 + _LISTED_MS
+            lease_ms = int(self.options.limit_lease * 1000)
+            if not store.run("slot_take", [key, carried, delivery.token, lease_ms, delivery.id, listed]):
+                return SLOT_WAIT, reserved
+            self._lease_book(store).add(delivery.token, key)
+        if rate is not None and reserved is None:
+            key, per_second, burst = rate
+            step = repr(1000.0 / per_second)
+            wait_ms = int(store.run("rate_take", [key, step, burst, delivery.id, _LISTED_MS]))
+            if wait_ms > 0:
+                self._release_slot(delivery)
+                return delay.whole_seconds(wait_ms / 1000.0), key
+        elif reserved is not None:
+            store.run("rate_arrived", [reserved, delivery.id])
+        return None
+
+    def _parked(self, pending: Pending, seconds: int, rate_key: str | None) -> Outgoing:
+        """The delivery published again into the cascade for ``seconds``, its delivery
+        count so far carried on (so parking never counts as a delivery)."""
+        old = getattr(pending.properties, "headers", None) or {}
+        headers: dict[str, object] = {H_PRIOR: pending.delivery_count}
+        if old.get(H_ONCE):
+            headers[H_ONCE] = 1
+        if rate_key is not None:
+            headers[H_RATE_TOKEN] = rate_key
+        props = properties_for(getattr(pending.properties, "message_id", None), headers)
+        seconds = max(1, seconds)
+        publish = Publish(
+            delay.entry_exchange(seconds), delay.routing_key(seconds, pending.amqp_queue), pending.body, props
+        )
+        return Outgoing(publish, pending.queue, delayed=True)
+
+    def _release_slot(self, delivery: Delivery) -> None:
+        """Give back the slot ``delivery`` holds, if any (after its settle's ack)."""
+        leases = self._leases
+        if leases is None or leases.pid != os.getpid():
+            return
+        key = leases.pop(delivery.token)
+        if key is not None:
+            self._store().run("slot_release", [key, delivery.token])
