@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import pika
 
+from potatoq.brokers import limits
 from potatoq.brokers.base import (
     Broker,
     BrokerConfig,
@@ -34,7 +35,6 @@ from potatoq.brokers.base import (
     decode_delivery,
     validate_queue_name,
 )
-from potatoq.brokers import limits
 from potatoq.brokers.rabbitmq import declare
 from potatoq.brokers.rabbitmq.consume import Intake, Pending
 from potatoq.brokers.rabbitmq.io import AmqpLink

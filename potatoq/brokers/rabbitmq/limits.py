@@ -44,6 +44,7 @@ from potatoq.brokers.rabbitmq.ops import Publish
 from potatoq.brokers.rabbitmq.session import Outgoing, properties_for
 from potatoq.brokers.rabbitmq.store import LimitStore, store_of
 from potatoq.brokers.rabbitmq.topology import H_ONCE, H_PRIOR
+from potatoq.exceptions import OperationalError
 
 if TYPE_CHECKING:
     from potatoq.brokers.rabbitmq.consume import Pending
@@ -53,8 +54,11 @@ log = logging.getLogger("potatoq.brokers.rabbitmq")
 
 #: Seconds a task whose concurrency slot isn't free waits in the cascade before it tries again.
 SLOT_WAIT = 1
-#: Header of a parked task that holds a reserved rate token (its value: the limit's key).
+#: Header of a parked task that holds a reserved rate token: ``[key, due ms, generation]``.
 H_RATE_TOKEN = "x-potatoq-rate-token"
+#: Seconds a task waiting for a rate token stays parked at most before it looks again, so
+#: that a rate set at run time reaches tasks already waiting (see ``rate_set.lua``).
+RATE_RECHECK = 10.0
 #: How long (ms) past its return a parked task is still listed as waiting, should it never
 #: come back (purged, or its queue deleted).
 _LISTED_MS = 30_000
@@ -62,6 +66,16 @@ _LISTED_MS = 30_000
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _token(value: Any) -> list[Any] | None:
+    """A reserved rate token read back from a header (None when absent or malformed)."""
+    if not isinstance(value, list | tuple) or len(value) != 3:
+        return None
+    try:
+        return [_text(value[0]), int(value[1]), int(value[2])]
+    except (TypeError, ValueError):
+        return None
 
 
 class _Leases:
@@ -94,7 +108,7 @@ class _Leases:
             if pairs:
                 try:
                     self.store.run("slot_renew", [int(self.lease * 1000), *pairs])
-                except Exception as exc:  # the next round tries again; the lease has slack
+                except OperationalError as exc:  # the next round tries again; the lease has slack
                     log.warning("renewing concurrency-limit leases failed: %s", exc)
 
 
@@ -168,9 +182,9 @@ class RabbitMQLimits(Broker):
                     leases = self._leases = _Leases(store, self.options.limit_lease)
         return leases
 
-    def _limit_wait(self, delivery: Delivery, pending: Pending) -> tuple[int, str | None] | None:
+    def _limit_wait(self, delivery: Delivery, pending: Pending) -> tuple[int, list[Any] | None] | None:
         """None when ``delivery`` may run now (its slot, if any, is taken); else the whole
-        seconds it is to wait in the cascade and the rate key whose token it reserved."""
+        seconds it is to wait in the cascade and the rate token it holds, if any."""
         message = delivery.message
         if message is None:
             return None
@@ -180,34 +194,36 @@ class RabbitMQLimits(Broker):
             return None
         store = self._store()
         headers = getattr(pending.properties, "headers", None) or {}
-        reserved = _text(headers[H_RATE_TOKEN]) if headers.get(H_RATE_TOKEN) else None
+        token = _token(headers.get(H_RATE_TOKEN))
         if slot is not None:
             key, carried = slot
             listed = SLOT_WAIT * 1000 + _LISTED_MS
             lease_ms = int(self.options.limit_lease * 1000)
             if not store.run("slot_take", [key, carried, delivery.token, lease_ms, delivery.id, listed]):
-                return SLOT_WAIT, reserved
-            self._lease_book(store).add(delivery.token, key)
-        if rate is not None and reserved is None:
+                return SLOT_WAIT, token
+        if rate is not None:
             key, per_second, burst = rate
-            step = repr(1000.0 / per_second)
-            wait_ms = int(store.run("rate_take", [key, step, burst, delivery.id, _LISTED_MS]))
-            if wait_ms > 0:
-                self._release_slot(delivery)
-                return delay.whole_seconds(wait_ms / 1000.0), key
-        elif reserved is not None:
-            store.run("rate_arrived", [reserved, delivery.id])
+            due, gen = ("", "") if token is None else (token[1], token[2])
+            args = [key, repr(1000.0 / per_second), burst, delivery.id, _LISTED_MS, due, gen]
+            reply = store.run("rate_take", args)
+            if int(reply[0]) > 0:
+                if slot is not None:
+                    store.run("slot_release", [slot[0], delivery.token])
+                wait = min(float(reply[0]) / 1000.0, RATE_RECHECK)
+                return delay.whole_seconds(wait), [key, int(reply[1]), int(reply[2])]
+        if slot is not None:
+            self._lease_book(store).add(delivery.token, slot[0])
         return None
 
-    def _parked(self, pending: Pending, seconds: int, rate_key: str | None) -> Outgoing:
+    def _parked(self, pending: Pending, seconds: int, token: list[Any] | None) -> Outgoing:
         """The delivery published again into the cascade for ``seconds``, its delivery
         count so far carried on (so parking never counts as a delivery)."""
         old = getattr(pending.properties, "headers", None) or {}
         headers: dict[str, object] = {H_PRIOR: pending.delivery_count}
         if old.get(H_ONCE):
             headers[H_ONCE] = 1
-        if rate_key is not None:
-            headers[H_RATE_TOKEN] = rate_key
+        if token is not None:
+            headers[H_RATE_TOKEN] = token
         props = properties_for(getattr(pending.properties, "message_id", None), headers)
         seconds = max(1, seconds)
         publish = Publish(

@@ -11,6 +11,7 @@ sent through RabbitMQ with one of them is refused with :class:`ImproperlyConfigu
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = ["LimitStore", "has_store", "store_of"]
 
 _SOURCES: dict[str, str] = {}
 _SOURCES_LOCK = threading.Lock()
+_STORES: weakref.WeakKeyDictionary[Broker, LimitStore] = weakref.WeakKeyDictionary()
 
 
 def _source(name: str) -> str:
@@ -66,8 +68,9 @@ def store_of(backend: Broker | None, what: str) -> LimitStore:
             f"{what} on RabbitMQ keep their state in the result backend, which must then be "
             f"a Redis URL (result_backend is {type(backend).__name__ if backend else 'not set'})"
         )
-    store: LimitStore | None = getattr(backend, "_rabbitmq_limit_store", None)
-    if store is None:
-        store = LimitStore(backend)
-        backend._rabbitmq_limit_store = store  # type: ignore[attr-defined]
+    assert backend is not None
+    with _SOURCES_LOCK:
+        store = _STORES.get(backend)
+        if store is None:
+            store = _STORES[backend] = LimitStore(backend)
     return store
