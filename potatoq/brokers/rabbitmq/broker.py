@@ -35,7 +35,7 @@ from potatoq.brokers.base import (
     decode_delivery,
     validate_queue_name,
 )
-from potatoq.brokers.rabbitmq import declare
+from potatoq.brokers.rabbitmq import declare, delay
 from potatoq.brokers.rabbitmq.consume import Intake, Pending
 from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.lease import SchedulerLease
@@ -60,7 +60,7 @@ from .admin import RabbitMQAdmin
 from .backed import FIRED_KEEP, RabbitMQBacked
 from .history import RabbitMQHistory
 from .kills import RabbitMQKills
-from .limits import RabbitMQLimits
+from .limits import H_RATE_TOKEN, RabbitMQLimits
 from .pause import RabbitMQPause
 from .unique import RabbitMQUnique
 
@@ -378,12 +378,21 @@ class RabbitMQBroker(
         except ImproperlyConfigured as exc:  # sent by a producer with another result backend
             log.warning("task %s runs without its limit: %s", delivery.id, exc)
             wait = None
-        if wait is not None:
-            parked = self._parked(pending, *wait)
-            state.link.run(state.intake.settle_op, delivery.token, [parked], "ack")
+        if wait is None:
+            self._unique_ends(delivery, None)
+            return False
+        seconds, token = wait
+        if token is not None and seconds < 1.0:  # a rate token due within the cascade's step
+            headers = dict(getattr(pending.properties, "headers", None) or {})
+            pending.properties.headers = {**headers, H_RATE_TOKEN: token}  # its own, when back
+            state.link.run(state.intake.hold_op, pending, seconds)
             return True
-        self._unique_ends(delivery, None)
-        return False
+        # A rate token's wait is parked rounded down, the rest held here when it comes back
+        # (never early); a concurrency slot's is SLOT_WAIT.
+        whole = int(seconds) if token is not None else delay.whole_seconds(seconds)
+        parked = self._parked(pending, whole, token)
+        state.link.run(state.intake.settle_op, delivery.token, [parked], "ack")
+        return True
 
     def _settled(self, delivery: Delivery, outcome: Outcome, applied: bool) -> None:
         """After a settle: its slot goes back whatever happened (a stale delivery was

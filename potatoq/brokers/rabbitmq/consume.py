@@ -496,6 +496,25 @@ class Intake:
         )
         return Outgoing(again, pending.queue, delayed=False)
 
+    def hold_op(self, pending: Pending, seconds: float) -> Op[None]:
+        """Keep a handed-out delivery here, unacked and unclaimable, for ``seconds`` (less
+        than the delay cascade's one-second step: a task whose rate token is due within
+        it, see :mod:`.limits`), then put it back in the buffer for the next claim. No
+        thread is taken meanwhile; the delivery does fill a prefetch slot. A channel lost
+        meanwhile returns it to its queue like any other."""
+        generation = pending.generation
+
+        def back() -> None:
+            if generation != self.link.generation or self._handed.pop(pending.tag, None) is None:
+                return
+            pending.pushed_at = time.monotonic()
+            with self.cond:
+                self._buffer.append(pending)
+                self.cond.notify_all()
+
+        self.link.call_later(max(0.0, seconds), back)
+        yield from ()
+
     def hand_back_stale(self) -> None:
         """I/O thread, at every tick: with a prefetch above 1, a delivery that has waited
         here ``hold`` seconds while no thread of this process was free (they all run tasks,

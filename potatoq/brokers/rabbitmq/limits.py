@@ -182,9 +182,9 @@ class RabbitMQLimits(Broker):
                     leases = self._leases = _Leases(store, self.options.limit_lease)
         return leases
 
-    def _limit_wait(self, delivery: Delivery, pending: Pending) -> tuple[int, list[Any] | None] | None:
-        """None when ``delivery`` may run now (its slot, if any, is taken); else the whole
-        seconds it is to wait in the cascade and the rate token it holds, if any."""
+    def _limit_wait(self, delivery: Delivery, pending: Pending) -> tuple[float, list[Any] | None] | None:
+        """None when ``delivery`` may run now (its slot, if any, is taken); else the
+        seconds it is to wait and the rate token it holds, if any."""
         message = delivery.message
         if message is None:
             return None
@@ -210,14 +210,14 @@ class RabbitMQLimits(Broker):
                 if slot is not None:
                     store.run("slot_release", [slot[0], delivery.token])
                 wait = min(float(reply[0]) / 1000.0, RATE_RECHECK)
-                return delay.whole_seconds(wait), [key, int(reply[1]), int(reply[2])]
+                return wait, [key, int(reply[1]), int(reply[2])]
         if slot is not None:
             self._lease_book(store).add(delivery.token, slot[0])
         return None
 
     def _parked(self, pending: Pending, seconds: int, token: list[Any] | None) -> Outgoing:
-        """The delivery published again into the cascade for ``seconds``, its delivery
-        count so far carried on (so parking never counts as a delivery)."""
+        """The delivery published again into the cascade for ``seconds`` (whole), its
+        delivery count so far carried on (so parking never counts as a delivery)."""
         old = getattr(pending.properties, "headers", None) or {}
         headers: dict[str, object] = {H_PRIOR: pending.delivery_count}
         if old.get(H_ONCE):

@@ -56,9 +56,14 @@ class LimitStore:
 
 def has_store(backend: Broker | None) -> bool:
     """Whether ``backend`` can keep slots, tokens and unique keys (a Redis broker)."""
-    from potatoq.brokers.redis.broker import RedisBroker
-
-    return isinstance(backend, RedisBroker)
+    # Known by its URL schemes and the client it exposes: a broker package imports no
+    # other broker (tests/test_layers.py).
+    return (
+        backend is not None
+        and "redis" in type(backend).schemes
+        and callable(getattr(backend, "_client", None))
+        and hasattr(backend, "keys")
+    )
 
 
 def store_of(backend: Broker | None, what: str) -> LimitStore:
