@@ -70,7 +70,7 @@ def store_of(backend: Broker | None, what: str) -> LimitStore:
     """The store on ``backend``, or a clear error naming what needed it."""
     if not has_store(backend):
         raise ImproperlyConfigured(
-            f"{what} on RabbitMQ keep their state in the result backend, which must then be "
+            f"{what} on RabbitMQ keep their state in the result backend, which must be "
             f"a Redis URL (result_backend is {type(backend).__name__ if backend else 'not set'})"
         )
     assert backend is not None
