@@ -13,13 +13,14 @@ A claim of a delivery that carries a limit (``cl``/``rl`` headers, see
   into the delay cascade for :data:`SLOT_WAIT` seconds, then acked. It doesn't count as a
   delivery and holds no worker thread, but each parked try costs one publish, and the
   cascade's resolution is whole seconds.
-* **rate**: GCRA on the key's theoretical arrival time. With no token now, the next one is
-  *reserved* for the task (the key's time moves on, as if taken) and the task is parked
-  until it is due, rounded up to whole seconds; it carries :data:`H_RATE_TOKEN` and runs
-  when it comes back without a second check. Tasks of one key are spread one token
-  apart, never earlier than their token, and a parked task costs one publish. Because the
-  cascade delivers whole seconds, parked tasks start in bunches at second boundaries
-  rather than evenly spread within each second; the count per second stays the rate.
+* **rate**: GCRA on the key's theoretical arrival time, by the Redis server's clock. With
+  no token now, the next one is *reserved* for the task (the key's time moves on, as if
+  taken) and the task is parked until it is due, in whole seconds rounded down and at
+  most :data:`RATE_RECHECK` at a time (a rate set at run time starts a new generation, and
+  a task coming back with a token of an older one takes a fresh one); it carries
+  :data:`H_RATE_TOKEN`. A token due within the second is waited for in this process
+  (``Intake.hold_op``: the delivery stays unacked, no thread is taken), so starts follow
+  the rate rather than the cascade's one-second steps. Each parked try is one publish.
 """
 
 from __future__ import annotations
