@@ -37,6 +37,7 @@ from potatoq.brokers.limits import (
     concurrency_of,
     rate_of,
     rate_usage_row,
+    usage_row,
     validate_limit,
     validate_rate,
 )
@@ -135,19 +136,8 @@ class RabbitMQLimits(Broker):
     def limits(self) -> list[LimitUsage]:
         if self.backend is None:
             return []
-        found = []
-        for key, limit, running, waiting, overridden in self._store().run("limit_usage", []):
-            text = _text(limit)
-            found.append(
-                LimitUsage(
-                    key=_text(key),
-                    limit=int(float(text)) if text else None,
-                    running=int(running),
-                    waiting=int(waiting),
-                    override=bool(int(overridden)),
-                )
-            )
-        return found
+        rows = self._store().run("limit_usage", [])
+        return [usage_row((_text(key), _text(limit) or None, *rest)) for key, limit, *rest in rows]
 
     def set_rate(self, key: str, rate: str | float | None, burst: int | None = None) -> None:
         key, per_second, checked = validate_rate(key, rate, burst)

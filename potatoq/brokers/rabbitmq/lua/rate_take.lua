@@ -12,14 +12,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = p .. 'rl:wait:' .. key
 local gen = tonumber(redis.call('GET', p .. 'rl:gen:' .. key) or '0')
-if ARGV[7] ~= '' and tonumber(ARGV[8]) == gen then
-  local due = tonumber(ARGV[7])
+-- The task runs now if ``due`` has come, else it waits (listed) until then.
+local function answer(due)
   if due <= now then
     redis.call('ZREM', wait, task)
     return {0}
   end
   redis.call('ZADD', wait, due + listed, task)
   return {due - now, due, gen}
+end
+if ARGV[7] ~= '' and tonumber(ARGV[8]) == gen then
+  return answer(tonumber(ARGV[7]))
 end
 redis.call('SADD', p .. 'rl:keys', key)
 redis.call('HSET', p .. 'rl:seen', key, ARGV[3] .. '|' .. ARGV[4])
@@ -31,11 +34,5 @@ end
 local tatkey = p .. 'rl:tat:' .. key
 redis.call('ZREMRANGEBYSCORE', wait, '-inf', now)
 local tat = math.max(tonumber(redis.call('GET', tatkey) or '0'), now)
-local due = math.max(now, math.ceil(tat - (burst - 1) * step))
 redis.call('SET', tatkey, string.format('%.3f', tat + step), 'PX', math.ceil(tat + step - now) + 60000)
-if due <= now then
-  redis.call('ZREM', wait, task)
-  return {0}
-end
-redis.call('ZADD', wait, due + listed, task)
-return {due - now, due, gen}
+return answer(math.max(now, math.ceil(tat - (burst - 1) * step)))
