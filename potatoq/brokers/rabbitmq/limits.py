@@ -44,7 +44,7 @@ from potatoq.brokers.limits import (
 from potatoq.brokers.rabbitmq import delay
 from potatoq.brokers.rabbitmq.ops import Publish
 from potatoq.brokers.rabbitmq.session import Outgoing, properties_for
-from potatoq.brokers.rabbitmq.store import LimitStore, store_of
+from potatoq.brokers.rabbitmq.store import LimitStore, has_store, store_of
 from potatoq.brokers.rabbitmq.topology import H_ONCE, H_PRIOR
 from potatoq.exceptions import OperationalError
 
@@ -134,7 +134,7 @@ class RabbitMQLimits(Broker):
         self._store().run("limit_set", [key, "" if limit is None else limit])
 
     def limits(self) -> list[LimitUsage]:
-        if self.backend is None:
+        if not has_store(self.backend):  # nothing can be limited then (refused at send)
             return []
         rows = self._store().run("limit_usage", [])
         return [usage_row((_text(key), _text(limit) or None, *rest)) for key, limit, *rest in rows]
@@ -145,7 +145,7 @@ class RabbitMQLimits(Broker):
         self._store().run("rate_set", [key, step, checked])
 
     def rates(self) -> list[RateUsage]:
-        if self.backend is None:
+        if not has_store(self.backend):  # nothing can be limited then (refused at send)
             return []
         found = []
         for key, step, burst, tat, waiting, overridden, now in self._store().run("rate_usage", []):

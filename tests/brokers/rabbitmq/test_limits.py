@@ -17,6 +17,7 @@ from potatoq.brokers.base import BrokerConfig, Complete
 from potatoq.brokers.limits import HEADER as LIMIT
 from potatoq.brokers.rabbitmq import RabbitMQBroker
 from potatoq.brokers.unique import HEADER as UNIQUE
+from potatoq.exceptions import ImproperlyConfigured
 from potatoq.message import Message
 from tests import services
 from tests.factories.redis import delete_prefix
@@ -134,3 +135,23 @@ def test_revoke_releases_the_key_of_a_task_waiting_in_the_cascade(limited: Limit
     fresh = task(**{UNIQUE: ["nightly", None, 1]})
     broker.enqueue([fresh])
     assert fresh.duplicate_of is None
+
+
+def test_with_a_sqlite_result_backend_limits_are_refused_at_send_and_usage_is_empty(tmp_path: Any) -> None:
+    backend = create_broker(BrokerConfig(url=f"sqlite:///{tmp_path / 'rb.sqlite3'}"))
+    broker = create_broker(
+        BrokerConfig(
+            url=services.require("rabbitmq"),
+            transport_options={"queue_prefix": f"s{uuid.uuid4().hex[:10]}_"},
+            result_backend=backend,
+        )
+    )
+    try:
+        with pytest.raises(ImproperlyConfigured, match="must be a Redis URL"):
+            broker.enqueue([task(**{LIMIT: ["one", 1]})])
+        with pytest.raises(ImproperlyConfigured, match="must be a Redis URL"):
+            broker.enqueue([task(**{UNIQUE: ["k", None, 1]})])
+        assert broker.limits() == [] and broker.rates() == []  # what /metrics reads
+    finally:
+        broker.close()
+        backend.close()
