@@ -17,7 +17,9 @@ its due time, so that it records how late it started after it was due; the pause
 samples (default 0..1000 ms) puts the due times at every phase of any periodic timer. All
 three first call the system's ``prepare()`` where its module has one
 (importing what its first send would import lazily, without connecting), so that import
-time is neither in a rate nor in a latency sample.
+time is neither in a rate nor in a latency sample. ``enqueue`` then calls the module's
+``setup()`` where it has one (tasks the run needs beside the measured ones), before the
+clock starts.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ STALL_SECONDS = 10
 def enqueue(module_name: str, n: int, batch: int, countdown: float | None) -> None:
     module = importlib.import_module(module_name)
     _prepare(module)
+    setup = getattr(module, "setup", None)  # tasks the run needs beside the measured ones
+    if setup is not None:
+        setup()
     started = time.perf_counter()
     if batch > 1 or countdown is not None:
         options = {} if countdown is None else {"countdown": countdown}

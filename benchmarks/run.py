@@ -39,6 +39,10 @@ can beat here. On RabbitMQ two configuration variants run beside the defaults (`
 ``--history off`` adds, on every broker, potatoq with task history off (``task_history=False``)
 right after its default run in each round, and reports history on ÷ off on processed/s
 (round by round too): ``make bench BENCH_ARGS="--systems potatoq --history off --stages peers"``.
+``--limits waiting`` adds potatoq with 500 tasks waiting on a rate limit (1/h) in the same
+queue and reports its processed/s ÷ the run without them (issue 29: under 10 % less). On
+RabbitMQ, whose limits live in a Redis result backend, both runs of that pair have one
+(``--redis-url``) and ignore results.
 
 Every case runs ``--rounds`` times (3 by default), the rounds of one broker in turn (round
 1 of every system, then round 2 of every system, ...): this VM's speed drifts by tens of
@@ -107,6 +111,12 @@ VARIANTS = {
 #: ``--history off``: potatoq with task history off (``task_history=False``), beside its
 #: default (history on), each round: what recording history costs on processed/s.
 HISTORY_OFF = ("potatoq, history off", {"BENCH_TASK_HISTORY": "0"})
+#: ``--limits waiting``: potatoq with tasks waiting on a limit in the same queue, beside a
+#: run without them, each round: what the limit check costs tasks that have no limit.
+LIMITED = 500
+LIMITS_ON = (f"potatoq, {LIMITED} waiting on a limit", {"BENCH_LIMITED": str(LIMITED)})
+#: RabbitMQ keeps limits in a Redis result backend: both runs of the pair have it there.
+RABBITMQ_BACKED = ("potatoq, Redis result backend", {})
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STAGES = ("peers", "eta")
 
@@ -689,6 +699,21 @@ def report(
                     f"(round by round: {by_round})."
                 ),
             ]
+        waiting = next((r for r in rows if r.label == LIMITS_ON[0] and not r.error), None)
+        base_label = RABBITMQ_BACKED[0] if broker == "rabbitmq" else "potatoq"
+        base = next((r for r in rows if r.label == base_label and not r.error), None)
+        if waiting and base:
+            pair = runs.get((broker, waiting.label), []), runs.get((broker, base_label), [])
+            by_round = _round_ratios(*pair)
+            out += [
+                "",
+                (
+                    f"Limits: with {LIMITED} tasks waiting on a rate limit in the same queue, potatoq "
+                    "processed its unlimited tasks at "
+                    f"{_ratio(waiting.processed_per_s, base.processed_per_s)} of the rate of "
+                    f"{base_label!r} (round by round: {by_round})."
+                ),
+            ]
         eta = next((r for r in rows if "far-future" in r.label and not r.error), None)
         if ours and eta:
             out += [
@@ -787,6 +812,11 @@ def plan(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
             cases.append(Case(broker, system, system, python))
             if system == "potatoq" and args.history == "off":
                 cases.append(Case(broker, system, HISTORY_OFF[0], python, env=HISTORY_OFF[1]))
+            if system == "potatoq" and args.limits == "waiting":
+                backend = {"BENCH_RESULT_BACKEND": args.redis_url} if broker == "rabbitmq" else {}
+                if backend:
+                    cases.append(Case(broker, system, RABBITMQ_BACKED[0], python, env=backend))
+                cases.append(Case(broker, system, LIMITS_ON[0], python, env={**LIMITS_ON[1], **backend}))
             if broker == "rabbitmq" and not args.no_variants:
                 # The same guarantee side by side: potatoq with a prefetch multiplier (acks
                 # still late, publishes confirmed), and Celery acking late with prefetch 1.
@@ -869,6 +899,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-far-future", action="store_true", help="skip the PostgreSQL ETA run")
     parser.add_argument(
         "--no-variants", action="store_true", help="skip the RabbitMQ configuration variants (VARIANTS)"
+    )
+    parser.add_argument(
+        "--limits",
+        choices=("none", "waiting"),
+        default="none",
+        help=f"waiting: also run potatoq with {LIMITED} tasks waiting on a limit in its queue; the ratio",
     )
     parser.add_argument(
         "--history",

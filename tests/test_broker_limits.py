@@ -12,6 +12,7 @@ from potatoq.exceptions import InvalidName
 from potatoq.message import Message
 
 from .conftest import BrokerMaker
+from .factories.rabbitmq import with_redis_backend
 from .test_brokers import WORKER_A, WORKER_B, assert_nothing_claimable, claim_soon, msg, needs, recover_until
 
 
@@ -26,9 +27,20 @@ def usage(broker: Broker, key: str) -> tuple[int | None, int, int]:
     return found[key].limit, found[key].running, found[key].waiting
 
 
+def nothing_claimable_now(broker: Broker, queues: list[str]) -> None:
+    """:func:`assert_nothing_claimable`, a few times on a broker whose ready tasks reach a
+    process asynchronously (RabbitMQ pushes them; each claim parks those that came)."""
+    for _ in range(1 if broker.capabilities.full_stats else 3):
+        assert_nothing_claimable(broker, queues)
+
+
 @pytest.fixture
-def lbroker(broker: Broker) -> Broker:
+def lbroker(make_broker: BrokerMaker) -> Broker:
+    broker = with_redis_backend(make_broker)()
     needs(broker, "concurrency_limits")
+    # These tests hold several deliveries at once, as a worker with threads does (RabbitMQ
+    # then prefetches as many; with fewer it pauses its consumers, which may count a delivery).
+    broker.serve_slots(8)
     return broker
 
 
@@ -37,7 +49,7 @@ def test_claim_stops_at_the_limit_and_a_settle_frees_the_slot(lbroker: Broker) -
     lbroker.enqueue(sent)
     first, second = claim_soon(lbroker, ["default"]), claim_soon(lbroker, ["default"])
     assert [first.id, second.id] == [sent[0].id, sent[1].id]
-    assert_nothing_claimable(lbroker, ["default"])
+    nothing_claimable_now(lbroker, ["default"])
     assert usage(lbroker, "exports") == (2, 2, 2)
     assert lbroker.settle(first, Complete()) is True
     third = claim_soon(lbroker, ["default"])
@@ -98,7 +110,7 @@ def test_a_limit_set_at_run_time_overrides_the_tasks_max(lbroker: Broker) -> Non
     assert_nothing_claimable(lbroker, ["default"])
     lbroker.set_limit("reports", 2)
     claim_soon(lbroker, ["default"])
-    assert_nothing_claimable(lbroker, ["default"])
+    nothing_claimable_now(lbroker, ["default"])
     limit, running, waiting = usage(lbroker, "reports")
     assert (limit, running, waiting) == (2, 2, 1)
     assert {u.key: u.override for u in lbroker.limits()}["reports"] is True
@@ -130,6 +142,7 @@ def test_a_retried_dead_letter_keeps_its_limit(lbroker: Broker) -> None:
 
 
 def test_purge_deletes_tasks_waiting_on_a_limit(lbroker: Broker) -> None:
+    needs(lbroker, "full_stats")  # RabbitMQ parks them in the delay cascade, which purge can't see
     lbroker.enqueue([limited("one", 1, "exports") for _ in range(3)])
     running = claim_soon(lbroker, ["exports"])
     assert_nothing_claimable(lbroker, ["exports"])  # the others now wait on the limit

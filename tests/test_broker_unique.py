@@ -18,6 +18,7 @@ from potatoq.brokers.unique import HEADER
 from potatoq.message import Message
 
 from .conftest import BrokerMaker
+from .factories.rabbitmq import with_redis_backend
 from .test_brokers import (
     WORKER_A,
     WORKER_B,
@@ -43,7 +44,8 @@ def sent_as(broker: Broker, message: Message) -> str:
 
 
 @pytest.fixture
-def ubroker(broker: Broker) -> Broker:
+def ubroker(make_broker: BrokerMaker) -> Broker:
+    broker = with_redis_backend(make_broker)()
     needs(broker, "unique_tasks")
     return broker
 
@@ -123,7 +125,7 @@ def test_unique_for_releases_a_key_whatever_holds_it(ubroker: Broker) -> None:
 
 
 def test_two_producers_racing_store_one_task(make_broker: BrokerMaker) -> None:
-    producers = [make_broker() for _ in range(4)]
+    producers = [with_redis_backend(make_broker)() for _ in range(4)]
     needs(producers[0], "unique_tasks")
     for producer in producers:  # connect and create the schema before the race
         producer.enqueue([msg("warmup")])

@@ -5,6 +5,11 @@
 queue prefix so the harness can remove everything it declared afterwards.
 ``BENCH_TASK_HISTORY=0`` turns task history off (to measure what it costs).
 ``BENCH_PREFETCH_MULTIPLIER`` sets ``worker_prefetch_multiplier`` (honoured on RabbitMQ).
+``BENCH_LIMITED=K``: ``setup()`` first sends K ``held`` tasks under a rate limit of 1/h into
+the same queue (one runs, the others wait on the limit for the whole run), to measure what
+tasks waiting on a limit cost the unlimited ``noop`` tasks around them.
+``BENCH_RESULT_BACKEND`` sets ``result_backend`` (RabbitMQ keeps limits there), with
+``task_ignore_result`` so that no result is written.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ app = Potatoq(
     broker_transport_options=json.loads(os.environ.get("BENCH_TRANSPORT_OPTIONS") or "{}"),
     task_history=os.environ.get("BENCH_TASK_HISTORY", "1") != "0",
 )
+if os.environ.get("BENCH_RESULT_BACKEND"):
+    app.conf.result_backend = os.environ["BENCH_RESULT_BACKEND"]
+    app.conf.task_ignore_result = True
 if os.environ.get("BENCH_PREFETCH_MULTIPLIER"):
     app.conf.worker_prefetch_multiplier = int(os.environ["BENCH_PREFETCH_MULTIPLIER"])
 
@@ -39,7 +47,19 @@ def stamp(sent: float) -> None:
     record.started(sent)
 
 
+@app.task(name="held", global_rate_limit="1/h")
+def held() -> None:
+    pass
+
+
 TASKS = {"noop": noop, "stamp": stamp}
+
+
+def setup() -> None:
+    """Before the clock starts: the ``BENCH_LIMITED`` tasks that wait on a limit."""
+    count = int(os.environ.get("BENCH_LIMITED") or 0)
+    if count:
+        group(held.s() for _ in range(count)).apply_async()
 
 
 def prepare() -> None:

@@ -102,13 +102,39 @@ def test_a_broker_without_unique_tasks_refuses_a_unique_task(monkeypatch: pytest
         app.send_task("proj.x", unique_key="k")
 
 
-def test_rabbitmq_refuses_a_unique_task_at_send() -> None:
+def test_rabbitmq_without_a_redis_result_backend_refuses_a_unique_task_at_send() -> None:
     app = Potatoq("proj", broker=services.require("rabbitmq"))
     try:
-        assert app.broker.capabilities.unique_tasks is False
-        with pytest.raises(ImproperlyConfigured, match="RabbitMQBroker doesn't support unique tasks yet"):
+        assert app.broker.capabilities.unique_tasks is True
+        with pytest.raises(ImproperlyConfigured, match="unique tasks on RabbitMQ .* must be a Redis"):
             app.send_task("proj.x", unique_key="k")
     finally:
+        app.close()
+
+
+def test_on_rabbitmq_a_duplicate_returns_the_holders_result_until_it_has_run() -> None:
+    app = Potatoq(
+        "proj",
+        broker=services.require("rabbitmq"),
+        result_backend=services.require("redis"),
+        broker_transport_options={"queue_prefix": f"t{uuid.uuid4().hex[:10]}_"},
+    )
+    key = uuid.uuid4().hex
+
+    @app.task(name="proj.sync", unique={"key": lambda customer: f"{key}-{customer}"})
+    def sync(customer: str) -> str:
+        return customer
+
+    try:
+        first, again, other = sync.delay("acme"), sync.delay("acme"), sync.delay("globex")
+        assert again.id == first.id and other.id != first.id
+        assert drain(app, timeout=15) == 2
+        assert first.get(timeout=5) == "acme"
+        fresh = sync.delay("acme")  # the settle released the key
+        assert fresh.id != first.id
+        assert drain(app, timeout=15) == 1
+    finally:
+        app.broker.drop_all()  # type: ignore[attr-defined]
         app.close()
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import Any
 
-from potatoq.brokers.base import Complete, WorkerRef
+from potatoq.brokers import create_broker
+from potatoq.brokers.base import BrokerConfig, Complete, WorkerRef
 from potatoq.metrics import broker_metrics, parse_exposition
+from tests import services
 
-from .conftest import Run, as_json
+from .conftest import Env, Run, as_json, run_cli
 
 WORKER = WorkerRef("cli-test@host", 1)
 
@@ -85,3 +89,38 @@ def test_limits_show_rates_and_set_a_rate_at_run_time(cli: Run, client: Any) -> 
 def test_bad_rates_are_usage_errors_naming_them(cli: Run) -> None:
     bad = cli("limits", "set", "proj.add", "fast/s")
     assert bad.returncode == 2 and "must look like '100/s'" in bad.stderr
+
+
+def test_limits_show_and_set_on_rabbitmq_with_a_redis_result_backend(tmp_path: Path) -> None:
+    """RabbitMQ keeps limits in its result backend: the command and /metrics read them there."""
+    tag = uuid.uuid4().hex[:10]
+    backend = create_broker(BrokerConfig(url=services.require("redis")))
+    config = BrokerConfig(
+        url=services.require("rabbitmq"),
+        transport_options={"queue_prefix": f"c{tag}_"},
+        result_backend=backend,
+    )
+    environment = Env(tmp_path, config, name="rabbitmq")
+    broker = create_broker(config)
+    key, rated = f"proj.add[{tag}]", f"proj.mul[{tag}]"
+    try:
+        done = run_cli(environment, "limits", "set", key, "3")
+        assert (done.returncode, done.stdout.strip()) == (0, f"{key}: at most 3 running"), done.stderr
+        done = run_cli(environment, "limits", "set", rated, "10/s", "--burst", "4")
+        assert done.returncode == 0, done.stderr
+        rows = {row["key"]: row for row in as_json(run_cli(environment, "limits", "--json"))}
+        assert rows[key] == {"key": key, "limit": 3, "running": 0, "waiting": 0, "override": True}
+        assert (rows[rated]["rate"], rows[rated]["burst"], rows[rated]["override"]) == (10.0, 4, True)
+
+        values = parse_exposition(broker_metrics(broker))
+        assert values[("potatoq_limit_concurrency", (("key", key),))] == 3
+        assert values[("potatoq_rate_per_second", (("key", rated),))] == 10.0
+
+        assert run_cli(environment, "limits", "clear", key).returncode == 0
+        assert run_cli(environment, "limits", "clear", rated).returncode == 0
+        left = {row["key"] for row in as_json(run_cli(environment, "limits", "--json"))}
+        assert key not in left and rated not in left
+    finally:
+        broker.drop_all()  # type: ignore[attr-defined]
+        broker.close()
+        backend.close()

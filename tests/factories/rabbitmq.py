@@ -1,4 +1,6 @@
-"""RabbitMQ 4 in the contract suite: a queue prefix per test, results in a SQLite file.
+"""RabbitMQ 4 in the contract suite: a queue prefix per test, results in a SQLite file
+(or, with ``ctx.overrides["result_backend"] = "redis"``, under a Redis key prefix: what
+concurrency and rate limits and unique tasks need, see :func:`with_redis_backend`).
 
 The shared delay cascade (``potatoq.delay.*``) stays between tests; everything under the
 test's prefix is deleted afterwards.
@@ -22,8 +24,21 @@ SERVICE = "rabbitmq"
 ORDER = 40
 
 
+def with_redis_backend(maker: Any) -> Any:
+    """``maker`` (a BrokerMaker) set to give RabbitMQ brokers a Redis result backend; other
+    broker kinds are left as they are."""
+    if maker.name == NAME:
+        maker.ctx.overrides["result_backend"] = "redis"
+    return maker
+
+
 def make_config(ctx: Any) -> BrokerConfig:
-    backend = create_broker(BrokerConfig(url=f"sqlite:///{ctx.tmp_path / 'rb.sqlite3'}"))
+    if ctx.overrides.get("result_backend") == "redis":
+        from . import redis as redis_factory
+
+        backend = create_broker(redis_factory.make_config(ctx))
+    else:
+        backend = create_broker(BrokerConfig(url=f"sqlite:///{ctx.tmp_path / 'rb.sqlite3'}"))
     # Made now, in the parent: tests that fork many children at once then never race to
     # create the file and switch it to WAL (SQLite answers "database is locked" to that).
     backend.migrate()

@@ -38,11 +38,14 @@ def with_known_gaps(names: list[str], gaps: dict[str, str]) -> list[Any]:
 @pytest.fixture
 def fault_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultEnv]:
     name = request.param
-    module = FACTORIES[name]
+    # "rabbitmq+redis": the broker, then its result backend (what limits need on RabbitMQ)
+    kind, _, backend = name.partition("+")
+    module = FACTORIES[kind]
     service = getattr(module, "SERVICE", None)
     if service:
         services.require(service)
-    ctx = FactoryContext(tmp_path=tmp_path, unique=f"f{uuid.uuid4().hex[:10]}", overrides={})
+    overrides = {"result_backend": backend} if backend else {}
+    ctx = FactoryContext(tmp_path=tmp_path, unique=f"f{uuid.uuid4().hex[:10]}", overrides=overrides)
     config = module.make_config(ctx)
     if not broker_class(config.url).capabilities.multiprocess:
         for fn in reversed(ctx.finalizers):

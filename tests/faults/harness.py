@@ -23,12 +23,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from potatoq.brokers import broker_class
 from potatoq.brokers.base import BrokerConfig
+from potatoq.states import READY_STATES
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("POTATOQ_FAULTS_FULL", "") == "1"
@@ -38,6 +39,21 @@ DEADLINE = 60.0
 def sized(quick: int, full: int) -> int:
     """``full`` under ``POTATOQ_FAULTS_FULL=1``, else ``quick``."""
     return full if FULL else quick
+
+
+def drained(broker: Any, ids: Sequence[str], done: set[str]) -> bool:
+    """Whether every task is done: nothing waiting, scheduled or running, or, on a broker
+    whose stats can't see scheduled tasks (RabbitMQ parks tasks waiting on a limit in its
+    delay cascade), a ready result for each of ``ids`` (``done`` remembers those seen)."""
+    if broker.capabilities.full_stats:
+        return sum(s.waiting + s.delayed + s.running for s in broker.queue_stats()) == 0
+    for task_id in ids:
+        if task_id not in done:
+            record = broker.get_result(task_id)
+            if record is None or record.state not in READY_STATES:
+                return False
+            done.add(task_id)
+    return True
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = DEADLINE, what: str = "condition") -> Any:

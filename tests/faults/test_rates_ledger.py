@@ -20,9 +20,9 @@ import pytest
 
 from potatoq.states import SUCCESS
 
-from .harness import FULL, FaultEnv, client, report, sized
+from .harness import FULL, FaultEnv, client, drained, report, sized
 
-LEDGER_BROKERS = ["sqlite", "postgres", "redis"] + (["valkey"] if FULL else [])
+LEDGER_BROKERS = ["sqlite", "postgres", "redis", "rabbitmq+redis"] + (["valkey"] if FULL else [])
 WIDE = (50.0, 10) if FULL else (20.0, 5)  # per second, burst
 ACME = (10.0, 2) if FULL else (5.0, 1)
 
@@ -63,14 +63,14 @@ def test_rate_limits_hold_across_worker_processes(fault_env: FaultEnv) -> None:
         rng.shuffle(messages)
         app.send_messages(messages)
         ids = [m.id for m in messages]
+        done: set[str] = set()
 
         workers = [env.worker("-c", "2", "-l", "info") for _ in range(2)]
         deadline = time.monotonic() + (240 if FULL else 120)
         while True:
-            stats = app.broker.queue_stats()
-            if sum(s.waiting + s.delayed + s.running for s in stats) == 0:
+            if drained(app.broker, ids, done):
                 break
-            assert time.monotonic() < deadline, f"not drained: {stats}"
+            assert time.monotonic() < deadline, f"not drained: {app.broker.queue_stats()}, {len(done)} done"
             time.sleep(0.1)
         results = {i: app.broker.get_result(i) for i in ids}
         for worker in workers:

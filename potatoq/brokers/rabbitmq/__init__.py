@@ -34,16 +34,22 @@ delivery arrives. A settle publishes the follow-ups and the result hand-off (con
 then acks. The first claim of a process not consuming yet, with a prefetch of 1, asks the
 ready counts and takes one with ``basic.get``.
 
-Concurrency and rate limits are not supported yet (``capabilities.concurrency_limits`` and
-``capabilities.rate_limits`` are False; the app refuses a limited task when it is sent):
-the slots and tokens would live in the result store and a task over its limit would be
-re-published through the delay cascade, which is still to be built.
-Unique tasks aren't either (``capabilities.unique_tasks`` is False; the app refuses them
-at send): AMQP queues can't be searched, so the key would live in the result backend,
-taken at publish and released after each ack or RabbitMQ's own dead-lettering.
+Concurrency limits, global rate limits and unique tasks (:mod:`.limits`, :mod:`.unique`,
+state in :mod:`.store`): AMQP queues can't count, search or update what they hold, so the
+slots, token times and unique keys live in the result backend, which must then be a Redis
+broker (one Lua script of ``lua/`` per step, atomic across processes); with another
+backend a limited or unique task is refused at send. A claim takes the delivery's slot (a
+holder with a lease its process renews; a killed process's slot expires) and rate token;
+a task over its limit is *parked*: published again (confirmed) into the delay cascade,
+then acked, so it is no delivery and holds no worker thread, at the cost of one publish
+per parked try, in whole seconds (1 s for a slot; a rate token is reserved and waited for
+up to its due time, the last fraction of a second held unacked in the process). The slot
+goes back and the unique key is released after the settle's ack; a unique key is taken
+before the publish, and a task RabbitMQ dead-letters by itself frees it by its TTL.
 
 Modules: ``broker`` (the class), ``backed`` (what lives in the result backend), ``admin``
-(dead letters, stats, purges), ``options``,
+(dead letters, stats, purges), ``options``, ``limits``, ``unique`` and ``store`` (limits
+and unique keys in the result backend),
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
 declarations and reads), ``readlock`` (one reader at a time of a queue read by consuming
 it), ``io`` (the per-process connection and its I/O thread),

@@ -19,6 +19,7 @@ from potatoq.brokers.rabbitmq import declare
 from potatoq.brokers.rabbitmq.ops import Op, Publish
 from potatoq.brokers.rabbitmq.session import Outgoing, properties_for
 from potatoq.brokers.rabbitmq.topology import H_DELIVERIES, H_DIED_AT, H_QUEUE, H_REASON, Topology
+from potatoq.brokers.unique import unique_of_raw
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
 
@@ -33,6 +34,7 @@ class RabbitMQAdmin(Broker):
         topology: Topology
 
         def _process(self) -> _ProcessState: ...
+        def _take_unique(self, messages: Sequence[Message]) -> list[Message]: ...
 
     # ------------------------------------------------------------------ dead letters
 
@@ -102,7 +104,7 @@ class RabbitMQAdmin(Broker):
                 chosen = []
                 for message in messages:
                     record = self._dead_record(queue, message.properties, message.body)
-                    if wanted is None or record.id in wanted:
+                    if (wanted is None or record.id in wanted) and self._takes_key_again(record):
                         chosen.append((message, record))
                 items = [self._back_to_queue(record) for _m, record in chosen]
                 if items:
@@ -113,6 +115,17 @@ class RabbitMQAdmin(Broker):
 
             state.link.run(declare.read_queue, state.link, self.topology.dead_queue(queue), decide)
         return total
+
+    def _takes_key_again(self, record: DeadLetterRecord) -> bool:
+        """A unique dead letter goes back to its queue only if it can hold its key again
+        (another task holding it now keeps it a dead letter, as on the other brokers)."""
+        if unique_of_raw(record.raw) is None:
+            return True
+        try:
+            message = Message.decode(record.raw)
+        except MessageDecodeError:
+            return True
+        return bool(self._take_unique([message]))
 
     def _back_to_queue(self, record: DeadLetterRecord) -> Outgoing:
         priority = 0

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import pika
 
+from potatoq.brokers import limits
 from potatoq.brokers.base import (
     Broker,
     BrokerConfig,
@@ -35,7 +36,7 @@ from potatoq.brokers.base import (
     decode_delivery,
     validate_queue_name,
 )
-from potatoq.brokers.rabbitmq import declare
+from potatoq.brokers.rabbitmq import declare, delay
 from potatoq.brokers.rabbitmq.consume import Intake, Pending
 from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.lease import SchedulerLease
@@ -60,7 +61,9 @@ from .admin import RabbitMQAdmin
 from .backed import FIRED_KEEP, RabbitMQBacked
 from .history import RabbitMQHistory
 from .kills import RabbitMQKills
+from .limits import H_RATE_TOKEN, RabbitMQLimits
 from .pause import RabbitMQPause
+from .unique import RabbitMQUnique
 
 __all__ = ["RabbitMQBroker"]
 
@@ -116,7 +119,16 @@ class _ProcessState:
         self.intake.on_work_channel_lost()
 
 
-class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHistory, RabbitMQKills, Broker):
+class RabbitMQBroker(
+    RabbitMQBacked,
+    RabbitMQAdmin,
+    RabbitMQPause,
+    RabbitMQHistory,
+    RabbitMQKills,
+    RabbitMQLimits,
+    RabbitMQUnique,
+    Broker,
+):
     """Quorum queues, a TTL delay cascade and a result backend for everything else."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -133,6 +145,11 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         recovers_dead_holders=False,  # RabbitMQ requeues when the holder's connection closes
         full_stats=False,  # passive declares count ready messages only
         finds_queued=False,  # a queued message is only seen when it is delivered
+        # Slots, tokens and keys in a Redis result backend (.store); over its limit a task
+        # is parked in the delay cascade (.limits), a duplicate is never published (.unique).
+        concurrency_limits=True,
+        rate_limits=True,
+        unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = ("amqp", "amqps")
 
@@ -180,6 +197,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         # Chord parts (group id, index) whose join in this process hasn't finished
         # publishing the callback it may owe (a settle that failed and will be retried).
         self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._leases = None  # the concurrency slots this process holds (.limits)
 
     @property
     def writes_results_at_settle(self) -> bool:
@@ -261,9 +279,14 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         # confirms until the server closes the connection). A publish that timed out may
         # still be confirmed later: enqueue is at-least-once.
         deadline = time.monotonic() + self.config.connection_timeout + PER_MESSAGE * min(len(messages), BATCH)
+        for message in messages:
+            self._checked(message)
+            if limits.HEADER in message.headers or limits.RATE_HEADER in message.headers:
+                self._store()  # refused at send without a store for the slots and tokens
+        messages = self._take_unique(messages)
         state = self._process()
         now = time.time()
-        items = [state.session.outgoing(self._checked(m), now) for m in messages]
+        items = [state.session.outgoing(m, now) for m in messages]
         for start in range(0, len(items), BATCH):
             batch = items[start : start + BATCH]
             state.link.run(state.session.publish_all, batch, timeout=max(0.01, deadline - time.monotonic()))
@@ -345,16 +368,56 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
                 self.settle(delivery, Complete())
                 return True
             self._read_not_revoked(delivery.id)
-        return False
+        return self._held_back(state, delivery, pending)
+
+    def _held_back(self, state: _ProcessState, delivery: Delivery, pending: Pending) -> bool:
+        """Park ``delivery`` in the cascade if its concurrency slot or rate token isn't
+        available (see :mod:`.limits`); else it runs (releasing a unique key held only
+        while waiting)."""
+        try:
+            wait = self._limit_wait(delivery, pending)
+        except ImproperlyConfigured as exc:  # sent by a producer with another result backend
+            log.warning("task %s runs without its limit: %s", delivery.id, exc)
+            wait = None
+        if wait is None:
+            self._unique_ends(delivery, None)
+            return False
+        seconds, token = wait
+        if token is not None and seconds < 1.0:  # a rate token due within the cascade's step
+            headers = dict(getattr(pending.properties, "headers", None) or {})
+            pending.properties.headers = {**headers, H_RATE_TOKEN: token}  # its own, when back
+            state.link.run(state.intake.hold_op, pending, seconds)
+            return True
+        # A rate token's wait is parked rounded down, the rest held here when it comes back
+        # (never early); a concurrency slot's is SLOT_WAIT.
+        whole = int(seconds) if token is not None else delay.whole_seconds(seconds)
+        parked = self._parked(pending, whole, token)
+        state.link.run(state.intake.settle_op, delivery.token, [parked], "ack")
+        return True
+
+    def _settled(self, delivery: Delivery, outcome: Outcome, applied: bool) -> None:
+        """After a settle: its slot goes back whatever happened (a stale delivery was
+        returned to its queue by RabbitMQ and takes a new slot when delivered again);
+        the unique key only once the ack ending the task is done."""
+        self._release_slot(delivery)
+        if applied:
+            self._unique_ends(delivery, outcome)
+            self._history_settled(delivery, outcome)  # task history (issue 31)
+
+    def revoke(self, task_id: str) -> bool:
+        revoked = super().revoke(task_id)
+        if revoked:
+            self._unique_revoked(task_id)
+        return revoked
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         state = self._process()
         prepared = self._prepare_settle(state, delivery, outcome)
         if prepared is None:
+            self._release_slot(delivery)
             return False
         ok: bool = state.link.run(state.intake.settle_op, delivery.token, *prepared)
-        if ok:  # task history (issue 31)
-            self._history_settled(delivery, outcome)
+        self._settled(delivery, outcome, ok)
         return ok
 
     def settle_and_claim(
@@ -369,6 +432,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
         state = self._process()
         prepared = self._prepare_settle(state, delivery, outcome)
         if prepared is None:
+            self._release_slot(delivery)
             return False, self.claim(queues, worker)
         publishes, action = prepared
         intake = state.intake
@@ -387,8 +451,7 @@ class RabbitMQBroker(RabbitMQBacked, RabbitMQAdmin, RabbitMQPause, RabbitMQHisto
             applied, pending = state.link.run(
                 intake.settle_claim_op, delivery.token, publishes, action, list(queues)
             )
-        if applied:  # task history (issue 31)
-            self._history_settled(delivery, outcome)
+        self._settled(delivery, outcome, applied)
         if pending is None:
             return applied, None
         following = self._delivery(state, pending, worker)

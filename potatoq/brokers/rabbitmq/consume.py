@@ -111,6 +111,7 @@ class Intake:
         self._consumers: dict[str, str] = {}  # amqp queue -> consumer tag
         self._by_tag: dict[str, tuple[str, int, str]] = {}  # consumer tag -> (queue, band, amqp)
         self._handed: dict[int, Pending] = {}  # delivery tag -> delivery (current generation)
+        self._held: set[int] = set()  # tags of handed deliveries waiting in hold_op
         self._wanted: list[tuple[str, int, str]] = []  # what wait() consumes
         self._orders: dict[tuple[str, ...], tuple[list[tuple[str, int, str]], dict[str, int]]] = {}
         # The potatoq queues whose every band has a live consumer (None: paused); read by
@@ -319,7 +320,7 @@ class Intake:
         with self.cond:
             self._buffer.append(pending)
             self.cond.notify_all()
-        if self._consumers and len(self._handed) + len(self._buffer) > self.link.prefetch:
+        if self._consumers and len(self._handed) - len(self._held) + len(self._buffer) > self.link.prefetch:
             # More held here than the prefetch allows one consumer: this one came from
             # another band or queue while the process is full, and waits for a task to end.
             # Pause every consumer so no more pile up here while other workers idle.
@@ -331,6 +332,7 @@ class Intake:
         self._consumers.clear()
         self._by_tag.clear()
         self._handed.clear()
+        self._held.clear()
         # It may have closed because a queue was deleted: declare again before next use.
         self.session.declared.clear()
         with self.cond:
@@ -495,6 +497,27 @@ class Intake:
             properties_for(getattr(pending.properties, "message_id", None) or "", headers),
         )
         return Outgoing(again, pending.queue, delayed=False)
+
+    def hold_op(self, pending: Pending, seconds: float) -> Op[None]:
+        """Keep a handed-out delivery here, unacked and unclaimable, for ``seconds`` (less
+        than the delay cascade's one-second step: a task whose rate token is due within
+        it, see :mod:`.limits`), then put it back in the buffer for the next claim. No
+        thread is taken meanwhile; the delivery does fill a prefetch slot. A channel lost
+        meanwhile returns it to its queue like any other."""
+        generation = pending.generation
+        self._held.add(pending.tag)  # not a running task: no reason to pause the consumers
+
+        def back() -> None:
+            self._held.discard(pending.tag)
+            if generation != self.link.generation or self._handed.pop(pending.tag, None) is None:
+                return
+            pending.pushed_at = time.monotonic()
+            with self.cond:
+                self._buffer.append(pending)
+                self.cond.notify_all()
+
+        self.link.call_later(max(0.0, seconds), back)
+        yield from ()
 
     def hand_back_stale(self) -> None:
         """I/O thread, at every tick: with a prefetch above 1, a delivery that has waited

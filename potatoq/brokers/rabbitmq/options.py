@@ -33,6 +33,11 @@ class RabbitMQOptions:
     * ``prefetch_hold``: with a prefetch above 1 (``worker_prefetch_multiplier``), seconds
       a prefetched delivery may wait in a process whose threads are all busy before it is
       given back (re-published at the tail of its queue, uncounted); default 1.
+    * ``limit_lease``: seconds a concurrency-limit slot stays held without renewal (its
+      holder renews it every third of that); a killed worker's slot comes back within it;
+      default 20.
+    * ``unique_backstop``: seconds a unique key without ``unique_for`` is held at most, for
+      a task that RabbitMQ dead-letters itself (see :mod:`.unique`); default 86400.
     """
 
     queue_prefix: str = ""
@@ -41,6 +46,8 @@ class RabbitMQOptions:
     heartbeat: int | None = None
     ssl: Mapping[str, str] = dataclasses.field(default_factory=dict)
     prefetch_hold: float = 1.0
+    limit_lease: float = 20.0
+    unique_backstop: float = 86400.0
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> RabbitMQOptions:
@@ -74,6 +81,8 @@ class RabbitMQOptions:
         hold = options.get("prefetch_hold", 1.0)
         if isinstance(hold, bool) or not isinstance(hold, int | float) or hold <= 0:
             raise ImproperlyConfigured(f"transport option prefetch_hold={hold!r} must be > 0 seconds")
+        lease = _seconds(options, "limit_lease", 20.0)
+        backstop = _seconds(options, "unique_backstop", 86400.0)
         ssl = options.get("ssl") or {}
         if not isinstance(ssl, Mapping) or set(ssl) - {"cafile", "certfile", "keyfile"}:
             raise ImproperlyConfigured("transport option ssl takes only cafile, certfile and keyfile")
@@ -84,4 +93,13 @@ class RabbitMQOptions:
             heartbeat=heartbeat,
             ssl=dict(ssl),
             prefetch_hold=float(hold),
+            limit_lease=lease,
+            unique_backstop=backstop,
         )
+
+
+def _seconds(options: Mapping[str, Any], name: str, default: float) -> float:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ImproperlyConfigured(f"transport option {name}={value!r} must be > 0 seconds")
+    return float(value)

@@ -2,7 +2,8 @@
 
     python -m tests.brokers.rabbitmq.child MODE CONFIG_JSON
 
-CONFIG_JSON holds ``url``, ``prefix`` and ``max_deliveries``. Modes:
+CONFIG_JSON holds ``url``, ``prefix`` and ``max_deliveries``, and optionally ``backend``
+(a Redis URL, with ``backend_prefix`` its key prefix) and ``limit_lease``. Modes:
 
 * ``claim-and-die``: claim one task from ``default``; print ``{"id", "deliveries"}``
   (or ``{}`` if none comes within 5 s) and SIGKILL itself while holding it;
@@ -26,11 +27,22 @@ from potatoq.brokers.base import BrokerConfig, WorkerRef
 def main() -> None:
     mode, raw = sys.argv[1], sys.argv[2]
     options = json.loads(raw)
+    backend = None
+    if options.get("backend"):  # what limits and unique keys need on RabbitMQ
+        backend = create_broker(
+            BrokerConfig(
+                url=options["backend"], transport_options={"global_keyprefix": options["backend_prefix"]}
+            )
+        )
+    transport: dict[str, object] = {"queue_prefix": options["prefix"]}
+    if "limit_lease" in options:
+        transport["limit_lease"] = options["limit_lease"]
     broker = create_broker(
         BrokerConfig(
             url=options["url"],
-            transport_options={"queue_prefix": options["prefix"]},
+            transport_options=transport,
             max_deliveries=options.get("max_deliveries", 5),
+            result_backend=backend,
         )
     )
     worker = WorkerRef("child", os.getpid())
