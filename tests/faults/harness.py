@@ -204,8 +204,9 @@ class FaultEnv:
             return None
 
     def wait_marker(self, name: str, timeout: float = DEADLINE) -> Any:
+        # Until it parses: a marker is created, then written, so it can be seen empty.
         return wait_for(
-            lambda: (self.dir / name).exists() and [self.marker(name)], timeout, f"marker {name}"
+            lambda: (value := self.marker(name)) is not None and [value], timeout, f"marker {name}"
         )[0]
 
     def executions(self) -> list[tuple[str, int, int]]:
