@@ -26,7 +26,10 @@ for one process.
   (cancelled): that one delivery (at most
   one per consumer, from the same instant) stays buffered and is the next claim's (giving it
   back would count towards its delivery limit on RabbitMQ 4.0); the consumers start again
-  at the next ``settle_and_claim`` or ``wait`` that finds the buffer empty.
+  at the next ``settle_and_claim`` or ``wait`` that finds the buffer empty. Until RabbitMQ
+  has answered every cancel, no ack or nack is sent (one round trip, after a pause only):
+  an ack overtaking a cancel would free a slot whose next message RabbitMQ could then
+  return from the cancelled consumer, counted as a delivery (see ``_after_cancels``).
 
 Every delivery is fenced with a token naming this process's link and the work channel's
 generation (see :class:`~.io.AmqpLink`): when the channel or connection is
@@ -117,6 +120,10 @@ class Intake:
         # The potatoq queues whose every band has a live consumer (None: paused); read by
         # waiting threads without the I/O thread, written on the I/O thread.
         self._consuming: frozenset[str] | None = None
+        # I/O thread only: batches of basic.cancel sent, and how many of them RabbitMQ is
+        # known to have processed (see _after_cancels).
+        self._cancels_sent = 0
+        self._cancels_done = 0
         # Set by interrupt() (shutdown): the next settle pauses the consumers and gives
         # back what was pushed meanwhile, so an exiting process holds nothing unrun.
         self._draining = False
@@ -238,10 +245,9 @@ class Intake:
         self._wanted = self._order(queues)
         wanted = {amqp for _q, _b, amqp in self._wanted}
         work = self.link.work
-        for amqp in [a for a in self._consumers if a not in wanted]:  # queues no longer asked for
-            tag = self._consumers.pop(amqp)
-            if work is not None:
-                cancel_keeping(work, tag, self._forget_cancelled(tag))
+        unwanted = [self._consumers.pop(a) for a in list(self._consumers) if a not in wanted]
+        if work is not None:  # queues no longer asked for
+            self._cancel(work, unwanted)
         self._start_consumers()
 
     def _start_consumers(self) -> None:
@@ -281,8 +287,36 @@ class Intake:
         consumers, self._consumers = self._consumers, {}
         if work is None:
             return
-        for tag in consumers.values():
+        self._cancel(work, list(consumers.values()))
+
+    def _cancel(self, work: pika.channel.Channel, tags: Sequence[str]) -> None:
+        """Cancel the consumers ``tags``, keeping what they push until the cancel-oks.
+        Until RabbitMQ has processed the cancels, no ack or nack may be sent: see
+        :meth:`_after_cancels`."""
+        for tag in tags:
             cancel_keeping(work, tag, self._forget_cancelled(tag))
+        if tags:
+            self._cancels_sent += 1
+
+    def _after_cancels(self) -> Op[None]:
+        """Wait, before an ack or nack, until RabbitMQ has processed every basic.cancel sent.
+
+        pika sends one basic.cancel at a time (the next after the cancel-ok) but an ack at
+        once, so an ack can overtake a pause's later cancels. The ack frees its consumer's
+        prefetch slot, and RabbitMQ hands that consumer the next message; if the cancel
+        then reaches the channel before that delivery does, RabbitMQ returns the message
+        to its queue, and on 4.0 that return counts as a delivery (towards the dead-letter
+        limit) of a task that never reached this process. The round trip queues behind the
+        cancels (pika keeps a channel's synchronous methods in order); a busy worker that
+        didn't pause skips it."""
+        sent = self._cancels_sent
+        if self._cancels_done >= sent:
+            return
+        try:
+            yield self.link.verify()
+        except ChannelLost:
+            return  # the channel is gone with its consumers; the caller's owned() check fails
+        self._cancels_done = max(self._cancels_done, sent)
 
     def _forget_cancelled(self, tag: str) -> Any:
         """The cancel-ok callback for ``tag``. pika files every pending cancel callback of a
@@ -330,6 +364,7 @@ class Intake:
         """I/O thread: the work channel is gone; RabbitMQ requeued everything it held."""
         self._consuming = None
         self._consumers.clear()
+        self._cancels_done = self._cancels_sent  # the new channel has no consumers to cancel
         self._by_tag.clear()
         self._handed.clear()
         self._held.clear()
@@ -474,6 +509,7 @@ class Intake:
             action = "ack"
         if publishes:
             yield from self.session.publish_all(publishes)
+        yield from self._after_cancels()
         pending = self.owned(token)
         work = self.link.work
         if pending is None or work is None or not work.is_open:

@@ -502,6 +502,39 @@ def test_wait_wakes_on_a_push_and_consumers_pause_while_a_task_runs(rabbit: Rabb
     assert broker.settle(following, Complete())
 
 
+def test_pausing_the_consumers_never_counts_a_delivery_for_a_task_that_did_not_run(rabbit: Rabbit) -> None:
+    """A process holding a task pauses its consumers (basic.cancel, one per band) when
+    another delivery is pushed; the next task it settles is acked while those cancels are
+    in flight. pika sends a cancel only after the previous one's cancel-ok, but the ack at
+    once: RabbitMQ could process the ack first, hand the freed prefetch slot's next message
+    to a consumer whose cancel then arrived, and return it (on 4.0 a return counts as a
+    delivery, towards the dead-letter limit) without it ever reaching this process. An ack
+    now waits for the cancel-oks. The ack is sent after 0 to 3 follow-ups are confirmed,
+    which moves it across the cancels; without the wait, 300 rounds counted deliveries in 5
+    runs of 6 (7 to 17 of them), and 500 rounds in 5 of 5."""
+    broker = rabbit()
+    rounds = 500
+    sent = [msg() for _ in range(rounds + 2)]
+    broker.enqueue(sent)
+    running = claim_soon(broker, ["default"])  # basic.get: held, as a running task
+    got = [running]
+    for i in range(rounds):
+        # The consumers start and push one: two held with a prefetch of 1, so they pause.
+        broker.wait(["default"], 10)
+        short = claim_soon(broker, ["default"])
+        followups = tuple(msg("next") for _ in range(i % 4))
+        assert broker.settle(short, Complete(followups=followups))  # acked right after the pause
+        got.append(short)
+    assert broker.settle(running, Complete())
+    last = claim_soon(broker, ["default"])
+    assert broker.settle(last, Complete())
+    got.append(last)
+    assert {d.id for d in got} <= {m.id for m in sent}
+    assert broker._process().intake._cancels_sent >= rounds, "a round didn't pause the consumers"
+    counted = [d.deliveries for d in got if d.deliveries != 1]
+    assert counted == [], f"{len(counted)} of {len(got)} tasks counted as delivered before they ran"
+
+
 def test_a_busy_worker_is_handed_the_next_task_as_it_settles(rabbit: Rabbit) -> None:
     """settle_and_claim acks, and the ack frees the consumer's prefetch: RabbitMQ pushes the
     band's next message, which the worker gets with no basic.get and no ready counts. With
