@@ -36,7 +36,7 @@ def rbroker(make_broker: BrokerMaker) -> Broker:
     broker = with_redis_backend(make_broker)()
     needs(broker, "rate_limits")
     # These tests hold several deliveries at once, as a worker with threads does (RabbitMQ
-    # then prefetches as many; with fewer it pauses its consumers, which may count a delivery).
+    # then prefetches as many; with fewer it pauses its consumers after each push).
     broker.serve_slots(8)
     return broker
 
@@ -83,8 +83,8 @@ def test_a_throttled_key_does_not_hold_back_other_keys_or_unlimited_tasks(rbroke
 def test_a_rate_set_at_run_time_applies_to_waiting_tasks(rbroker: Broker) -> None:
     sent = [rated("reports", SLOW) for _ in range(3)]
     rbroker.enqueue(sent)
-    # Settled before the next claims, as a worker does (one holding more than its prefetch
-    # makes RabbitMQ's consumers pause, which can count a delivery: not what this tests).
+    # Settled before the next claims, as a worker does (pausing RabbitMQ's consumers while
+    # holding more than the prefetch is tested in tests/brokers/rabbitmq).
     assert rbroker.settle(claim_soon(rbroker, ["default"]), Complete()) is True
     assert_nothing_claimable(rbroker, ["default"])
     rbroker.set_rate("reports", "100/s", burst=5)
