@@ -239,7 +239,10 @@ def test_no_sqlite_statement_scans_the_jobs_or_results_table(tmp_path: Path) -> 
             guarded = set(GUARDED) | {
                 m[2] for m in _ALIAS.finditer(SQL[name]) if m[2].upper() not in _KEYWORDS
             }
-            for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], Samples(SQLITE_PARAMS, NOW)):
+            # statements with positional parameters (the history insert) get NULLs
+            positional = re.sub(r"--[^\n]*", "", SQL[name]).count("?")
+            params = (None,) * positional if positional else Samples(SQLITE_PARAMS, NOW)
+            for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], params):
                 match = full_scan.match(row[3])
                 if (
                     match
