@@ -13,7 +13,8 @@ crash: no shutdown checkpoint, no last WAL sent) and the standby promoted. After
 * lost = 0: every task whose ``.delay()`` returned completed (a ``.delay()`` that raised
   during the failover is not counted: its caller was told);
 * the same worker processes carried on: no restart, and their LISTEN connections came back
-  through the same URL (the "LISTEN connection restored" line);
+  through the same URL (a "LISTEN connection restored" line for each "LISTEN connection
+  failed" one);
 * a task ran twice only if it was claimed on the old primary (in flight at the crash; an
   idle worker's claim commits without waiting for the standby, by design): at most one
   such task per worker child, each run twice at most. (Whether its first run is on record
@@ -166,10 +167,11 @@ def test_failover_to_promoted_standby_loses_no_task(pair: PostgresPair, tmp_path
             per_task = Counter(task_id for task_id, _, _ in runs)
             twice = {task_id: n for task_id, n in per_task.items() if n > 1}
             alive = [w.alive() for w in workers]
-            # A busy worker claims without LISTEN; an idle one finds the old connection dead
-            # and opens a new one: when the run drains quickly that comes after the last task.
-            with contextlib.suppress(AssertionError):
-                wait_for(lambda: "LISTEN connection restored" in env.logs(), 30, "a LISTEN reconnect")
+            # A LISTEN connection that saw the primary go comes back within seconds (it
+            # retries every second); give it time before reading the logs.
+            if "LISTEN connection failed" in env.logs():
+                with contextlib.suppress(AssertionError):
+                    wait_for(lambda: "LISTEN connection restored" in env.logs(), 30, "a LISTEN reconnect")
             logs = env.logs()
             dead = app.broker.list_dead(limit=100)
             figures = {
@@ -196,7 +198,13 @@ def test_failover_to_promoted_standby_loses_no_task(pair: PostgresPair, tmp_path
     assert not left, f"{len(left)} tasks whose .delay() returned never completed: {left[:5]}; {figures}"
     assert not dead, [(d.id, d.reason) for d in dead[:5]]
     assert all(alive), "a worker died during the failover"
-    assert "LISTEN connection restored" in logs, "no worker's LISTEN connection came back"
+    # Every LISTEN connection that failed came back. (In two CI runs where the 2,000 tasks
+    # drained in under 10 s, no worker logged a LISTEN failure at all: the assertion holds
+    # for the connections that saw the failover.)
+    failed_listens = logs.count("LISTEN connection failed")
+    assert logs.count("LISTEN connection restored") >= failed_listens, (
+        "a failed LISTEN connection never came back"
+    )
     assert all(n == 2 for n in twice.values()), f"a task ran more than twice: {twice}"
     assert len(twice) <= WORKERS * CHILDREN, f"more tasks ran twice than were in flight: {figures}"
 
