@@ -76,7 +76,9 @@ def run_through(
             route = broker.keys.of_queue(proj.app.conf.task_default_queue) + "seq"
             master = broker._client().get_node_from_key(route).port
             with redis.Redis(port=master) as direct:
-                assert direct.execute_command("WAIT", 1, 5000) >= 1  # the replica has the tasks
+                # The replica has the tasks. (After the previous test's failover it may still
+                # be resyncing with its master: WAIT answers 0 until it is back, so ask again.)
+                wait_for(lambda: direct.execute_command("WAIT", 1, 1000) >= 1, 60, "the replica's ack")
             worker = env.worker("-c", str(CHILDREN), "-l", "info")
             wait_for(lambda: len(env.executions()) >= KILL_AT, 120, f"{KILL_AT} runs")
             figures = disrupt(proj, route)
