@@ -1,0 +1,321 @@
+"""Concurrency and rate limits on the Redis Cluster broker (cluster.py).
+
+A limit key is shared by every queue its tasks go to, and a cluster script sees one hash
+slot: so the key's state lives in a slot of its own, ``{<prefix>:k:<key>}``, and is kept by
+the RabbitMQ broker's scripts (``potatoq/brokers/rabbitmq/lua``: ``slot_take``,
+``rate_take`` ...), loaded from their files unchanged (they take the same prefix argument
+as every Redis script). The claim stays one single-slot script in the queue's slot, which
+on a cluster reads no limit header (``lua/_cluster.lua``); right after it:
+
+* **concurrency**: ``slot_take`` in the key's slot. A slot is a holder (the delivery's
+  fencing token) in the key's sorted set, scored by a lease deadline of
+  ``worker_dead_after``, renewed by :meth:`RedisClusterBroker.extend` together with the
+  task's own lease: a process that dies stops renewing both, so the slot runs out when the
+  reaper may take the task back, and the next take drops it. The settle gives it back
+  (``slot_release``) and makes one task of the same queue waiting on the key due at once.
+* **rate**: ``rate_take`` (GCRA on the key's theoretical arrival time, by the key's
+  master's clock); with no token now the next one is reserved for the task.
+
+A task that gets no slot or no token goes back to its queue's delayed set
+(``cluster_limit_defer.lua``): its delivery count goes back down, it holds no worker, and
+other tasks of the queue are claimed past it. It is due again after :data:`SLOT_WAIT`
+(sooner when a slot of its key is given back in its queue) or when its reserved token is
+due (at most :data:`RATE_RECHECK` ahead; a rate set at run time makes every waiting task
+of the key due at once). The reserved token rides in the job hash (``rtd``/``rtg``) and is
+read back by the claim that delivers it again (``cluster_rate_reserved.lua``).
+
+Cost: a task without a limit pays nothing (its headers are already decoded); a limited one
+pays one call to its key's slot per claim and per settle (two for a rate: the reservation
+is read first), plus one to its queue's slot when it has to wait.
+
+``limits()``/``rates()`` list the keys of ``{<prefix>}:limits:seen`` (ZSET ``c:<key>`` /
+``r:<key>`` -> last used, ms), one call per key; a key unused for :data:`SEEN_FORGET` with
+nothing running or waiting is dropped from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+
+from potatoq.brokers.base import Delivery
+from potatoq.brokers.limits import (
+    LimitUsage,
+    RateUsage,
+    concurrency_of,
+    rate_of,
+    rate_usage_row,
+    usage_row,
+    validate_limit,
+    validate_rate,
+)
+from potatoq.exceptions import OperationalError
+
+from .outbox import ClusterParts
+from .scripts import Script
+
+log = logging.getLogger("potatoq.brokers.redis")
+
+#: The RabbitMQ broker's limit scripts this broker runs in a limit's own slot.
+LIMIT_SCRIPTS = (
+    "limit_set",
+    "limit_usage",
+    "rate_set",
+    "rate_take",
+    "rate_usage",
+    "slot_release",
+    "slot_renew",
+    "slot_take",
+    "unique_release",
+    "unique_take",
+)
+#: Milliseconds a task whose concurrency slot isn't free waits before it tries again
+#: (unless a slot of its key is given back in its queue first).
+SLOT_WAIT = 1000
+#: Milliseconds a task waiting for a rate token waits at most before it looks again.
+RATE_RECHECK = 10_000
+#: How long (ms) past its retry a waiting task is still listed as waiting in ``limits()``.
+LISTED = 30_000
+#: Seconds between two refreshes of a key's "last used" time by one process.
+SEEN_EVERY = 30.0
+#: Seconds after which an idle key leaves the ``limits:seen`` list.
+SEEN_FORGET = 600.0
+
+
+@functools.cache
+def limit_scripts() -> dict[str, Script]:
+    """The RabbitMQ broker's limit scripts, read from their files (not imported: a broker
+    package imports no other broker)."""
+    folder = resources.files("potatoq.brokers").joinpath("rabbitmq").joinpath("lua")
+    found = {}
+    for name in LIMIT_SCRIPTS:
+        source = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+        found[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest(), source)
+    return found
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class ClusterLimits(ClusterParts):
+    """Limits in their own slots (mixed into :class:`~.cluster.RedisClusterBroker`)."""
+
+    if TYPE_CHECKING:
+        _seen_at: dict[str, float]
+
+        def _eval_at(self, prefix: str, script: Script, args: Sequence[str | bytes | int]) -> Any: ...
+
+    # -- where things live --------------------------------------------------------------------
+
+    def _key_prefix(self, key: str) -> str:
+        return "{" + self.keys.base + ":k:" + key + "}:"
+
+    def _at_key(self, key: str, name: str, args: Sequence[str | bytes | int]) -> Any:
+        return self._eval_at(self._key_prefix(key), limit_scripts()[name], args)
+
+    @property
+    def _seen_key(self) -> str:
+        return f"{self.keys.prefix}limits:seen"
+
+    def _seen(self, member: str, *, force: bool = False) -> None:
+        """Note that ``member`` (``c:<key>`` or ``r:<key>``) is in use, at most every
+        :data:`SEEN_EVERY` seconds per process."""
+        now = time.monotonic()
+        if not force and now - self._seen_at.get(member, -SEEN_EVERY) < SEEN_EVERY:
+            return
+        with self._errors():
+            self._client().zadd(self._seen_key, {member: int(time.time() * 1000)})
+        self._seen_at[member] = now
+
+    def _seen_keys(self, kind: str) -> list[tuple[str, float]]:
+        with self._errors():
+            rows = self._client().zrange(self._seen_key, 0, -1, withscores=True)
+        return [
+            (name[2:], score / 1000.0) for member, score in rows if (name := _text(member)).startswith(kind + ":")
+        ]
+
+    def _forget_idle(self, member: str, last_used: float) -> None:
+        if time.time() - last_used > SEEN_FORGET:
+            with self._errors():
+                self._client().zrem(self._seen_key, member)
+
+    # -- run time, usage ----------------------------------------------------------------------
+
+    def set_limit(self, key: str, limit: int | None) -> None:
+        key, limit = validate_limit(key, limit)
+        self._seen(f"c:{key}", force=True)
+        self._at_key(key, "limit_set", [key, "" if limit is None else limit])
+        self._wake_all("s", key)  # a raised limit: the waiting tasks try again now
+
+    def limits(self) -> list[LimitUsage]:
+        found = []
+        for key, last_used in self._seen_keys("c"):
+            rows = self._at_key(key, "limit_usage", [])
+            if not rows:
+                self._forget_idle(f"c:{key}", last_used)
+            for name, limit, *rest in rows:
+                found.append(usage_row((_text(name), _text(limit) or None, *rest)))
+        return sorted(found, key=lambda u: u.key)
+
+    def set_rate(self, key: str, rate: str | float | None, burst: int | None = None) -> None:
+        key, per_second, checked = validate_rate(key, rate, burst)
+        step = "" if per_second is None else repr(1000.0 / per_second)
+        self._seen(f"r:{key}", force=True)
+        self._at_key(key, "rate_set", [key, step, checked])
+        self._wake_all("r", key)  # their reserved tokens are of the old rate
+
+    def rates(self) -> list[RateUsage]:
+        found = []
+        for key, last_used in self._seen_keys("r"):
+            rows = self._at_key(key, "rate_usage", [])
+            if not rows:
+                self._forget_idle(f"r:{key}", last_used)
+            for name, step, burst, tat, waiting, overridden, now in rows:
+                per_ms, count = _text(step), _text(burst)
+                row = (
+                    _text(name),
+                    1000.0 / float(per_ms) if per_ms else None,
+                    int(float(count)) if count else None,
+                    float(_text(tat)) / 1000.0,
+                    int(waiting),
+                    int(overridden),
+                )
+                found.append(rate_usage_row(row, int(now) / 1000.0))
+        return sorted(found, key=lambda u: u.key)
+
+    def _wake_all(self, kind: str, key: str) -> None:
+        for queue in self._queues():
+            self._run_at(self.keys.of_queue(queue), "cluster_limit_wake", [kind, key, "0"])
+
+    # -- claim, settle, extend ----------------------------------------------------------------
+
+    def _admit(self, delivery: Delivery) -> bool:
+        """True when ``delivery`` may run now (its slot, if it has a limit, is taken); else
+        it was put back to wait (``cluster_limit_defer.lua``) and the caller claims on."""
+        message = delivery.message
+        if message is None:
+            return True
+        slot = concurrency_of(message.headers)
+        rate = rate_of(message.headers)
+        if slot is None and rate is None:
+            return True
+        prefix = self.keys.of_queue(delivery.queue)
+        due, gen = "", ""
+        if rate is not None:
+            reserved = self._run_at(prefix, "cluster_rate_reserved", [delivery.id, delivery.token])
+            if reserved:
+                due, gen = _text(reserved[0]), _text(reserved[1])
+        if slot is not None:
+            key, carried = slot
+            self._seen(f"c:{key}")
+            lease = str(int(self.config.dead_after * 1000))
+            args = [key, carried, delivery.token, lease, delivery.id, SLOT_WAIT + LISTED]
+            if not self._at_key(key, "slot_take", args):
+                self._defer(delivery, SLOT_WAIT, "s", key, due, gen)
+                return False
+        if rate is not None:
+            key, per_second, burst = rate
+            self._seen(f"r:{key}")
+            args = [key, repr(1000.0 / per_second), burst, delivery.id, LISTED, due, gen]
+            reply = self._at_key(key, "rate_take", args)
+            if int(reply[0]) > 0:
+                if slot is not None:
+                    self._at_key(slot[0], "slot_release", [slot[0], delivery.token])
+                wait = min(int(reply[0]), RATE_RECHECK)
+                self._defer(delivery, wait, "r", key, str(int(reply[1])), str(int(reply[2])))
+                return False
+        return True
+
+    def _defer(self, delivery: Delivery, wait_ms: int, kind: str, key: str, due: str, gen: str) -> None:
+        args = [delivery.id, delivery.token, str(wait_ms), kind, key, due, gen]
+        self._run_at(self.keys.of_queue(delivery.queue), "cluster_limit_defer", args)
+
+    def _release_slot(self, delivery: Delivery) -> None:
+        """After the settle of ``delivery``: give its slot back and make one task of its
+        queue waiting on the key due now. A failure is left to the lease (it runs out)."""
+        message = delivery.message
+        slot = None if message is None else concurrency_of(message.headers)
+        if slot is None:
+            return
+        try:
+            self._at_key(slot[0], "slot_release", [slot[0], delivery.token])
+            self._run_at(self.keys.of_queue(delivery.queue), "cluster_limit_wake", ["s", slot[0], "1"])
+        except (OperationalError, redis.exceptions.RedisError) as exc:
+            log.warning("giving back the slot of %s failed (its lease runs out): %r", delivery.id, exc)
+
+    def _renew_slots(self, deliveries: Sequence[Delivery], ttl: float) -> None:
+        """Renew the slot leases of ``deliveries`` with their task leases (``extend``)."""
+        by_key: dict[str, list[str]] = {}
+        for delivery in deliveries:
+            message = delivery.message
+            slot = None if message is None else concurrency_of(message.headers)
+            if slot is not None:
+                by_key.setdefault(slot[0], []).append(delivery.token)
+        for key, tokens in by_key.items():
+            self._seen(f"c:{key}")
+            args: list[str | bytes | int] = [str(int(ttl * 1000))]
+            for token in tokens:
+                args += [key, token]
+            self._at_key(key, "slot_renew", args)
+
+    # -- revoke and purge ---------------------------------------------------------------------
+
+    def _unlist(self, entries: Sequence[tuple[str, str, str]]) -> None:
+        """Take ``(kind, key, task id)`` of deleted tasks off their key's waiting list
+        (``cl:wait:``/``rl:wait:`` of the RabbitMQ scripts' layout), so ``limits()`` and
+        ``rates()`` stop counting them at once rather than after :data:`LISTED`."""
+        with self._errors():
+            pipe = self._client().pipeline(transaction=False)
+            for kind, key, task_id in entries:
+                name = "cl:wait:" if kind == "s" else "rl:wait:"
+                pipe.zrem(f"{self._key_prefix(key)}{name}{key}", task_id)
+            pipe.execute()
+
+    def _unlist_revoked(self, delivery_id: str, headers: Any) -> None:
+        entries = []
+        slot, rate = concurrency_of(headers), rate_of(headers)
+        if slot is not None:
+            entries.append(("s", slot[0], delivery_id))
+        if rate is not None:
+            entries.append(("r", rate[0], delivery_id))
+        if entries:
+            self._unlist(entries)
+
+    def _limit_waiters(self, queue: str) -> list[tuple[str, str, str]]:
+        """``(kind, key, task id)`` of the tasks of ``queue`` listed as waiting on a limit."""
+        prefix = self.keys.of_queue(queue)
+        client = self._client()
+        with self._errors():
+            waits = [_text(w) for w in client.smembers(f"{prefix}lwaits")]
+            if not waits:
+                return []
+            pipe = client.pipeline(transaction=False)
+            for wait in waits:
+                pipe.zrange(f"{prefix}lwait:{wait}", 0, -1)
+            rows = pipe.execute()
+        found = []
+        for wait, ids in zip(waits, rows, strict=True):
+            kind, _, key = wait.partition(":")
+            found += [(kind, key, _text(i)) for i in ids]
+        return found
+
+    def _unlist_purged(self, queue: str, waiters: Sequence[tuple[str, str, str]]) -> None:
+        """After a purge of ``queue``: unlist ``waiters`` whose task is gone."""
+        if not waiters:
+            return
+        prefix = self.keys.of_queue(queue)
+        with self._errors():
+            pipe = self._client().pipeline(transaction=False)
+            for _, _, task_id in waiters:
+                pipe.exists(f"{prefix}job:{task_id}")
+            present = pipe.execute()
+        self._unlist([w for w, there in zip(waiters, present, strict=True) if not there])
+
