@@ -30,7 +30,7 @@ from potatoq.states import SUCCESS
 
 from .harness import FaultEnv, client, drained, report, sized, wait_for
 
-LEDGER_BROKERS = ["sqlite", "postgres", "redis", "valkey", "rabbitmq+redis"]
+LEDGER_BROKERS = ["sqlite", "postgres", "redis", "valkey", "redis-cluster", "rabbitmq+redis"]
 KILL_EVERY = 0.3
 LIMITS = {"wide": 3, "acme": 1, "globex": 1}
 

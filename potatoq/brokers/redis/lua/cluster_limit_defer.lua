@@ -17,7 +17,8 @@ local wait_ms = tonumber(ARGV[4])
 -- line behind a full limit costs few claims; a slot given back in its queue wakes one
 -- at once whatever its wait (cluster_limit_wake.lua).
 if ARGV[5] == 's' then wait_ms = wait_ms * math.min(10, redis.call('HINCRBY', jk, 'lwn', 1)) end
-local at = now_ms() + wait_ms
+local now = now_ms()
+local at = now + wait_ms
 local q = job[3]
 redis.call('ZREM', k_active(q), id)
 forget_holder(id, job[4], job[5])
@@ -28,10 +29,22 @@ redis.call('HSET', jk, 'state', 'delayed', 'due', at, 'deliveries', deliveries, 
 redis.call('HDEL', jk, 'token')
 redis.call('ZADD', k_delayed(q), at, id)
 local wk = P .. 'lwait:' .. wait
--- Entries a minute past their due time were promoted long ago (or purged): dropped, so
--- the list stays as long as what waits now.
-redis.call('ZREMRANGEBYSCORE', wk, '-inf', now_ms() - 60000)
-redis.call('ZADD', wk, at, id)
+-- A slot's waiters are listed by when they first waited, so a freed slot wakes the one
+-- that waited longest (FIFO, whatever its backoff); a rate's by their token's due time.
+-- Entries long past (promoted or purged meanwhile) are dropped, so the list stays about
+-- as long as what waits now.
+if ARGV[5] == 's' then
+  local first = redis.call('HGET', jk, 'lw0')
+  if not first then
+    first = now
+    redis.call('HSET', jk, 'lw0', first)
+  end
+  redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - 3600000)
+  redis.call('ZADD', wk, first, id)
+else
+  redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - 60000)
+  redis.call('ZADD', wk, at, id)
+end
 redis.call('SADD', P .. 'lwaits', wait)  -- every lwait list of the queue, for purge
 if redis.call('ZRANGE', k_delayed(q), 0, 0)[1] == id then arm(q) end
 return 1
