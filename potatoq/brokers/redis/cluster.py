@@ -297,15 +297,17 @@ class RedisClusterBroker(ClusterLimits, ClusterUnique, ClusterOutbox, ClusterAdm
         self._unique_claimed(delivery)
         return True
 
-    def _settled(self, delivery: Delivery) -> None:
+    def _settled(self, delivery: Delivery) -> bool:
         """After a settle (done or fenced out, the run ended either way): give back its
-        slot and the unique key the settle let go of (cluster_unique.py)."""
+        slot and the unique key the settle let go of (cluster_unique.py). True when a task
+        of its queue that waited for the slot is due now."""
         message = delivery.message
         if message is None or not message.headers:
-            return
-        self._release_slot(delivery)
+            return False
+        woke = self._release_slot(delivery)
         if "uq" in message.headers:
             self._free_unique(delivery.queue)
+        return woke
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         name, args = self._pack.settle(delivery, outcome)
@@ -327,7 +329,7 @@ class RedisClusterBroker(ClusterLimits, ClusterUnique, ClusterOutbox, ClusterAdm
         claim_args = self._claim_args(queues[:1], worker)
         reply = self._run_at(prefix, _SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
         settled = bool(reply[0])
-        self._settled(delivery)
+        woke = self._settled(delivery)  # after the script's claim: claimed below if so
         if settled:
             self._relay_settled(prefix, delivery, outcome)
             self._history_settled(delivery, outcome)
@@ -336,7 +338,7 @@ class RedisClusterBroker(ClusterLimits, ClusterUnique, ClusterOutbox, ClusterAdm
             if self._admitted(claimed):
                 return settled, claimed
             return settled, self.claim(queues, worker)
-        return settled, self.claim(queues[1:], worker)
+        return settled, self.claim(queues if woke else queues[1:], worker)
 
     # -- waiting ------------------------------------------------------------------------------
 

@@ -238,18 +238,21 @@ class ClusterLimits(ClusterParts):
         args = [delivery.id, delivery.token, str(wait_ms), kind, key, due, gen]
         self._run_at(self.keys.of_queue(delivery.queue), "cluster_limit_defer", args)
 
-    def _release_slot(self, delivery: Delivery) -> None:
+    def _release_slot(self, delivery: Delivery) -> bool:
         """After the settle of ``delivery``: give its slot back and make one task of its
-        queue waiting on the key due now. A failure is left to the lease (it runs out)."""
+        queue waiting on the key due now (True if one was). A failure is left to the lease
+        (it runs out)."""
         message = delivery.message
         slot = None if message is None else concurrency_of(message.headers)
         if slot is None:
-            return
+            return False
         try:
             self._at_key(slot[0], "slot_release", [slot[0], delivery.token])
-            self._run_at(self.keys.of_queue(delivery.queue), "cluster_limit_wake", ["s", slot[0], "1"])
+            prefix = self.keys.of_queue(delivery.queue)
+            return bool(self._run_at(prefix, "cluster_limit_wake", ["s", slot[0], "1"]))
         except (OperationalError, redis.exceptions.RedisError) as exc:
             log.warning("giving back the slot of %s failed (its lease runs out): %r", delivery.id, exc)
+            return False
 
     def _renew_slots(self, deliveries: Sequence[Delivery], ttl: float) -> None:
         """Renew the slot leases of ``deliveries`` with their task leases (``extend``)."""
