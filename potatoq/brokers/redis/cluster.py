@@ -30,8 +30,8 @@ from potatoq.brokers.base import (
     WorkerRef,
     validate_queue_name,
 )
-from potatoq.exceptions import ImproperlyConfigured
 from potatoq.brokers.unique import unique_of
+from potatoq.exceptions import ImproperlyConfigured
 from potatoq.message import Message
 
 from .broker import HANDOFF, RedisBroker

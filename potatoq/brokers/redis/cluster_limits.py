@@ -138,9 +138,8 @@ class ClusterLimits(ClusterParts):
     def _seen_keys(self, kind: str) -> list[tuple[str, float]]:
         with self._errors():
             rows = self._client().zrange(self._seen_key, 0, -1, withscores=True)
-        return [
-            (name[2:], score / 1000.0) for member, score in rows if (name := _text(member)).startswith(kind + ":")
-        ]
+        found = [(_text(member), score / 1000.0) for member, score in rows]
+        return [(name[2:], at) for name, at in found if name.startswith(kind + ":")]
 
     def _forget_idle(self, member: str, last_used: float) -> None:
         if time.time() - last_used > SEEN_FORGET:
@@ -217,14 +216,29 @@ class ClusterLimits(ClusterParts):
             key, carried = slot
             self._seen(f"c:{key}")
             lease = str(int(self.config.dead_after * 1000))
-            args = [key, carried, delivery.token, lease, delivery.id, SLOT_WAIT + LISTED]
-            if not self._at_key(key, "slot_take", args):
+            taking: list[str | bytes | int] = [
+                key,
+                carried,
+                delivery.token,
+                lease,
+                delivery.id,
+                SLOT_WAIT + LISTED,
+            ]
+            if not self._at_key(key, "slot_take", taking):
                 self._defer(delivery, SLOT_WAIT, "s", key, due, gen)
                 return False
         if rate is not None:
             key, per_second, burst = rate
             self._seen(f"r:{key}")
-            args = [key, repr(1000.0 / per_second), burst, delivery.id, LISTED, due, gen]
+            args: list[str | bytes | int] = [
+                key,
+                repr(1000.0 / per_second),
+                burst,
+                delivery.id,
+                LISTED,
+                due,
+                gen,
+            ]
             reply = self._at_key(key, "rate_take", args)
             if int(reply[0]) > 0:
                 if slot is not None:
@@ -321,4 +335,3 @@ class ClusterLimits(ClusterParts):
                 pipe.exists(f"{prefix}job:{task_id}")
             present = pipe.execute()
         self._unlist([w for w, there in zip(waiters, present, strict=True) if not there])
-
