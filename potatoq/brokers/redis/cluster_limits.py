@@ -198,7 +198,19 @@ class ClusterLimits(ClusterParts):
 
     def _admit(self, delivery: Delivery) -> bool:
         """True when ``delivery`` may run now (its slot, if it has a limit, is taken); else
-        it was put back to wait (``cluster_limit_defer.lua``) and the caller claims on."""
+        it was put back to wait (``cluster_limit_defer.lua``) and the caller claims on.
+        When its key's master can't be reached, it is put back to wait too (if its queue's
+        can be), not left to run out its lease, and the error is raised."""
+        try:
+            return self._admit_now(delivery)
+        except (OperationalError, redis.exceptions.RedisError):
+            try:
+                self._defer(delivery, SLOT_WAIT, "s", "", "", "")
+            except (OperationalError, redis.exceptions.RedisError) as exc:
+                log.warning("putting back %s failed (its lease runs out): %r", delivery.id, exc)
+            raise
+
+    def _admit_now(self, delivery: Delivery) -> bool:
         message = delivery.message
         if message is None:
             return True

@@ -113,7 +113,14 @@ class ClusterUnique(ClusterParts):
 
     def _free_unique(self, queue: str) -> None:
         """Release the keys of the tasks that left ``queue`` (its ``uqfree`` list), unless
-        the task is back in the queue (a retry)."""
+        the task is back in the queue (a retry). A failure leaves the rest of the list to
+        the next recovery round (what was popped and not released, to the keys' TTL)."""
+        try:
+            self._free_unique_of(queue)
+        except (OperationalError, redis.exceptions.RedisError) as exc:
+            log.warning("releasing the unique keys of queue %r failed (recovery will): %r", queue, exc)
+
+    def _free_unique_of(self, queue: str) -> None:
         prefix = self.keys.of_queue(queue)
         client = self._client()
         while True:

@@ -28,23 +28,26 @@ redis.call('HSET', jk, 'state', 'delayed', 'due', at, 'deliveries', deliveries, 
   'rtd', ARGV[7], 'rtg', ARGV[8])
 redis.call('HDEL', jk, 'token')
 redis.call('ZADD', k_delayed(q), at, id)
-local wk = P .. 'lwait:' .. wait
--- A slot's waiters are listed by when they first waited, so a freed slot wakes the one
--- that waited longest (FIFO, whatever its backoff); a rate's by their token's due time.
--- Entries long past (promoted or purged meanwhile) are dropped, so the list stays about
--- as long as what waits now.
-if ARGV[5] == 's' then
-  local first = redis.call('HGET', jk, 'lw0')
-  if not first then
-    first = now
-    redis.call('HSET', jk, 'lw0', first)
+-- (no key: its limit's master couldn't be asked; it just tries again later)
+if ARGV[6] ~= '' then
+  local wk = P .. 'lwait:' .. wait
+  -- A slot's waiters are listed by when they first waited, so a freed slot wakes the one
+  -- that waited longest (FIFO, whatever its backoff); a rate's by their token's due time.
+  -- Entries long past (promoted or purged meanwhile) are dropped, so the list stays about
+  -- as long as what waits now.
+  if ARGV[5] == 's' then
+    local first = redis.call('HGET', jk, 'lw0')
+    if not first then
+      first = now
+      redis.call('HSET', jk, 'lw0', first)
+    end
+    redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - 3600000)
+    redis.call('ZADD', wk, first, id)
+  else
+    redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - 60000)
+    redis.call('ZADD', wk, at, id)
   end
-  redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - 3600000)
-  redis.call('ZADD', wk, first, id)
-else
-  redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - 60000)
-  redis.call('ZADD', wk, at, id)
+  redis.call('SADD', P .. 'lwaits', wait)  -- every lwait list of the queue, for purge
 end
-redis.call('SADD', P .. 'lwaits', wait)  -- every lwait list of the queue, for purge
 if redis.call('ZRANGE', k_delayed(q), 0, 0)[1] == id then arm(q) end
 return 1
