@@ -121,7 +121,8 @@ limited tasks. The steps:
   listed in ``lwait:<s|r>:<key>`` of its queue's slot (``lwaits`` lists those), and the
   claim goes on to the next task. A slot's waiter is due again after 1 s, 1 s more per
   try (10 s at most); a rate's when its reserved token is (``rtd``/``rtg`` in its hash, read
-  back by ``cluster_rate_reserved.lua``), at most 10 s ahead.
+  back by ``cluster_rate_reserved.lua``): a rate set at run time makes them due at once,
+  so they needn't look again before (5 min ahead at most, a backstop).
 * settle: the queue's settle script, then ``slot_release`` and ``cluster_limit_wake.lua``,
   which makes the task of that queue that waited longest on the key due now. A slot's lease
   is ``worker_dead_after``, renewed by ``extend`` with the task's lease: a killed worker's

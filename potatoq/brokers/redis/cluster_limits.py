@@ -18,10 +18,11 @@ on a cluster reads no limit header (``lua/_cluster.lua``); right after it:
 
 A task that gets no slot or no token goes back to its queue's delayed set
 (``cluster_limit_defer.lua``): its delivery count goes back down, it holds no worker, and
-other tasks of the queue are claimed past it. It is due again after :data:`SLOT_WAIT`
-(sooner when a slot of its key is given back in its queue) or when its reserved token is
-due (at most :data:`RATE_RECHECK` ahead; a rate set at run time makes every waiting task
-of the key due at once). The reserved token rides in the job hash (``rtd``/``rtg``) and is
+other tasks of the queue are claimed past it. A slot's waiter is due again after
+:data:`SLOT_WAIT` times its number of tries (10 at most), or at once when a slot of its key
+is given back in its queue (the one that waited longest) or the limit is set at run time.
+A rate's waiter is due when its reserved token is (:data:`RATE_RECHECK` ahead at most), or
+at once when the rate is set at run time. The reserved token rides in the job hash (``rtd``/``rtg``) and is
 read back by the claim that delivers it again (``cluster_rate_reserved.lua``).
 
 Cost: a task without a limit pays nothing (its headers are already decoded); a limited one
@@ -79,8 +80,10 @@ LIMIT_SCRIPTS = (
 #: Milliseconds a task whose concurrency slot isn't free waits before it tries again
 #: (unless a slot of its key is given back in its queue first).
 SLOT_WAIT = 1000
-#: Milliseconds a task waiting for a rate token waits at most before it looks again.
-RATE_RECHECK = 10_000
+#: Milliseconds a task waiting for a rate token waits at most before it looks again: a
+#: backstop only, since ``set_rate`` makes every waiting task of the key due at once (so,
+#: unlike on RabbitMQ, a task waiting an hour for its token doesn't come back every 10 s).
+RATE_RECHECK = 300_000
 #: How long (ms) past its retry a waiting task is still listed as waiting in ``limits()``.
 LISTED = 30_000
 #: Seconds between two refreshes of a key's "last used" time by one process.
