@@ -1,33 +1,39 @@
 """Concurrency and rate limits on the Redis Cluster broker (cluster.py).
 
 A limit key is shared by every queue its tasks go to, and a cluster script sees one hash
-slot: so the key's state lives in a slot of its own, ``{<prefix>:k:<key>}``, and is kept by
-the RabbitMQ broker's scripts (``potatoq/brokers/rabbitmq/lua``: ``slot_take``,
-``rate_take`` ...), loaded from their files unchanged (they take the same prefix argument
-as every Redis script). The claim stays one single-slot script in the queue's slot, which
-on a cluster reads no limit header (``lua/_cluster.lua``); right after it:
+slot: so the key's state lives in a slot of its own, ``{<prefix>:k:<key>}``. The claim
+stays one single-slot script in the queue's slot, which on a cluster reads no limit header
+(``lua/_cluster.lua``); right after it:
 
-* **concurrency**: ``slot_take`` in the key's slot. A slot is a holder (the delivery's
-  fencing token) in the key's sorted set, scored by a lease deadline of
-  ``worker_dead_after``, renewed by :meth:`RedisClusterBroker.extend` together with the
-  task's own lease: a process that dies stops renewing both, so the slot runs out when the
-  reaper may take the task back, and the next take drops it. The settle gives it back
-  (``slot_release``) and makes one task of the same queue waiting on the key due at once.
-* **rate**: ``rate_take`` (GCRA on the key's theoretical arrival time, by the key's
-  master's clock); with no token now the next one is reserved for the task.
+* **concurrency**: the RabbitMQ broker's ``slot_take`` (``potatoq/brokers/rabbitmq/lua``,
+  loaded from its file unchanged: it takes the same prefix argument as every Redis script)
+  in the key's slot. A slot is a holder (the delivery's fencing token) in the key's sorted
+  set, scored by a lease deadline of ``worker_dead_after``, renewed by
+  :meth:`RedisClusterBroker.extend` together with the task's own lease: a process that
+  dies stops renewing both, so the slot runs out when the reaper may take the task back,
+  and the next take drops it. The settle gives it back (``slot_release``) and makes the
+  task of its queue that waited longest on the key due at once.
+* **rate**: ``cluster_rate_take.lua`` in the key's slot: GCRA taken by the claim that runs
+  the task, as in a single server's claim script. Not the RabbitMQ broker's ``rate_take``,
+  which reserves the next token for a waiting task: a worker that falls behind then uses
+  several reserved tokens late, at once, and the rate ledger saw 38 starts in a second at
+  20/s with a burst of 5. Its keys are ``rate_take``'s, so ``rate_set``/``rate_usage``
+  are reused unchanged.
 
 A task that gets no slot or no token goes back to its queue's delayed set
 (``cluster_limit_defer.lua``): its delivery count goes back down, it holds no worker, and
 other tasks of the queue are claimed past it. A slot's waiter is due again after
 :data:`SLOT_WAIT` times its number of tries (10 at most), or at once when a slot of its key
 is given back in its queue (the one that waited longest) or the limit is set at run time.
-A rate's waiter is due when its reserved token is (:data:`RATE_RECHECK` ahead at most), or
-at once when the rate is set at run time. The reserved token rides in the job hash (``rtd``/``rtg``) and is
-read back by the claim that delivers it again (``cluster_rate_reserved.lua``).
+A rate's waiter is due when its token is expected, one token after the last task told to
+wait (:data:`RATE_RECHECK` ahead at most), or at once when the rate is set at run time; it
+keeps its place in line when it comes back a little early (``rw`` in its job hash, read
+back by ``cluster_rate_waited.lua``).
 
 Cost: a task without a limit pays nothing (its headers are already decoded); a limited one
-pays one call to its key's slot per claim and per settle (two for a rate: the reservation
-is read first), plus one to its queue's slot when it has to wait.
+pays one call to its key's slot per claim and two per settle (the slot, then the wake-up;
+a rate-limited one a second call at claim, ``cluster_rate_waited``), plus one to its
+queue's slot when it has to wait.
 
 ``limits()``/``rates()`` list the keys of ``{<prefix>}:limits:seen`` (ZSET ``c:<key>`` /
 ``r:<key>`` -> last used, ms), one call per key; a key unused for :data:`SEEN_FORGET` with
@@ -60,7 +66,7 @@ from potatoq.brokers.limits import (
 from potatoq.exceptions import OperationalError
 
 from .outbox import ClusterParts
-from .scripts import Script
+from .scripts import Script, cluster_scripts
 
 log = logging.getLogger("potatoq.brokers.redis")
 
@@ -69,7 +75,6 @@ LIMIT_SCRIPTS = (
     "limit_set",
     "limit_usage",
     "rate_set",
-    "rate_take",
     "rate_usage",
     "slot_release",
     "slot_renew",
@@ -81,8 +86,8 @@ LIMIT_SCRIPTS = (
 #: (unless a slot of its key is given back in its queue first).
 SLOT_WAIT = 1000
 #: Milliseconds a task waiting for a rate token waits at most before it looks again: a
-#: backstop only, since ``set_rate`` makes every waiting task of the key due at once (so,
-#: unlike on RabbitMQ, a task waiting an hour for its token doesn't come back every 10 s).
+#: backstop only, since ``set_rate`` makes every waiting task of the key due at once (so a
+#: task waiting an hour for its token isn't claimed again every few seconds meanwhile).
 RATE_RECHECK = 300_000
 #: How long (ms) past its retry a waiting task is still listed as waiting in ``limits()``.
 LISTED = 30_000
@@ -172,7 +177,7 @@ class ClusterLimits(ClusterParts):
         step = "" if per_second is None else repr(1000.0 / per_second)
         self._seen(f"r:{key}", force=True)
         self._at_key(key, "rate_set", [key, step, checked])
-        self._wake_all("r", key)  # their reserved tokens are of the old rate
+        self._wake_all("r", key)  # they wait for tokens of the old rate
 
     def rates(self) -> list[RateUsage]:
         found = []
@@ -208,7 +213,7 @@ class ClusterLimits(ClusterParts):
             return self._admit_now(delivery)
         except (OperationalError, redis.exceptions.RedisError):
             try:
-                self._defer(delivery, SLOT_WAIT, "s", "", "", "")
+                self._defer(delivery, SLOT_WAIT, "s", "", "")
             except (OperationalError, redis.exceptions.RedisError) as exc:
                 log.warning("putting back %s failed (its lease runs out): %r", delivery.id, exc)
             raise
@@ -222,11 +227,9 @@ class ClusterLimits(ClusterParts):
         if slot is None and rate is None:
             return True
         prefix = self.keys.of_queue(delivery.queue)
-        due, gen = "", ""
-        if rate is not None:
-            reserved = self._run_at(prefix, "cluster_rate_reserved", [delivery.id, delivery.token])
-            if reserved:
-                due, gen = _text(reserved[0]), _text(reserved[1])
+        waited = ""
+        if rate is not None and self._run_at(prefix, "cluster_rate_waited", [delivery.id, delivery.token]):
+            waited = "1"
         if slot is not None:
             key, carried = slot
             self._seen(f"c:{key}")
@@ -240,7 +243,7 @@ class ClusterLimits(ClusterParts):
                 SLOT_WAIT + LISTED,
             ]
             if not self._at_key(key, "slot_take", taking):
-                self._defer(delivery, SLOT_WAIT, "s", key, due, gen)
+                self._defer(delivery, SLOT_WAIT, "s", key, waited)
                 return False
         if rate is not None:
             key, per_second, burst = rate
@@ -251,20 +254,18 @@ class ClusterLimits(ClusterParts):
                 burst,
                 delivery.id,
                 LISTED,
-                due,
-                gen,
+                waited,
             ]
-            reply = self._at_key(key, "rate_take", args)
-            if int(reply[0]) > 0:
+            wait = int(self._eval_at(self._key_prefix(key), cluster_scripts()["cluster_rate_take"], args))
+            if wait > 0:
                 if slot is not None:
                     self._at_key(slot[0], "slot_release", [slot[0], delivery.token])
-                wait = min(int(reply[0]), RATE_RECHECK)
-                self._defer(delivery, wait, "r", key, str(int(reply[1])), str(int(reply[2])))
+                self._defer(delivery, min(wait, RATE_RECHECK), "r", key, "1")
                 return False
         return True
 
-    def _defer(self, delivery: Delivery, wait_ms: int, kind: str, key: str, due: str, gen: str) -> None:
-        args = [delivery.id, delivery.token, str(wait_ms), kind, key, due, gen]
+    def _defer(self, delivery: Delivery, wait_ms: int, kind: str, key: str, waited: str) -> None:
+        args = [delivery.id, delivery.token, str(wait_ms), kind, key, waited]
         self._run_at(self.keys.of_queue(delivery.queue), "cluster_limit_defer", args)
 
     def _release_slot(self, delivery: Delivery) -> bool:

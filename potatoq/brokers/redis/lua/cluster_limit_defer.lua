@@ -3,10 +3,11 @@
 -- `at`, as if it had never been claimed: its delivery count goes back down, it leaves
 -- `active` and its worker's held set. It is listed in lwait:<kind>:<key> (this queue's slot)
 -- so that a freed slot or a rate set at run time can make it due at once
--- (cluster_limit_wake.lua), and keeps the rate token reserved for it (rtd, rtg).
+-- (cluster_limit_wake.lua); 'rw' notes that it waited for a token (its next take keeps
+-- its place in line: cluster_rate_take.lua).
 -- KEYS: none (the queue's keys)
 -- ARGV: [1] prefix, [2] id, [3] fencing token, [4] ms to wait, [5] 's' (slot) or 'r' (rate),
---       [6] limit key, [7] reserved token's due ms or '', [8] its generation or ''
+--       [6] limit key, [7] '1' if it waited for a rate token, else ''
 -- Returns: 1 if moved, 0 if the delivery isn't this one any more (reaped meanwhile).
 local id = ARGV[2]
 local jk = k_job(id)
@@ -25,7 +26,7 @@ forget_holder(id, job[4], job[5])
 local wait = ARGV[5] .. ':' .. ARGV[6]
 local deliveries = math.max(0, (tonumber(job[6]) or 1) - 1)
 redis.call('HSET', jk, 'state', 'delayed', 'due', at, 'deliveries', deliveries, 'lw', wait,
-  'rtd', ARGV[7], 'rtg', ARGV[8])
+  'rw', ARGV[7])
 redis.call('HDEL', jk, 'token')
 redis.call('ZADD', k_delayed(q), at, id)
 -- (no key: its limit's master couldn't be asked; it just tries again later)
