@@ -32,17 +32,17 @@ redis.call('ZADD', k_delayed(q), at, id)
 -- (no key: its limit's master couldn't be asked; it just tries again later)
 if ARGV[6] ~= '' then
   local wk = P .. 'lwait:' .. wait
-  -- A slot's waiters are listed by when they first waited, so a freed slot wakes the one
-  -- that waited longest (FIFO, whatever its backoff); a rate's by their token's due time.
-  -- Entries long past (promoted or purged meanwhile) are dropped, so the list stays about
-  -- as long as what waits now.
+  -- A slot's waiters are listed by when they first waited (ms * 1000, + their ready order
+  -- within the same ms), so a freed slot wakes the one that waited longest (FIFO, whatever
+  -- its backoff); a rate's by their token's due time. Entries long past (promoted or purged
+  -- meanwhile) are dropped, so the list stays about as long as what waits now.
   if ARGV[5] == 's' then
-    local first = redis.call('HGET', jk, 'lw0')
+    local first = tonumber(redis.call('HGET', jk, 'lw0'))
     if not first then
-      first = now
+      first = now * 1000 + (tonumber(redis.call('HGET', jk, 'seq')) or 0) % 1000
       redis.call('HSET', jk, 'lw0', first)
     end
-    redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - 3600000)
+    redis.call('ZREMRANGEBYSCORE', wk, '-inf', (now - 3600000) * 1000)
     redis.call('ZADD', wk, first, id)
   else
     redis.call('ZREMRANGEBYSCORE', wk, '-inf', now - 60000)

@@ -16,9 +16,10 @@ while n == 0 or woken < n do
   local id = popped[1]
   local job = redis.call('HMGET', k_job(id), 'state', 'lw', 'queue')
   if job[1] == 'delayed' and job[2] == wait then
-    -- due at its first wait (a slot's waiter), so that it goes before those that came
-    -- due by their backoff meanwhile; a rate's waiter now
-    local due = math.min(tonumber(popped[2]), now)
+    -- due at its first wait (a slot's waiter, listed by ms * 1000), so that it goes before
+    -- those that came due by their backoff meanwhile; a rate's waiter now
+    local due = now
+    if ARGV[2] == 's' then due = math.min(math.floor(tonumber(popped[2]) / 1000), now) end
     redis.call('HSET', k_job(id), 'due', due)
     redis.call('ZADD', k_delayed(job[3]), due, id)
     arm(job[3])
