@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 
 from potatoq.brokers import sqlfiles
+from potatoq.exceptions import OperationalError
 
 from .store_sql import Query, SQLStore
 
@@ -70,4 +71,11 @@ class PostgresStore(SQLStore):
                 except psycopg.errors.TransactionRollback:
                     if attempt == TRIES - 1:
                         raise
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    raise  # the backend's own handling: a new connection next time
+                except psycopg.Error as exc:
+                    # Whatever else the server answered (a missing table: the schema was
+                    # dropped under us) is the store failing, as a lost connection is: the
+                    # lease renewal logs it and tries again, a claim fails as on an outage.
+                    raise OperationalError(f"RabbitMQ limit store in PostgreSQL: {exc}") from exc
         raise AssertionError("unreachable")

@@ -98,7 +98,10 @@ class SQLStore(LimitStore):
             if not locked:  # no key at all
                 return []
             rows = q("limit_usage", now=int(locked[0][1]))
-            return [[key, limit, int(running), int(waiting), int(over)] for key, limit, running, waiting, over in rows]
+            return [
+                [key, limit, int(running), int(waiting), int(over)]
+                for key, limit, running, waiting, over in rows
+            ]
 
         return self._atomic(usage)
 
@@ -142,7 +145,9 @@ class SQLStore(LimitStore):
 
     def rate_usage(self) -> list[list[Any]]:
         rows = self._atomic(lambda q: q("rate_usage", now=self._now()))
-        return [[key, step, burst, tat, int(w), int(o), int(now)] for key, step, burst, tat, w, o, now in rows]
+        return [
+            [key, step, burst, tat, int(w), int(o), int(now)] for key, step, burst, tat, w, o, now in rows
+        ]
 
     # ------------------------------------------------------------------ unique keys
 
