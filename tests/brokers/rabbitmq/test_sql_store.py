@@ -2,9 +2,8 @@
 run again with the limit store in a PostgreSQL and a SQLite result backend
 (potatoq/brokers/rabbitmq/store_sql.py); the contract suite runs them on Redis.
 
-A selection, through the broker (slot take and release, a run-time limit and its usage, a
-burst then throttling, a rate and a limit together, every way a unique key is released,
-two producers racing for one key). Each transition's replies are compared with the Redis
+A selection, through the broker (slot take and release, a burst then throttling, every
+way a unique key is released, two producers racing for one key). Each transition's replies are compared with the Redis
 store's, step by step, by :func:`test_every_store_answers_each_transition_as_redis_does`
 (fast: no RabbitMQ). The SIGKILL cases are in test_limits.py and the fault ledgers.
 """
@@ -32,9 +31,7 @@ from tests.test_brokers import needs
 
 CONTRACT: list[Callable[..., None]] = [
     limits.test_claim_stops_at_the_limit_and_a_settle_frees_the_slot,
-    limits.test_a_limit_set_at_run_time_overrides_the_tasks_max,
     rates.test_a_burst_is_delivered_then_the_key_is_throttled,
-    rates.test_a_task_with_a_rate_and_a_concurrency_limit_obeys_both,
     unique.test_complete_dead_letter_and_revoke_release_the_key,
     unique.test_two_producers_racing_store_one_task,
 ]
