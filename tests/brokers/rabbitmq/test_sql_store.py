@@ -3,9 +3,10 @@ run again with the limit store in a PostgreSQL and a SQLite result backend
 (potatoq/brokers/rabbitmq/store_sql.py); the contract suite runs them on Redis.
 
 A selection, through the broker (slot take and release, a burst then throttling, every
-way a unique key is released, two producers racing for one key). Each transition's replies are compared with the Redis
-store's, step by step, by :func:`test_every_store_answers_each_transition_as_redis_does`
-(fast: no RabbitMQ). The SIGKILL cases are in test_limits.py and the fault ledgers.
+way a unique key is released, two producers racing for one key). Each transition's
+replies are compared with the Redis store's, step by step, by
+:func:`test_every_store_answers_each_transition_as_redis_does` (fast: no RabbitMQ). The
+SIGKILL cases are in test_limits.py and the fault ledgers.
 """
 
 from __future__ import annotations
