@@ -59,8 +59,8 @@ class SQLStore(LimitStore):
 
     def slot_take(self, key: str, carried: int, holder: str, lease_ms: int, task: str, listed: int) -> int:
         def take(q: Query) -> int:
-            limit, now = q("slot_lock", key=key, carried=int(carried), now=self._now())[0]
-            now = int(now)
+            row = q("slot_lock", key=key, carried=int(carried), now=self._now())[0]
+            limit, now = row[0], int(row[1])
             rows = q(
                 "slot_claim",
                 key=key,

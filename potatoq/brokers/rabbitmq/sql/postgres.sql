@@ -5,12 +5,17 @@
 -- locked in one order everywhere (a limit's row before its slots, slots by key and holder)
 -- so two transitions never wait on each other in a circle. Times: epoch milliseconds of
 -- the server's clock, read by the first statement and passed on as %(now)s.
+-- Slot and token steps commit without waiting for the WAL flush (synchronous_commit off
+-- for their transaction): a server crash may forget the last few of them, which costs a
+-- slot or a token once (leases and tats are rebuilt by the next takes), as on a Redis
+-- backend between two fsyncs. Unique keys are flushed: a lost one would let a duplicate in.
 
 -- name: slot_lock
 -- The key's row, locked: the limit in force and the time.
 INSERT INTO {schema}.potatoq_rmq_limits AS l (key, carried) VALUES (%(key)s, %(carried)s)
 ON CONFLICT (key) DO UPDATE SET carried = excluded.carried
-RETURNING coalesce(l.override, l.carried), (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+RETURNING coalesce(l.override, l.carried), (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+          set_config('synchronous_commit', 'off', true);
 
 -- name: slot_claim
 -- A slot for the holder if it holds one already or fewer than the limit are live; else its
@@ -53,10 +58,12 @@ WHERE (s.key, s.holder) IN (
     JOIN unnest(%(keys)s::text[], %(holders)s::text[]) AS p (key, holder)
       ON c.key = p.key AND c.holder = p.holder
     WHERE c.expires_at > (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-    ORDER BY c.key, c.holder FOR UPDATE);
+    ORDER BY c.key, c.holder FOR UPDATE)
+  AND set_config('synchronous_commit', 'off', true) = 'off';
 
 -- name: slot_release
-DELETE FROM {schema}.potatoq_rmq_slots WHERE key = %(key)s AND holder = %(holder)s;
+DELETE FROM {schema}.potatoq_rmq_slots
+WHERE key = %(key)s AND holder = %(holder)s AND set_config('synchronous_commit', 'off', true) = 'off';
 
 -- name: limit_set
 -- A run-time override (NULL: the max the tasks carry applies again).
@@ -110,7 +117,8 @@ INSERT INTO {schema}.potatoq_rmq_rates AS r (key, seen_step, seen_burst)
 VALUES (%(key)s, %(step)s, %(burst)s)
 ON CONFLICT (key) DO UPDATE SET seen_step = excluded.seen_step, seen_burst = excluded.seen_burst
 RETURNING r.gen, r.set_step, r.set_burst, r.tat,
-          (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+          (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+          set_config('synchronous_commit', 'off', true);
 
 -- name: rate_answer
 -- The key's new tat (NULL: unchanged) and the task's place: listed as waiting until
