@@ -181,6 +181,10 @@ class FaultEnv:
         capabilities = broker_class(config.url).capabilities
         if config.result_backend is not None:  # a separate result store (RabbitMQ)
             self.conf["result_backend"] = config.result_backend.config.url
+            if config.result_backend.config.transport_options:  # its key prefix or schema
+                self.conf["result_backend_transport_options"] = dict(
+                    config.result_backend.config.transport_options
+                )
         elif capabilities.stores_results and not capabilities.results_by_default:
             self.conf.setdefault("result_backend", "broker")  # results are opt-in on Redis
         self.workers: list[Worker] = []

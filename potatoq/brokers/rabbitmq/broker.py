@@ -145,8 +145,9 @@ class RabbitMQBroker(
         recovers_dead_holders=False,  # RabbitMQ requeues when the holder's connection closes
         full_stats=False,  # passive declares count ready messages only
         finds_queued=False,  # a queued message is only seen when it is delivered
-        # Slots, tokens and keys in a Redis result backend (.store); over its limit a task
-        # is parked in the delay cascade (.limits), a duplicate is never published (.unique).
+        # Slots, tokens and keys in the result backend (.store: Redis, PostgreSQL or SQLite);
+        # over its limit a task is parked in the delay cascade (.limits), a duplicate is
+        # never published (.unique).
         concurrency_limits=True,
         rate_limits=True,
         unique_tasks=True,
