@@ -443,7 +443,7 @@ class RabbitMQBroker(
             and action == "ack"
             and not intake.draining
             and state.session.declared.issuperset(queues)
-            and state.link.post(intake.ack_resume_op, delivery.token, list(queues))
+            and state.link.post(intake.ack_resume, delivery.token, list(queues))
         ):
             # Nothing to confirm: the ack goes to the I/O thread without waiting for it,
             # and the next delivery is taken here (or pushed, once RabbitMQ has the ack).
