@@ -236,3 +236,34 @@ def test_a_task_recovery_dead_letters_is_recorded(make_broker: BrokerMaker) -> N
         time.sleep(0.05)
     [record] = records(broker, task_id=sent.id)
     assert (record.state, record.name, record.exc_type) == (DEAD, TASK, "WorkerLostError")
+
+
+def test_a_rare_filter_reads_a_bounded_window_per_page_and_the_cursor_reads_on(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter no index serves (exception text) reads at most the broker's scan budget per
+    call: a short page with a cursor, and the cursors reach the one old match."""
+    from potatoq.brokers import history_sql
+    from potatoq.brokers.redis import history as redis_history
+
+    monkeypatch.setattr(history_sql, "SCAN_MAX", 4)
+    monkeypatch.setattr(redis_history, "SCAN_MAX", 4)
+    now = time.time()
+
+    def record(i: int, message: str | None = None) -> HistoryRecord:
+        return HistoryRecord(
+            task_id=f"t{i}", name=TASK, queue="default", state=FAILURE if message else SUCCESS,
+            finished_at=now - 100 + i, exc_type="OSError" if message else None, exc_message=message,
+        )  # fmt: skip
+
+    broker.append_history([record(0, "disk quota exceeded")] + [record(i) for i in range(1, 12)])
+    pages, cursor = [], None
+    while True:
+        page = broker.history(HistoryQuery(text="QUOTA", cursor=cursor, limit=2))
+        pages.append([r.task_id for r in page.records])
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert [t for p in pages for t in p] == ["t0"]
+    if type(broker).__name__ in ("SQLiteBroker", "PostgresBroker", "RedisBroker"):
+        assert pages[0] == [] and len(pages) >= 3  # 12 records, 4 read per call

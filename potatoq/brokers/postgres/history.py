@@ -22,8 +22,11 @@ from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_sql import column_values, page_from_rows, query_params
+from ..history_sql import Shape, column_values, compose, filter_lines, page_from_rows, query_params
 from . import statements
+
+# (schema, shape) -> the page and floor statements: 2^5 shapes per schema at most
+_SHAPED: dict[tuple[str, Shape], tuple[statements.Statement, statements.Statement]] = {}
 
 
 class PostgresHistory(HeldHistory, Broker):
@@ -78,7 +81,38 @@ class PostgresHistory(HeldHistory, Broker):
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         self._history_flush()  # this thread's own settles are visible to it at once
-        return page_from_rows(self._run("history_page", query_params(query)), query)
+        shape = Shape.of(query)
+        page, floor = self._history_shaped(shape)
+        params = query_params(query)
+        lowest = None
+        with self._connection() as conn:
+            rows = conn.execute(page.query, params).fetchall()
+            if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
+                found = conn.execute(floor.query, params).fetchone()
+                lowest = found[0] if found else None
+        return page_from_rows(rows, query, lowest)
+
+    def _history_shaped(self, shape: Shape) -> tuple[statements.Statement, statements.Statement]:
+        """The page and floor statements for ``shape``, rendered for this broker's schema."""
+        stmts = self._statements()
+        key = (stmts.schema, shape)
+        found = _SHAPED.get(key)
+        if found is None:
+            page, floor = compose(
+                stmts["history_page"].text,
+                stmts["history_floor"].text,
+                filter_lines(stmts["history_filters"].text),
+                shape,
+            )
+            found = _SHAPED[key] = (
+                statements.Statement.of("history_page", page),
+                statements.Statement.of("history_floor", floor),
+            )
+        return found
+
+    def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
+        """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""
+        return self._history_shaped(Shape.of(query))[0].text, query_params(query)
 
     def _revoke_recorded(self, task_id: str, now: float) -> bool:
         """``revoke``, leaving a REVOKED record for the waiting task it removed."""

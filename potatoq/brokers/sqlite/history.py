@@ -12,6 +12,7 @@ their own transaction. The table is trimmed to the retention setting now and the
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,8 +20,14 @@ from typing import TYPE_CHECKING, Any
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_sql import page_from_rows, query_params, row_values
+from ..history_sql import Shape, compose, filter_lines, page_from_rows, query_params, row_values
 from .setup import SQL
+
+
+@functools.cache
+def _shaped(shape: Shape) -> tuple[str, str]:
+    """The page and floor statements for ``shape`` (2^5 shapes at most: cached)."""
+    return compose(SQL["history_page"], SQL["history_floor"], filter_lines(SQL["history_filters"]), shape)
 
 
 class SQLiteHistory(HeldHistory, Broker):
@@ -30,6 +37,7 @@ class SQLiteHistory(HeldHistory, Broker):
         clock: Callable[[], float]
 
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
+        def _read_sql(self, sql: str, params: Mapping[str, Any]) -> list[Any]: ...
         def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
     @contextlib.contextmanager
@@ -88,7 +96,19 @@ class SQLiteHistory(HeldHistory, Broker):
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         self._history_flush()  # this thread's own settles are visible to it at once
-        return page_from_rows(self._read("history_page", query_params(query)), query)
+        shape = Shape.of(query)
+        page, floor = _shaped(shape)
+        params = query_params(query)
+        rows = self._read_sql(page, params)
+        lowest = None
+        if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
+            found = self._read_sql(floor, params)
+            lowest = found[0][0] if found else None
+        return page_from_rows(rows, query, lowest)
+
+    def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
+        """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""
+        return _shaped(Shape.of(query))[0], query_params(query)
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
         self._history_buffer().extend(records)

@@ -18,22 +18,47 @@ SELECT * FROM unnest(
 
 -- name: history_page
 -- Keyset pagination on seq (newest first); %(limit)s is one more than the page size, to
--- tell whether a next page exists. A NULL filter matches everything.
+-- tell whether a next page exists. Not run as written: history_sql.compose puts the
+-- filters a query sets (lines of history_filters) where the comments are.
 SELECT seq, task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime,
        worker, pid, deliveries, retries, exc_type, exc_message, args_preview, result_preview,
        parent_id, root_id, group_id
 FROM {schema}.potatoq_history
 WHERE seq < %(cursor)s
-  AND (%(name)s::text IS NULL OR name = %(name)s)
-  AND (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(task_id)s::text IS NULL OR task_id = %(task_id)s)
-  AND (%(since)s::float8 IS NULL OR finished_at >= %(since)s)
-  AND (%(until)s::float8 IS NULL OR finished_at < %(until)s)
-  AND (%(text)s::text IS NULL
-       OR strpos(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), %(text)s) > 0)
+  /*window*/
+  /*floor*/
+  /*checks*/
 ORDER BY seq DESC
 LIMIT %(limit)s;
+
+-- name: history_floor
+-- The lowest seq a page with checks reads: the window's %(scan_last)s + 1-th row.
+SELECT seq FROM {schema}.potatoq_history
+WHERE seq < %(cursor)s
+  /*window*/
+ORDER BY seq DESC
+LIMIT 1 OFFSET %(scan_last)s;
+
+-- name: history_filters
+-- The filter lines history_sql.compose takes, by their trailing marker (this statement, all
+-- of them at once, is only planned by the tests). window: a time range as seq bounds, two
+-- probes of the finished_at index (see history_sql); by: the index the window walks;
+-- check: tested on each row read.
+SELECT seq FROM {schema}.potatoq_history
+WHERE seq < %(cursor)s
+  AND seq < coalesce((SELECT seq FROM {schema}.potatoq_history WHERE finished_at >= %(until_late)s ORDER BY finished_at LIMIT 1), %(cursor)s) -- window: until
+  AND seq > coalesce((SELECT seq FROM {schema}.potatoq_history WHERE finished_at < %(since_early)s ORDER BY finished_at DESC LIMIT 1), -1) -- window: since
+  AND task_id = %(task_id)s -- by: task_id
+  AND name = %(name)s -- by: name
+  AND queue = %(queue)s -- by: queue
+  AND state = %(state)s -- by: state
+  AND name = %(name)s -- check: name
+  AND queue = %(queue)s -- check: queue
+  AND state = %(state)s -- check: state
+  AND finished_at >= %(since)s -- check: since
+  AND finished_at < %(until)s -- check: until
+  AND strpos(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), %(text)s) > 0 -- check: text
+ORDER BY seq DESC;
 
 -- name: history_trim
 -- Retention: drop rows older than the cutoff, then those more than %(keep)s seqs below the

@@ -10,21 +10,47 @@ INSERT INTO potatoq_history (
 
 -- name: history_page
 -- Keyset pagination on seq (newest first); :limit is one more than the page size, to tell
--- whether a next page exists. A NULL filter matches everything.
+-- whether a next page exists. Not run as written: history_sql.compose puts the filters a
+-- query sets (lines of history_filters) where the comments are.
 SELECT seq, task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime,
        worker, pid, deliveries, retries, exc_type, exc_message, args_preview, result_preview,
        parent_id, root_id, group_id
 FROM potatoq_history
 WHERE seq < :cursor
-  AND (:name IS NULL OR name = :name)
-  AND (:state IS NULL OR state = :state)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task_id IS NULL OR task_id = :task_id)
-  AND (:since IS NULL OR finished_at >= :since)
-  AND (:until IS NULL OR finished_at < :until)
-  AND (:text IS NULL OR instr(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), :text) > 0)
+  /*window*/
+  /*floor*/
+  /*checks*/
 ORDER BY seq DESC
 LIMIT :limit;
+
+-- name: history_floor
+-- The lowest seq a page with checks reads: the window's :scan_last + 1-th row (index only).
+SELECT seq FROM potatoq_history
+WHERE seq < :cursor
+  /*window*/
+ORDER BY seq DESC
+LIMIT 1 OFFSET :scan_last;
+
+-- name: history_filters
+-- The filter lines history_sql.compose takes, by their trailing marker (this statement, all
+-- of them at once, is only planned by the tests). window: a time range as seq bounds, two
+-- probes of the finished_at index (see history_sql); by: the index the window walks;
+-- check: tested on each row read ("+" keeps SQLite from walking that column's index).
+SELECT seq FROM potatoq_history
+WHERE seq < :cursor
+  AND seq < coalesce((SELECT seq FROM potatoq_history WHERE finished_at >= :until_late ORDER BY finished_at LIMIT 1), :cursor) -- window: until
+  AND seq > coalesce((SELECT seq FROM potatoq_history WHERE finished_at < :since_early ORDER BY finished_at DESC LIMIT 1), -1) -- window: since
+  AND task_id = :task_id -- by: task_id
+  AND name = :name -- by: name
+  AND queue = :queue -- by: queue
+  AND state = :state -- by: state
+  AND +name = :name -- check: name
+  AND +queue = :queue -- check: queue
+  AND +state = :state -- check: state
+  AND +finished_at >= :since -- check: since
+  AND +finished_at < :until -- check: until
+  AND instr(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), :text) > 0 -- check: text
+ORDER BY seq DESC;
 
 -- name: history_trim_age
 DELETE FROM potatoq_history WHERE finished_at < :cutoff;
