@@ -85,10 +85,13 @@ class PostgresHistory(HeldHistory, Broker):
         page, floor = self._history_shaped(shape)
         params = query_params(query)
         lowest = None
+        # prepare=False: planned each time with the values (a rare name walks its index, a
+        # common one the table); a prepared statement's generic plan takes every name as
+        # common, and a rare one's page would read the whole table
         with self._connection() as conn:
-            rows = conn.execute(page.query, params).fetchall()
+            rows = conn.execute(page.query, params, prepare=False).fetchall()
             if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
-                found = conn.execute(floor.query, params).fetchone()
+                found = conn.execute(floor.query, params, prepare=False).fetchone()
                 lowest = found[0] if found else None
         return page_from_rows(rows, query, lowest)
 
