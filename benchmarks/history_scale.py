@@ -119,7 +119,8 @@ def bench_queries(
     rows: list[Row] = []
     now = time.time()
     for case in cases(task_id, now):
-        for depth, query in (("page 1", case.query), ("deep", replace(case.query, cursor=deep_cursor))):
+        deep = replace(case.query, cursor=cursor_for(case.query, deep_cursor))
+        for depth, query in (("page 1", case.query), ("deep", deep)):
             if case.query.task_id is not None and depth == "deep":
                 continue
             pages: list[Any] = []
@@ -146,7 +147,7 @@ def bench_dashboard(app: Potatoq, deep_cursor: str, task_id: str, repeat: int) -
     top = fill.names()[0][0]
     paths = [
         ("history page 1 (with charts)", "/history"),
-        ("history page, deep", f"/history?cursor={deep_cursor}"),
+        ("history page, deep", f"/history?cursor={cursor_for(HistoryQuery(), deep_cursor)}"),
         ("history page 1, name filter (charts of one name)", f"/history?name={top}"),
         ("history page 1, state FAILURE", "/history?state=FAILURE"),
         ("history.json, text filter", f"/history.json?text={fill.COMMON_TEXT}"),
@@ -298,6 +299,15 @@ def middle_cursor(broker: Broker) -> str:
     page = broker.history(HistoryQuery(until=now - fill.SPAN / 2, limit=1))
     assert page.records, "no history at the middle of the span"
     return page.records[0].cursor or ""
+
+
+def cursor_for(query: HistoryQuery, middle: str) -> str:
+    """``middle`` as the kind of cursor ``query`` takes: the SQL brokers page a time range
+    in finish time order (``<finished_at>/<seq>``), the rest by seq; Redis by stream id."""
+    when, slash, seq = middle.partition("/")
+    if not slash:
+        return middle
+    return middle if (query.since or query.until) and not query.task_id else seq
 
 
 def some_task_id(broker: Broker) -> str:

@@ -7,6 +7,7 @@ task leaves one record; ``Broker.history`` filters them and pages with a keyset 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import time
 import uuid
 
@@ -267,3 +268,24 @@ def test_a_rare_filter_reads_a_bounded_window_per_page_and_the_cursor_reads_on(
     assert [t for p in pages for t in p] == ["t0"]
     if type(broker).__name__ in ("SQLiteBroker", "PostgresBroker", "RedisBroker"):
         assert pages[0] == [] and len(pages) >= 3  # 12 records, 4 read per call
+
+
+def test_a_time_range_pages_newest_first_through_equal_finish_times(broker: Broker) -> None:
+    now = time.time()
+    times = [now - 50, now - 40, now - 30, now - 30, now - 30, now - 20, now - 10]  # a tie of three
+    broker.append_history(
+        [
+            HistoryRecord(task_id=f"t{i}", name=TASK, queue="default", state=SUCCESS, finished_at=t)
+            for i, t in enumerate(times)
+        ]
+    )
+    for query in (HistoryQuery(since=now - 45, limit=2), HistoryQuery(since=now - 45, until=now - 15, limit=1)):
+        seen, cursor = [], None
+        while True:
+            page = broker.history(dataclasses.replace(query, cursor=cursor))
+            seen += [r.task_id for r in page.records]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        expected = ["t6", "t5", "t4", "t3", "t2", "t1"] if query.until is None else ["t5", "t4", "t3", "t2", "t1"]
+        assert seen == expected

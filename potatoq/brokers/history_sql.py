@@ -7,25 +7,24 @@ itself lives in each broker's ``sql/history.sql``.
 A page's statement holds only the filters the query sets (a ``:name IS NULL OR`` clause
 keeps the planner off the indexes), in two roles:
 
-* the *window*: the rows a page may read, an index range walked newest first. Below the
-  cursor, of the first of task id, name, queue and state that is set (its ``(x, seq)``
-  index; none: the table by ``seq``), and inside the ``seq`` bounds of a time range. A
-  time range is bounded by two probes of the ``finished_at`` index: rows are inserted in
-  ``seq`` order at most ``APPEND_LAG`` after they finished (a worker holds its records that
-  long at most: one task's run) and ``CLOCK_SKEW`` before;
-* the *checks*: every other filter (a second equality, the exact time range, exception
-  text), tested on each row of the window. A page with checks reads at most ``SCAN_MAX``
-  window rows (the ``floor``: the window's ``SCAN_MAX``-th row): when they hold fewer
-  matches than asked, the page comes back short with the floor as its cursor, and the
-  next page reads on from there. Redis reads its stream the same way.
+* the *window*: the index range a page walks, newest first, from just after its cursor.
+  With a time range (and no task id): the ``finished_at`` index, and the page is in finish
+  time order (the cursor is ``<finished_at>/<seq>``). Else by ``seq`` (the cursor is a seq)
+  on the index of the first of task id, name, queue and state that is set, or the table;
+* the *checks*: every other filter (a second equality filter, exception text, a time range
+  beside a task id), tested on each row of the window. A page with checks reads at most
+  ``SCAN_MAX`` window rows (down to the ``floor``: the window's ``SCAN_MAX``-th row): when
+  they hold fewer matches than asked, the page comes back short with the floor as its
+  cursor, and the next page reads on from there. Redis reads its stream the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .history import HistoryPage, HistoryQuery, HistoryRecord
@@ -46,36 +45,45 @@ __all__ = [
 CURSOR_START = 2**62
 
 SCAN_MAX = 20_000  # window rows one page with checks reads at most (as Redis)
-CLOCK_SKEW = 60.0  # seconds a worker's clock (finished_at) may run ahead of the insert
-APPEND_LAG = 3600.0  # seconds a record may wait in its thread's buffer (one task's run)
+TIME_TOP = 1e300  # later than any finish time: a time-ordered first page starts before it
 
 #: The equality filters that can drive a page (their ``(x, seq)`` index), in that order.
 DRIVERS = ("task_id", "name", "queue", "state")
 
+COLUMNS = (
+    "task_id", "name", "queue", "state", "finished_at", "started_at", "enqueued_at", "due_at",
+    "runtime", "worker", "pid", "deliveries", "retries", "exc_type", "exc_message",
+    "args_preview", "result_preview", "parent_id", "root_id", "group_id",
+)  # fmt: skip
+
+#: A record's ``COLUMNS`` as a tuple (the insert's positional parameters): one C call.
+row_values: Any = operator.attrgetter(*COLUMNS)
+
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """Which lines of the ``history_filters`` block a page's statement uses."""
+    """Which statements and filter lines a page runs (see the module's docstring)."""
 
-    driver: str | None  # the equality filter whose index the window walks
-    window: frozenset[str]  # time bounds of the window: "since", "until"
+    by_time: bool  # the window is a time range on the finished_at index
+    driver: str | None  # else the equality filter whose (x, seq) index the window walks
+    window: frozenset[str]  # filters of the window: the driver, or "since" and "until"
     checks: frozenset[str]  # filters tested on each row of the window
 
     @classmethod
     def of(cls, query: HistoryQuery) -> Shape:
-        driver = next((f for f in DRIVERS if getattr(query, f) is not None), None)
-        window = frozenset(f for f in ("since", "until") if getattr(query, f) is not None)
-        checks = frozenset(
-            f for f in (*DRIVERS, "since", "until", "text") if f != driver and getattr(query, f)
-        )
-        return cls(driver, window, checks)
+        given = {f for f in (*DRIVERS, "since", "until", "text") if getattr(query, f) is not None}
+        by_time = bool(given & {"since", "until"}) and query.task_id is None
+        driver = None if by_time else next((f for f in DRIVERS if f in given), None)
+        # a time window's until is its upper bound, time_top (see query_params)
+        window = frozenset(given & {"since", "until"}) if by_time else frozenset(given & {driver})
+        return cls(by_time, driver, window, frozenset(given - window))
 
     @property
     def capped(self) -> bool:
         return bool(self.checks)
 
 
-_MARKED = re.compile(r"^(?P<sql>.*?)\s*--\s*(?P<role>window|by|check):\s*(?P<filter>\w+)\s*$")
+_MARKED = re.compile(r"^(?P<sql>.*?)\s*--\s*(?P<role>window|check):\s*(?P<filter>\w+)\s*$")
 
 
 def filter_lines(block: str) -> dict[tuple[str, str], str]:
@@ -88,27 +96,28 @@ def filter_lines(block: str) -> dict[tuple[str, str], str]:
     return found
 
 
-def compose(page: str, floor: str, filters: dict[tuple[str, str], str], shape: Shape) -> tuple[str, str]:
-    """The ``history_page`` and ``history_floor`` statements for ``shape``: their
-    ``/*window*/``, ``/*floor*/`` and ``/*checks*/`` comments replaced by its lines."""
-    window = [filters["window", f] for f in sorted(shape.window)]
-    if shape.driver is not None:
-        window.append(filters["by", shape.driver])
-    window_sql = "\n  ".join(window)
-    floor_sql = floor.replace("/*window*/", window_sql)
-    bound = f"AND seq >= coalesce(({floor_sql.rstrip().rstrip(';')}), -1)" if shape.capped else ""
+def compose(statements: Mapping[str, str], shape: Shape) -> tuple[str, str]:
+    """The page and floor statements for ``shape``, from the broker's ``history_page``,
+    ``history_floor`` (their ``_by_time`` variants when ``shape.by_time``) and
+    ``history_filters``: their ``/*window*/``, ``/*floor*/`` and ``/*checks*/`` comments
+    replaced by the lines ``shape`` takes."""
+    suffix = "_by_time" if shape.by_time else ""
+    filters = filter_lines(statements["history_filters"])
+    window = "\n  ".join(filters["window", f] for f in sorted(shape.window) if f != "until")
+    floor = statements["history_floor" + suffix].replace("/*window*/", window)
+    inner = floor.rstrip().rstrip(";")
+    if not shape.capped:
+        bound = ""
+    elif shape.by_time:
+        bound = (
+            f"AND (finished_at, seq) >= (coalesce((SELECT finished_at FROM ({inner}) f), -1),"
+            f" coalesce((SELECT seq FROM ({inner}) f), -1))"
+        )
+    else:
+        bound = f"AND seq >= coalesce(({inner}), -1)"
     checks = "\n  ".join(filters["check", f] for f in sorted(shape.checks))
-    composed = page.replace("/*window*/", window_sql).replace("/*floor*/", bound).replace("/*checks*/", checks)
-    return composed, floor_sql
-
-COLUMNS = (
-    "task_id", "name", "queue", "state", "finished_at", "started_at", "enqueued_at", "due_at",
-    "runtime", "worker", "pid", "deliveries", "retries", "exc_type", "exc_message",
-    "args_preview", "result_preview", "parent_id", "root_id", "group_id",
-)  # fmt: skip
-
-#: A record's ``COLUMNS`` as a tuple (the insert's positional parameters): one C call.
-row_values: Any = operator.attrgetter(*COLUMNS)
+    page = statements["history_page" + suffix]
+    return page.replace("/*window*/", window).replace("/*floor*/", bound).replace("/*checks*/", checks), floor
 
 
 def column_values(records: Sequence[HistoryRecord]) -> dict[str, list[Any]]:
@@ -119,39 +128,52 @@ def column_values(records: Sequence[HistoryRecord]) -> dict[str, list[Any]]:
 
 
 def query_params(query: HistoryQuery) -> dict[str, Any]:
-    """``query`` as the parameters of the ``history_page`` statement."""
-    if query.cursor is None:
-        cursor = CURSOR_START
-    else:
+    """``query`` as the parameters of its page and floor statements."""
+    by_time = Shape.of(query).by_time
+    cursor, after_time = CURSOR_START, TIME_TOP
+    if query.cursor is not None:
         try:
-            cursor = int(query.cursor)
+            if by_time:
+                when, _, seq = query.cursor.partition("/")
+                after_time, cursor = float(when), int(seq)
+            else:
+                cursor = int(query.cursor)
         except ValueError:
             raise ValueError(f"history cursor {query.cursor!r} is not one this broker issued") from None
+    until = TIME_TOP if query.until is None else math.nextafter(query.until, -math.inf)
     return {
         "cursor": cursor,
+        "after_time": after_time,
+        "time_top": min(after_time, until),  # the one upper bound of a time window
         "name": query.name,
         "state": query.state,
         "queue": query.queue,
         "task_id": query.task_id,
         "since": query.since,
         "until": query.until,
-        "since_early": None if query.since is None else query.since - APPEND_LAG - CLOCK_SKEW,
-        "until_late": None if query.until is None else query.until + APPEND_LAG + CLOCK_SKEW,
         "text": query.text.lower() if query.text else None,
         "limit": query.limit + 1,
         "scan_last": SCAN_MAX - 1,
     }
 
 
+def _cursor(seq: int, finished_at: float, by_time: bool) -> str:
+    return f"{finished_at!r}/{seq}" if by_time else str(seq)
+
+
 def page_from_rows(
-    rows: Sequence[Sequence[Any]], query: HistoryQuery, floor: int | None = None
+    rows: Sequence[Sequence[Any]], query: HistoryQuery, floor: Sequence[Any] | None = None
 ) -> HistoryPage:
-    """Rows of ``seq, <columns>`` (``limit + 1`` at most) as a page; ``floor``: the lowest
-    seq a capped page read, the cursor of a short page that didn't reach the end."""
+    """Rows of ``seq, <columns>`` (``limit + 1`` at most) as a page; ``floor``: the floor
+    statement's row (``seq`` or ``finished_at, seq``) when the page had checks and came back
+    short: the cursor to read on from (None: the window ended)."""
+    by_time = Shape.of(query).by_time
     records = [
-        HistoryRecord(**dict(zip(COLUMNS, row[1:], strict=True)), cursor=str(row[0]))
+        HistoryRecord(**dict(zip(COLUMNS, row[1:], strict=True)), cursor=_cursor(row[0], row[5], by_time))
         for row in rows[: query.limit]
     ]
     if len(rows) > query.limit and records:
         return HistoryPage(records, records[-1].cursor)
-    return HistoryPage(records, None if floor is None else str(floor))
+    if floor is None:
+        return HistoryPage(records, None)
+    return HistoryPage(records, f"{floor[0]!r}/{floor[1]}" if by_time else str(floor[0]))

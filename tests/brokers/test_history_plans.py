@@ -4,8 +4,8 @@
 :mod:`potatoq.brokers.history_sql`). Each of the 128 combinations of the seven filters is
 planned against ~20,000 history rows with statistics (SQLite ``EXPLAIN QUERY PLAN`` after
 ``ANALYZE``, PostgreSQL ``EXPLAIN`` after ``VACUUM ANALYZE``); a plan fails the test when it
-scans ``potatoq_history`` whole, or when a query by a rare task id, name, queue or state
-doesn't walk that column's index (the page would read the table until it found a match:
+scans ``potatoq_history`` whole, or when a query with a time range doesn't walk the
+``finished_at`` index, or one by a rare task id, name, queue or state that column's index (the page would read the table until it found a match:
 all of it for a rare one). Plans only, nothing executes. ``make bench-history-scale`` times them at
 10 million rows.
 """
@@ -43,12 +43,15 @@ SAMPLE: dict[str, Any] = {
 def every_query() -> Iterator[HistoryQuery]:
     for n in range(len(SAMPLE) + 1):
         for combo in itertools.combinations(SAMPLE, n):
-            yield HistoryQuery(**{k: SAMPLE[k] for k in combo}, cursor="1000000")
+            yield HistoryQuery(**{k: SAMPLE[k] for k in combo}, cursor=None)
 
 
-def _driver_index(query: HistoryQuery) -> str | None:
-    driver = Shape.of(query).driver
-    return None if driver is None else INDEX_OF[driver]
+def _window_index(query: HistoryQuery) -> str | None:
+    """The index a page's window walks: finished_at for a time range, else the driver's."""
+    shape = Shape.of(query)
+    if shape.by_time:
+        return "potatoq_history_finished"
+    return None if shape.driver is None else INDEX_OF[shape.driver]
 
 
 # rows finished over the last 20,000 seconds: 40 names, 10 queues, 1 % failures with a
@@ -83,7 +86,7 @@ def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
         for query in every_query():
             text, params = broker._history_statement(query)
             plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + text, params)]
-            index = _driver_index(query)
+            index = _window_index(query)
             bad = [step for step in plan if full_scan.match(step)]
             if index is not None and not any(f"INDEX {index} " in step for step in plan):
                 bad.append(f"doesn't use {index}")
@@ -150,6 +153,8 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
                 ]
                 # the planner may walk the index of any of the rare values the query sets
                 indexes = {INDEX_OF[f] for f in DRIVERS if getattr(query, f) is not None}
+                if Shape.of(query).by_time:
+                    indexes.add("potatoq_history_finished")
                 if indexes and not any(node.get("Index Name") in indexes for node in nodes):
                     bad.append(f"uses none of {sorted(indexes)}")
                 if bad:

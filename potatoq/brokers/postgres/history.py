@@ -22,10 +22,11 @@ from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_sql import Shape, column_values, compose, filter_lines, page_from_rows, query_params
+from ..history_sql import Shape, column_values, compose, page_from_rows, query_params
 from . import statements
 
-# (schema, shape) -> the page and floor statements: 2^5 shapes per schema at most
+_BLOCKS = ("history_page", "history_floor", "history_page_by_time", "history_floor_by_time", "history_filters")
+# (schema, shape) -> the page and floor statements: a few dozen shapes per schema
 _SHAPED: dict[tuple[str, Shape], tuple[statements.Statement, statements.Statement]] = {}
 
 
@@ -92,7 +93,7 @@ class PostgresHistory(HeldHistory, Broker):
             rows = conn.execute(page.query, params, prepare=False).fetchall()
             if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
                 found = conn.execute(floor.query, params, prepare=False).fetchone()
-                lowest = found[0] if found else None
+                lowest = found
         return page_from_rows(rows, query, lowest)
 
     def _history_shaped(self, shape: Shape) -> tuple[statements.Statement, statements.Statement]:
@@ -101,12 +102,8 @@ class PostgresHistory(HeldHistory, Broker):
         key = (stmts.schema, shape)
         found = _SHAPED.get(key)
         if found is None:
-            page, floor = compose(
-                stmts["history_page"].text,
-                stmts["history_floor"].text,
-                filter_lines(stmts["history_filters"].text),
-                shape,
-            )
+            texts = {name: stmts[name].text for name in _BLOCKS}
+            page, floor = compose(texts, shape)
             found = _SHAPED[key] = (
                 statements.Statement.of("history_page", page),
                 statements.Statement.of("history_floor", floor),

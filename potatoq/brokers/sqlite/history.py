@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_sql import Shape, compose, filter_lines, page_from_rows, query_params, row_values
+from ..history_sql import Shape, compose, page_from_rows, query_params, row_values
 from .setup import SQL
 
 
 @functools.cache
 def _shaped(shape: Shape) -> tuple[str, str]:
-    """The page and floor statements for ``shape`` (2^5 shapes at most: cached)."""
-    return compose(SQL["history_page"], SQL["history_floor"], filter_lines(SQL["history_filters"]), shape)
+    """The page and floor statements for ``shape`` (a few dozen: cached)."""
+    return compose(SQL, shape)
 
 
 class SQLiteHistory(HeldHistory, Broker):
@@ -103,7 +103,7 @@ class SQLiteHistory(HeldHistory, Broker):
         lowest = None
         if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
             found = self._read_sql(floor, params)
-            lowest = found[0][0] if found else None
+            lowest = found[0] if found else None
         return page_from_rows(rows, query, lowest)
 
     def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:

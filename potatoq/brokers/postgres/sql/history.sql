@@ -39,19 +39,41 @@ WHERE seq < %(cursor)s
 ORDER BY seq DESC
 LIMIT 1 OFFSET %(scan_last)s;
 
+-- name: history_page_by_time
+-- A page with a time range (and no task id): in finish time order, newest first, on the
+-- finished_at index (keyset: finished_at, then seq among equal times). One upper bound,
+-- time_top (the cursor's time or just below until, whichever is lower): with two, SQLite
+-- may walk the index down from the higher one.
+SELECT seq, task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime,
+       worker, pid, deliveries, retries, exc_type, exc_message, args_preview, result_preview,
+       parent_id, root_id, group_id
+FROM {schema}.potatoq_history
+WHERE finished_at <= %(time_top)s AND NOT (finished_at = %(after_time)s AND seq >= %(cursor)s)
+  /*window*/
+  /*floor*/
+  /*checks*/
+ORDER BY finished_at DESC, seq DESC
+LIMIT %(limit)s;
+
+-- name: history_floor_by_time
+-- The lowest (finished_at, seq) a time-ordered page with checks reads.
+SELECT finished_at, seq FROM {schema}.potatoq_history
+WHERE finished_at <= %(time_top)s AND NOT (finished_at = %(after_time)s AND seq >= %(cursor)s)
+  /*window*/
+ORDER BY finished_at DESC, seq DESC
+LIMIT 1 OFFSET %(scan_last)s;
+
 -- name: history_filters
 -- The filter lines history_sql.compose takes, by their trailing marker (this statement, all
--- of them at once, is only planned by the tests). window: a time range as seq bounds, two
--- probes of the finished_at index (see history_sql); by: the index the window walks;
+-- of them at once, is only planned by the tests). window: the index range a page walks;
 -- check: tested on each row read.
 SELECT seq FROM {schema}.potatoq_history
 WHERE seq < %(cursor)s
-  AND seq < coalesce((SELECT seq FROM {schema}.potatoq_history WHERE finished_at >= %(until_late)s ORDER BY finished_at LIMIT 1), %(cursor)s) -- window: until
-  AND seq > coalesce((SELECT seq FROM {schema}.potatoq_history WHERE finished_at < %(since_early)s ORDER BY finished_at DESC LIMIT 1), -1) -- window: since
-  AND task_id = %(task_id)s -- by: task_id
-  AND name = %(name)s -- by: name
-  AND queue = %(queue)s -- by: queue
-  AND state = %(state)s -- by: state
+  AND task_id = %(task_id)s -- window: task_id
+  AND name = %(name)s -- window: name
+  AND queue = %(queue)s -- window: queue
+  AND state = %(state)s -- window: state
+  AND finished_at >= %(since)s -- window: since
   AND name = %(name)s -- check: name
   AND queue = %(queue)s -- check: queue
   AND state = %(state)s -- check: state

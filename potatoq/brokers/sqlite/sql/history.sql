@@ -24,26 +24,48 @@ ORDER BY seq DESC
 LIMIT :limit;
 
 -- name: history_floor
--- The lowest seq a page with checks reads: the window's :scan_last + 1-th row (index only).
+-- The lowest seq a page with checks reads: the window's :scan_last + 1-th row.
 SELECT seq FROM potatoq_history
 WHERE seq < :cursor
   /*window*/
 ORDER BY seq DESC
 LIMIT 1 OFFSET :scan_last;
 
+-- name: history_page_by_time
+-- A page with a time range (and no task id): in finish time order, newest first, on the
+-- finished_at index (keyset: finished_at, then seq among equal times). One upper bound,
+-- time_top (the cursor's time or just below until, whichever is lower): with two, SQLite
+-- may walk the index down from the higher one.
+SELECT seq, task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime,
+       worker, pid, deliveries, retries, exc_type, exc_message, args_preview, result_preview,
+       parent_id, root_id, group_id
+FROM potatoq_history
+WHERE finished_at <= :time_top AND NOT (finished_at = :after_time AND seq >= :cursor)
+  /*window*/
+  /*floor*/
+  /*checks*/
+ORDER BY finished_at DESC, seq DESC
+LIMIT :limit;
+
+-- name: history_floor_by_time
+-- The lowest (finished_at, seq) a time-ordered page with checks reads.
+SELECT finished_at, seq FROM potatoq_history
+WHERE finished_at <= :time_top AND NOT (finished_at = :after_time AND seq >= :cursor)
+  /*window*/
+ORDER BY finished_at DESC, seq DESC
+LIMIT 1 OFFSET :scan_last;
+
 -- name: history_filters
 -- The filter lines history_sql.compose takes, by their trailing marker (this statement, all
--- of them at once, is only planned by the tests). window: a time range as seq bounds, two
--- probes of the finished_at index (see history_sql); by: the index the window walks;
+-- of them at once, is only planned by the tests). window: the index range a page walks;
 -- check: tested on each row read ("+" keeps SQLite from walking that column's index).
 SELECT seq FROM potatoq_history
 WHERE seq < :cursor
-  AND seq < coalesce((SELECT seq FROM potatoq_history WHERE finished_at >= :until_late ORDER BY finished_at LIMIT 1), :cursor) -- window: until
-  AND seq > coalesce((SELECT seq FROM potatoq_history WHERE finished_at < :since_early ORDER BY finished_at DESC LIMIT 1), -1) -- window: since
-  AND task_id = :task_id -- by: task_id
-  AND name = :name -- by: name
-  AND queue = :queue -- by: queue
-  AND state = :state -- by: state
+  AND task_id = :task_id -- window: task_id
+  AND name = :name -- window: name
+  AND queue = :queue -- window: queue
+  AND state = :state -- window: state
+  AND finished_at >= :since -- window: since
   AND +name = :name -- check: name
   AND +queue = :queue -- check: queue
   AND +state = :state -- check: state
