@@ -10,7 +10,8 @@ keeps the planner off the indexes), in two roles:
 * the *window*: the index range a page walks, newest first, from just after its cursor.
   With a time range (and no task id): the ``finished_at`` index, and the page is in finish
   time order (the cursor is ``<finished_at>/<seq>``). Else by ``seq`` (the cursor is a seq)
-  on the index of the first of task id, name, queue and state that is set, or the table;
+  on the index of the first of task id, a state but SUCCESS, name, queue and SUCCESS that
+  is set (:func:`drivers`), or the table;
 * the *checks*: every other filter (a second equality filter, exception text, a time range
   beside a task id), tested on each row of the window. A page with checks reads at most
   ``SCAN_MAX`` window rows (down to the ``floor``: the window's ``SCAN_MAX``-th row): when
@@ -47,8 +48,18 @@ CURSOR_START = 2**62
 SCAN_MAX = 20_000  # window rows one page with checks reads at most (as Redis)
 TIME_TOP = 1e300  # later than any finish time: a time-ordered first page starts before it
 
-#: The equality filters that can drive a page (their ``(x, seq)`` index), in that order.
+#: The equality filters that can drive a page (their ``(x, seq)`` index).
 DRIVERS = ("task_id", "name", "queue", "state")
+
+
+def drivers(query: HistoryQuery) -> tuple[str, ...]:
+    """The filters that may drive ``query``'s window, the likely rarest first: a task id; a
+    state other than SUCCESS (failures, retries, dead letters and revokes are the exception
+    in a working deployment, and "failures of this task" the common search); a name; a
+    queue; then SUCCESS."""
+    if query.state is not None and query.state != "SUCCESS":
+        return ("task_id", "state", "name", "queue")
+    return DRIVERS
 
 COLUMNS = (
     "task_id", "name", "queue", "state", "finished_at", "started_at", "enqueued_at", "due_at",
@@ -73,7 +84,7 @@ class Shape:
     def of(cls, query: HistoryQuery) -> Shape:
         given = {f for f in (*DRIVERS, "since", "until", "text") if getattr(query, f) is not None}
         by_time = bool(given & {"since", "until"}) and query.task_id is None
-        driver = None if by_time else next((f for f in DRIVERS if f in given), None)
+        driver = None if by_time else next((f for f in drivers(query) if f in given), None)
         # a time window's until is its upper bound, time_top (see query_params)
         window = frozenset(given & {"since", "until"}) if by_time else frozenset(given & {driver})
         return cls(by_time, driver, window, frozenset(given - window))

@@ -22,11 +22,12 @@ exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:ind
 the SET of index keys).
 
 Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor, in
-batches (``history_read.lua``). A query by name, queue or state walks that index (index
-ids, then each record by id), by name first, then queue, then state; the other filters are
-checked while reading: the script sends back only the records whose JSON holds each other
-filter's field as written (and, for exception text it can match so, the text), and
-:func:`hist.matches` checks those exactly. A time range bounds the ids read (ids are append times: since less
+batches (``history_read.lua``). A query by state, name or queue walks that index (index
+ids, then each record by id): a state other than SUCCESS first (rare in a working
+deployment), then name, queue, SUCCESS. The other filters are checked while reading: the
+script sends back only the records whose JSON holds each other filter's field as written
+(and, for exception text it can match so, the text), and :func:`hist.matches` checks those
+exactly. A time range bounds the ids read (ids are append times: since less
 ``CLOCK_SKEW``, until plus ``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
 when a filter without an index (exception text, task id, a second filter) finds fewer
 matches than asked within them, the page comes back short with a cursor to read on from.
@@ -260,7 +261,10 @@ _INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"
 
 
 def _index_of(query: HistoryQuery) -> str | None:
-    """The index (key suffix) a query reads: by name, else queue, else state; None: the stream."""
+    """The index (key suffix) a query reads: by a state but SUCCESS (rare in a working
+    deployment), else name, else queue, else SUCCESS; None: the stream."""
+    if query.state is not None and query.state != "SUCCESS":
+        return f":s:{query.state}"
     if query.name is not None:
         return f":n:{query.name}"
     if query.queue is not None:
