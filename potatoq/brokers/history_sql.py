@@ -28,12 +28,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .history import HistoryPage, HistoryQuery, HistoryRecord
+from .history import HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord
 
 __all__ = [
     "COLUMNS",
     "CURSOR_START",
     "SCAN_MAX",
+    "buckets_from_rows",
+    "buckets_params",
     "Shape",
     "column_values",
     "compose",
@@ -188,3 +190,24 @@ def page_from_rows(
     if floor is None:
         return HistoryPage(records, None)
     return HistoryPage(records, f"{floor[0]!r}/{floor[1]}" if by_time else str(floor[0]))
+
+
+def buckets_params(start: float, step: float, buckets: int, name: str | None) -> dict[str, Any]:
+    """The parameters of the ``history_buckets`` statement."""
+    return {"start": start, "step": step, "end": start + buckets * step, "name": name}
+
+
+def buckets_from_rows(rows: Sequence[Sequence[Any]], buckets: int) -> dict[int, HistoryBucket]:
+    """``history_buckets`` rows (bucket, measure, a, b, n) as buckets by number."""
+    found: dict[int, HistoryBucket] = {}
+    for index, measure, a, b, n in rows:
+        if not 0 <= index < buckets:  # a float at the window's very end
+            continue
+        bucket = found.setdefault(int(index), HistoryBucket())
+        if measure == "count":
+            bucket.finished, bucket.failed, bucket.records = int(a or 0), int(b or 0), int(n)
+        elif measure == "latency":
+            bucket.latency_p50, bucket.latency_p95 = a, b
+        else:
+            bucket.runtime_p50, bucket.runtime_p95 = a, b
+    return found

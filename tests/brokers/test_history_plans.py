@@ -5,7 +5,8 @@
 planned against ~20,000 history rows with statistics (SQLite ``EXPLAIN QUERY PLAN`` after
 ``ANALYZE``, PostgreSQL ``EXPLAIN`` after ``VACUUM ANALYZE``); a plan fails the test when it
 scans ``potatoq_history`` whole, or when a query with a time range doesn't walk the
-``finished_at`` index, or one by a rare task id, name, queue or state that column's index (the page would read the table until it found a match:
+``finished_at`` index, or one by a rare task id, name, queue or state that column's index
+(the dashboard charts' aggregate must walk an index too) (the page would read the table until it found a match:
 all of it for a rare one). Plans only, nothing executes. ``make bench-history-scale`` times them at
 10 million rows.
 """
@@ -26,7 +27,7 @@ import pytest
 
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig, HistoryQuery
-from potatoq.brokers.history_sql import DRIVERS, Shape
+from potatoq.brokers.history_sql import DRIVERS, Shape, buckets_params
 from tests import services
 from tests.factories.postgres import drop_schema
 
@@ -38,6 +39,12 @@ SAMPLE: dict[str, Any] = {
     "task_id": "task-17", "name": "tasks.rare", "queue": "q-rare", "state": "DEAD",
     "since": NOW - 7200, "until": NOW - 3600, "text": "boom",
 }  # fmt: skip
+
+
+def chart_params() -> Iterator[dict[str, Any]]:
+    """The chart aggregate's parameters: the last hour, of every task and of one."""
+    for name in (None, SAMPLE["name"]):
+        yield buckets_params(NOW - 3600, 60.0, 60, name)
 
 
 def every_query() -> Iterator[HistoryQuery]:
@@ -71,6 +78,7 @@ FROM n
 
 def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
     from potatoq.brokers.sqlite import SQLiteBroker
+    from potatoq.brokers.sqlite.setup import SQL
 
     path = tmp_path / "plans.sqlite3"
     broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
@@ -92,6 +100,12 @@ def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
                 bad.append(f"doesn't use {index}")
             if bad:
                 offenders[repr(Shape.of(query))] = bad
+        for params in chart_params():
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_buckets"], params)]
+            if not any("INDEX potatoq_history_finished " in step for step in plan) or any(
+                full_scan.match(step) for step in plan
+            ):
+                offenders[f"history_buckets {params['name']}"] = plan
     finally:
         conn.close()
         broker.close()
@@ -128,7 +142,7 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
     import psycopg
     from psycopg import sql
 
-    from potatoq.brokers.postgres import PostgresBroker
+    from potatoq.brokers.postgres import PostgresBroker, statements
 
     url, schema = pg_schema
     broker = create_broker(BrokerConfig(url=url, transport_options={"schema": schema}))
@@ -159,6 +173,15 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
                     bad.append(f"uses none of {sorted(indexes)}")
                 if bad:
                     offenders[repr(Shape.of(query))] = bad
+            for params in chart_params():
+                stmt = statements.Statements(schema)["history_buckets"].query
+                row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmt, params).fetchone()
+                assert row is not None
+                plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+                nodes = list(_pg_nodes(plan[0]["Plan"]))
+                # the finished_at range, or (a rare name) the name index: never the table
+                if any(n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "potatoq_history" for n in nodes):
+                    offenders[f"history_buckets {params['name']}"] = [n["Node Type"] for n in nodes]
     finally:
         broker.close()
     assert not offenders, f"history pages that read the table: {offenders}"

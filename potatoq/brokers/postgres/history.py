@@ -20,9 +20,17 @@ import psycopg
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_sql import Shape, column_values, compose, page_from_rows, query_params
+from ..history_sql import (
+    Shape,
+    buckets_from_rows,
+    buckets_params,
+    column_values,
+    compose,
+    page_from_rows,
+    query_params,
+)
 from . import statements
 
 _BLOCKS = ("history_page", "history_floor", "history_page_by_time", "history_floor_by_time", "history_filters")
@@ -95,6 +103,13 @@ class PostgresHistory(HeldHistory, Broker):
                 found = conn.execute(floor.query, params, prepare=False).fetchone()
                 lowest = found
         return page_from_rows(rows, query, lowest)
+
+    def history_buckets(
+        self, start: float, step: float, buckets: int, name: str | None = None
+    ) -> dict[int, HistoryBucket] | None:
+        self._history_flush()
+        rows = self._run("history_buckets", buckets_params(start, step, buckets, name))
+        return buckets_from_rows(rows, buckets)
 
     def _history_shaped(self, shape: Shape) -> tuple[statements.Statement, statements.Statement]:
         """The page and floor statements for ``shape``, rendered for this broker's schema."""

@@ -18,9 +18,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_sql import Shape, compose, page_from_rows, query_params, row_values
+from ..history_sql import (
+    Shape,
+    buckets_from_rows,
+    buckets_params,
+    compose,
+    page_from_rows,
+    query_params,
+    row_values,
+)
 from .setup import SQL
 
 
@@ -105,6 +113,13 @@ class SQLiteHistory(HeldHistory, Broker):
             found = self._read_sql(floor, params)
             lowest = found[0] if found else None
         return page_from_rows(rows, query, lowest)
+
+    def history_buckets(
+        self, start: float, step: float, buckets: int, name: str | None = None
+    ) -> dict[int, HistoryBucket] | None:
+        self._history_flush()
+        rows = self._read("history_buckets", buckets_params(start, step, buckets, name))
+        return buckets_from_rows(rows, buckets)
 
     def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
         """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""

@@ -74,6 +74,32 @@ WHERE seq < :cursor
   AND instr(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), :text) > 0 -- check: text
 ORDER BY seq DESC;
 
+-- name: history_buckets
+-- The dashboard's charts, in one pass over a finished_at index range: per bucket of
+-- :step seconds from :start, the records, finished and failed ('count' rows), and the
+-- nearest-rank p50 and p95 (the ceil(q * n)-th smallest value) of latency and runtime.
+WITH r AS (
+    SELECT CAST((finished_at - :start) / :step AS INTEGER) AS b, state,
+           CASE WHEN started_at IS NOT NULL AND enqueued_at IS NOT NULL
+                THEN max(0.0, started_at - max(enqueued_at, coalesce(due_at, 0.0))) END AS latency,
+           CASE WHEN started_at IS NOT NULL THEN runtime END AS run
+    FROM potatoq_history
+    WHERE finished_at >= :start AND finished_at < :end AND (:name IS NULL OR name = :name)
+),
+ranked AS (
+    SELECT b, 'latency' AS measure, latency AS v,
+           row_number() OVER (PARTITION BY b ORDER BY latency) AS i, count(*) OVER (PARTITION BY b) AS n
+    FROM r WHERE latency IS NOT NULL
+    UNION ALL
+    SELECT b, 'runtime', run, row_number() OVER (PARTITION BY b ORDER BY run), count(*) OVER (PARTITION BY b)
+    FROM r WHERE run IS NOT NULL
+)
+SELECT b, 'count', sum(state IN ('SUCCESS', 'REVOKED')), sum(state IN ('FAILURE', 'DEAD')), count(*) FROM r GROUP BY b
+UNION ALL
+SELECT b, measure, max(CASE WHEN i = (n + 1) / 2 THEN v END),
+       max(CASE WHEN i = (95 * n + 99) / 100 THEN v END), max(n)
+FROM ranked GROUP BY b, measure;
+
 -- name: history_trim_age
 DELETE FROM potatoq_history WHERE finished_at < :cutoff;
 
