@@ -30,7 +30,13 @@ NAME_COUNT = 40
 RARE_NAME = "app.tasks.rare_report"
 COMMON_TEXT = "timeout"
 RARE_TEXT = "checksum mismatch"
-QUEUES = (("default", 0.60), ("emails", 0.75), ("reports", 0.85), ("billing", 0.93), ("media", 0.98))  # cumulative
+QUEUES = (
+    ("default", 0.60),
+    ("emails", 0.75),
+    ("reports", 0.85),
+    ("billing", 0.93),
+    ("media", 0.98),
+)  # cumulative
 LAST_QUEUE = "low"  # the remaining 2 %
 STATES = (("SUCCESS", 0.93), ("RETRY", 0.96), ("FAILURE", 0.99), ("DEAD", 0.995))  # cumulative
 LAST_STATE = "REVOKED"
@@ -80,10 +86,7 @@ def select_sql(dialect: str, start: float, total: int) -> str:
     """The SELECT of rows ``i`` (bound as the ``lo`` and ``hi`` parameters) for ``dialect``
     (``sqlite`` or ``postgres``) of ``total``; ``start`` is the first finish time."""
     ns = names()
-    name = (
-        f"CASE WHEN i % 100000 = 77 THEN '{RARE_NAME}' "
-        f"ELSE {_case(_u(0), ns[:-1], ns[-1][0])} END"
-    )
+    name = f"CASE WHEN i % 100000 = 77 THEN '{RARE_NAME}' ELSE {_case(_u(0), ns[:-1], ns[-1][0])} END"
     state = _case(_u(1), STATES, LAST_STATE)
     queue = _case(_u(2), QUEUES, LAST_QUEUE)
     step = SPAN / total
@@ -92,16 +95,24 @@ def select_sql(dialect: str, start: float, total: int) -> str:
     latency = f"({_u(5)} * {_u(5)} * 0.5)"
     err = f"CAST({_u(6)} * {len(ERRORS)} AS INTEGER)"
     exc_type = "CASE " + " ".join(f"WHEN {err} = {j} THEN '{t}'" for j, (t, _) in enumerate(ERRORS)) + " END"
-    message = "CASE " + " ".join(f"WHEN {err} = {j} THEN {_lit(m)}" for j, (_, m) in enumerate(ERRORS)) + " END"
+    message = (
+        "CASE " + " ".join(f"WHEN {err} = {j} THEN {_lit(m)}" for j, (_, m) in enumerate(ERRORS)) + " END"
+    )
     if dialect == "postgres":
         task_id = "md5(i::text)"
         as_text = "(i % 9973)::text"
         rows = "FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS g(i)"
         worker = "'worker-' || (i % 16)::text || '@host-' || (i % 4)::text"
     else:
-        task_id = "printf('%08x-%04x-4%03x-8%03x-%012x', i * 2654435761 % 4294967296, i % 65536, i % 4096, i % 4093, i)"
+        task_id = (
+            "printf('%08x-%04x-4%03x-8%03x-%012x',"
+            " i * 2654435761 % 4294967296, i % 65536, i % 4096, i % 4093, i)"
+        )
         as_text = "CAST(i % 9973 AS TEXT)"
-        rows = "FROM (WITH RECURSIVE s(i) AS (SELECT :lo UNION ALL SELECT i + 1 FROM s WHERE i < :hi) SELECT i FROM s)"
+        rows = (
+            "FROM (WITH RECURSIVE s(i) AS (SELECT :lo UNION ALL SELECT i + 1 FROM s WHERE i < :hi)"
+            " SELECT i FROM s)"
+        )
         worker = "'worker-' || (i % 16) || '@host-' || (i % 4)"
     failed = f"({state}) IN ('RETRY', 'FAILURE', 'DEAD')"
     full_message = (
@@ -135,8 +146,13 @@ def chunks(total: int) -> Iterator[tuple[int, int]]:
         yield lo, min(total, lo + CHUNK - 1)
 
 
-def fill_sql(execute: Callable[[str, dict[str, Any]], None], table: str, dialect: str, total: int,
-             log: Callable[[str], None]) -> None:
+def fill_sql(
+    execute: Callable[[str, dict[str, Any]], None],
+    table: str,
+    dialect: str,
+    total: int,
+    log: Callable[[str], None],
+) -> None:
     """Insert ``total`` rows into ``table`` chunk by chunk (``execute(sql, params)`` commits)."""
     start = time.time() - SPAN
     insert = f"INSERT INTO {table} ({INSERT_COLUMNS}) {select_sql(dialect, start, total)}"

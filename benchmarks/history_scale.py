@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import os
 import sqlite3
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -125,14 +124,16 @@ def bench_queries(
                 continue
             pages: list[Any] = []
 
-            def run(q: HistoryQuery = query) -> int:
+            def run(q: HistoryQuery = query, pages: list[Any] = pages) -> int:
                 page = broker.history(q)
                 pages.append(page)
                 return len(page.records)
 
             times, size = timed(run, repeat)
             more = "+ cursor" if pages[-1].next_cursor is not None else "end"
-            rows.append(Row(f"{case.label}, {depth}", pct(times, 0.5), pct(times, 0.99), len(times), f"{size} {more}"))
+            rows.append(
+                Row(f"{case.label}, {depth}", pct(times, 0.5), pct(times, 0.99), len(times), f"{size} {more}")
+            )
             if explain is not None and pct(times, 0.5) >= slow_ms:
                 log(f"\nEXPLAIN {case.label}, {depth} (p50 {pct(times, 0.5):.0f} ms):\n{explain(query)}")
     return rows
@@ -172,7 +173,9 @@ def bench_dashboard(app: Potatoq, deep_cursor: str, task_id: str, repeat: int) -
 
 
 @contextlib.contextmanager
-def sqlite_app(path: Path, rows: int, refill: bool) -> Iterator[tuple[Potatoq, Callable[[HistoryQuery], str]]]:
+def sqlite_app(
+    path: Path, rows: int, refill: bool
+) -> Iterator[tuple[Potatoq, Callable[[HistoryQuery], str]]]:
     if refill and path.exists():
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -221,7 +224,9 @@ def sqlite_app(path: Path, rows: int, refill: bool) -> Iterator[tuple[Potatoq, C
 
 
 @contextlib.contextmanager
-def postgres_app(url: str, rows: int, refill: bool) -> Iterator[tuple[Potatoq, Callable[[HistoryQuery], str]]]:
+def postgres_app(
+    url: str, rows: int, refill: bool
+) -> Iterator[tuple[Potatoq, Callable[[HistoryQuery], str]]]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -278,7 +283,7 @@ def redis_app(url: str, rows: int, refill: bool) -> Iterator[tuple[Potatoq, None
     client = broker._client()
     hk = broker.keys.history
     if refill or client.xlen(hk) != rows:
-        keys = [k for k in client.scan_iter(match=f"{hk}*", count=1000)]
+        keys = list(client.scan_iter(match=f"{hk}*", count=1000))
         for i in range(0, len(keys), 500):
             client.delete(*keys[i : i + 500])
         before = client.info("memory")["used_memory"]
@@ -304,7 +309,7 @@ def middle_cursor(broker: Broker) -> str:
 def cursor_for(query: HistoryQuery, middle: str) -> str:
     """``middle`` as the kind of cursor ``query`` takes: the SQL brokers page a time range
     in finish time order (``<finished_at>/<seq>``), the rest by seq; Redis by stream id."""
-    when, slash, seq = middle.partition("/")
+    _, slash, seq = middle.partition("/")
     if not slash:
         return middle
     return middle if (query.since or query.until) and not query.task_id else seq
@@ -315,7 +320,14 @@ def some_task_id(broker: Broker) -> str:
     return page.records[0].task_id
 
 
-def run_broker(title: str, manager: Any, repeat: int, slow_ms: float, fill_only: bool = False) -> None:
+def run_broker(
+    title: str,
+    manager: Any,
+    repeat: int,
+    slow_ms: float,
+    fill_only: bool = False,
+    dashboard_only: bool = False,
+) -> None:
     t0 = time.monotonic()
     with manager as (app, explain):
         log(f"{title}: ready in {time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.1f}")
@@ -324,8 +336,9 @@ def run_broker(title: str, manager: Any, repeat: int, slow_ms: float, fill_only:
         broker = app.broker
         cursor, task_id = middle_cursor(broker), some_task_id(broker)
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        rows = bench_queries(broker, cursor, task_id, repeat, slow_ms, explain)
-        table(f"{title}: broker.history() ({started}, load {os.getloadavg()[0]:.1f})", rows, slow_ms)
+        if not dashboard_only:
+            rows = bench_queries(broker, cursor, task_id, repeat, slow_ms, explain)
+            table(f"{title}: broker.history() ({started}, load {os.getloadavg()[0]:.1f})", rows, slow_ms)
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         rows = bench_dashboard(app, cursor, task_id, repeat)
         table(f"{title}: dashboard ({started}, load {os.getloadavg()[0]:.1f})", rows, slow_ms)
@@ -337,10 +350,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000, help="SQL brokers' history rows")
     parser.add_argument("--redis-rows", type=int, default=1_000_000)
     parser.add_argument("--sqlite-path", type=Path, default=Path("/tmp/potatoq-history-scale.sqlite3"))
-    parser.add_argument("--postgres-url", default=os.environ.get("POTATOQ_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/test"))
-    parser.add_argument("--redis-url", default=os.environ.get("POTATOQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("POTATOQ_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/test"),
+    )
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("POTATOQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--slow-ms", type=float, default=100.0)
+    parser.add_argument("--dashboard-only", action="store_true", help="time the dashboard only")
     parser.add_argument("--fill-only", action="store_true", help="fill (if needed) and stop")
     parser.add_argument("--refill", action="store_true", help="fill again even if the sizes match")
     args = parser.parse_args()
@@ -348,11 +367,29 @@ def main() -> None:
     log(f"history scale: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
         f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
     if "sqlite" in wanted:
-        run_broker(f"SQLite, {args.rows:,} records", sqlite_app(args.sqlite_path, args.rows, args.refill), args.repeat, args.slow_ms, args.fill_only)
+        run_broker(
+            f"SQLite, {args.rows:,} records",
+            sqlite_app(args.sqlite_path, args.rows, args.refill),
+            args.repeat,
+            args.slow_ms,
+            args.fill_only,
+        )
     if "postgres" in wanted:
-        run_broker(f"PostgreSQL, {args.rows:,} records", postgres_app(args.postgres_url, args.rows, args.refill), args.repeat, args.slow_ms, args.fill_only)
+        run_broker(
+            f"PostgreSQL, {args.rows:,} records",
+            postgres_app(args.postgres_url, args.rows, args.refill),
+            args.repeat,
+            args.slow_ms,
+            args.fill_only,
+        )
     if "redis" in wanted:
-        run_broker(f"Redis, {args.redis_rows:,} records", redis_app(args.redis_url, args.redis_rows, args.refill), args.repeat, args.slow_ms, args.fill_only)
+        run_broker(
+            f"Redis, {args.redis_rows:,} records",
+            redis_app(args.redis_url, args.redis_rows, args.refill),
+            args.repeat,
+            args.slow_ms,
+            args.fill_only,
+        )
 
 
 if __name__ == "__main__":

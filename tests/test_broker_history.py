@@ -279,7 +279,10 @@ def test_a_time_range_pages_newest_first_through_equal_finish_times(broker: Brok
             for i, t in enumerate(times)
         ]
     )
-    for query in (HistoryQuery(since=now - 45, limit=2), HistoryQuery(since=now - 45, until=now - 15, limit=1)):
+    for query in (
+        HistoryQuery(since=now - 45, limit=2),
+        HistoryQuery(since=now - 45, until=now - 15, limit=1),
+    ):
         seen, cursor = [], None
         while True:
             page = broker.history(dataclasses.replace(query, cursor=cursor))
@@ -287,7 +290,9 @@ def test_a_time_range_pages_newest_first_through_equal_finish_times(broker: Brok
             cursor = page.next_cursor
             if cursor is None:
                 break
-        expected = ["t6", "t5", "t4", "t3", "t2", "t1"] if query.until is None else ["t5", "t4", "t3", "t2", "t1"]
+        expected = (
+            ["t6", "t5", "t4", "t3", "t2", "t1"] if query.until is None else ["t5", "t4", "t3", "t2", "t1"]
+        )
         assert seen == expected
 
 

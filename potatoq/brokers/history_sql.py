@@ -34,9 +34,9 @@ __all__ = [
     "COLUMNS",
     "CURSOR_START",
     "SCAN_MAX",
+    "Shape",
     "buckets_from_rows",
     "buckets_params",
-    "Shape",
     "column_values",
     "compose",
     "page_from_rows",
@@ -62,6 +62,7 @@ def drivers(query: HistoryQuery) -> tuple[str, ...]:
     if query.state is not None and query.state != "SUCCESS":
         return ("task_id", "state", "name", "queue")
     return DRIVERS
+
 
 COLUMNS = (
     "task_id", "name", "queue", "state", "finished_at", "started_at", "enqueued_at", "due_at",
@@ -198,16 +199,12 @@ def buckets_params(start: float, step: float, buckets: int, name: str | None) ->
 
 
 def buckets_from_rows(rows: Sequence[Sequence[Any]], buckets: int) -> dict[int, HistoryBucket]:
-    """``history_buckets`` rows (bucket, measure, a, b, n) as buckets by number."""
+    """``history_buckets`` rows (bucket, records, finished, failed, latency p50, p95,
+    runtime p50, p95) as buckets by number."""
     found: dict[int, HistoryBucket] = {}
-    for index, measure, a, b, n in rows:
-        if not 0 <= index < buckets:  # a float at the window's very end
-            continue
-        bucket = found.setdefault(int(index), HistoryBucket())
-        if measure == "count":
-            bucket.finished, bucket.failed, bucket.records = int(a or 0), int(b or 0), int(n)
-        elif measure == "latency":
-            bucket.latency_p50, bucket.latency_p95 = a, b
-        else:
-            bucket.runtime_p50, bucket.runtime_p95 = a, b
+    for index, records, finished, failed, lat50, lat95, run50, run95 in rows:
+        if 0 <= index < buckets:  # (a float at the window's very end may round out)
+            found[int(index)] = HistoryBucket(
+                int(records), int(finished or 0), int(failed or 0), lat50, lat95, run50, run95
+            )
     return found

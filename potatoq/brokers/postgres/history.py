@@ -33,7 +33,13 @@ from ..history_sql import (
 )
 from . import statements
 
-_BLOCKS = ("history_page", "history_floor", "history_page_by_time", "history_floor_by_time", "history_filters")
+_BLOCKS = (
+    "history_page",
+    "history_floor",
+    "history_page_by_time",
+    "history_floor_by_time",
+    "history_filters",
+)
 # (schema, shape) -> the page and floor statements: a few dozen shapes per schema
 _SHAPED: dict[tuple[str, Shape], tuple[statements.Statement, statements.Statement]] = {}
 

@@ -211,9 +211,9 @@ class RedisHistory(HeldHistory, Broker):
         scanned = 0
         while scanned < SCAN_MAX:
             count = min(_BATCH, SCAN_MAX - scanned)
-            read, last, pairs = self._read_batch(index, top, bottom, count, needles)
+            read, last, records = self._read_batch(index, top, bottom, count, needles)
             scanned += read
-            for entry_id, record in pairs:
+            for record in records:
                 if record.finished_at >= cutoff and hist.matches(record, query):
                     found.append(record)
                     if len(found) > query.limit:
@@ -226,17 +226,16 @@ class RedisHistory(HeldHistory, Broker):
 
     def _read_batch(
         self, index: str | None, top: str, bottom: str, count: int, needles: Sequence[str]
-    ) -> tuple[int, str | None, list[tuple[str, HistoryRecord]]]:
+    ) -> tuple[int, str | None, list[HistoryRecord]]:
         """Up to ``count`` entries from ``top`` down to ``bottom`` (XREVRANGE bounds), of the
         whole stream or of the index (key suffix) ``index``, read by ``history_read.lua``:
         (entries read, the last one's id, the records among them holding ``needles``)."""
         reply = self._run("history_read", [index or "", top, bottom, count, *needles])
         read, last = int(reply[0]), reply[1].decode() if reply[1] else None
-        pairs = []
-        for i in range(2, len(reply), 2):
-            entry_id = reply[i].decode()
-            pairs.append((entry_id, HistoryRecord.decode(reply[i + 1], cursor=entry_id)))
-        return read, last, pairs
+        records = [
+            HistoryRecord.decode(reply[i + 1], cursor=reply[i].decode()) for i in range(2, len(reply), 2)
+        ]
+        return read, last, records
 
 
 def _needles(query: HistoryQuery, index: str | None) -> list[str]:

@@ -84,29 +84,24 @@ ORDER BY seq DESC;
 
 -- name: history_buckets
 -- The dashboard's charts, in one pass over a finished_at index range: per bucket of
--- %(step)s seconds from %(start)s, the records, finished and failed ('count' rows), and the
--- nearest-rank p50 and p95 (the ceil(q * n)-th smallest value) of latency and runtime.
+-- %(step)s seconds from %(start)s, the records, finished, failed, and the nearest-rank p50
+-- and p95 (percentile_disc: the ceil(q * n)-th smallest value) of latency and runtime.
 WITH r AS (
     SELECT floor((finished_at - %(start)s) / %(step)s)::int AS b, state,
            CASE WHEN started_at IS NOT NULL AND enqueued_at IS NOT NULL
                 THEN GREATEST(0.0, started_at - GREATEST(enqueued_at, coalesce(due_at, 0.0))) END AS latency,
            CASE WHEN started_at IS NOT NULL THEN runtime END AS run
     FROM {schema}.potatoq_history
-    WHERE finished_at >= %(start)s AND finished_at < %(end)s AND (%(name)s::text IS NULL OR name = %(name)s)
-),
-ranked AS (
-    SELECT b, 'latency' AS measure, latency AS v,
-           row_number() OVER (PARTITION BY b ORDER BY latency) AS i, count(*) OVER (PARTITION BY b) AS n
-    FROM r WHERE latency IS NOT NULL
-    UNION ALL
-    SELECT b, 'runtime', run, row_number() OVER (PARTITION BY b ORDER BY run), count(*) OVER (PARTITION BY b)
-    FROM r WHERE run IS NOT NULL
+    WHERE finished_at >= %(start)s AND finished_at < %(end)s
+      AND (%(name)s::text IS NULL OR name = %(name)s)
 )
-SELECT b, 'count', sum(CASE WHEN state IN ('SUCCESS', 'REVOKED') THEN 1 ELSE 0 END), sum(CASE WHEN state IN ('FAILURE', 'DEAD') THEN 1 ELSE 0 END), count(*) FROM r GROUP BY b
-UNION ALL
-SELECT b, measure, max(CASE WHEN i = (n + 1) / 2 THEN v END),
-       max(CASE WHEN i = (95 * n + 99) / 100 THEN v END), max(n)
-FROM ranked GROUP BY b, measure;
+SELECT b, count(*), count(*) FILTER (WHERE state IN ('SUCCESS', 'REVOKED')),
+       count(*) FILTER (WHERE state IN ('FAILURE', 'DEAD')),
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY latency),
+       percentile_disc(0.95) WITHIN GROUP (ORDER BY latency),
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY run),
+       percentile_disc(0.95) WITHIN GROUP (ORDER BY run)
+FROM r GROUP BY b;
 
 -- name: history_trim
 -- Retention: drop rows older than the cutoff, then those more than %(keep)s seqs below the

@@ -75,9 +75,9 @@ WHERE seq < :cursor
 ORDER BY seq DESC;
 
 -- name: history_buckets
--- The dashboard's charts, in one pass over a finished_at index range: per bucket of
--- :step seconds from :start, the records, finished and failed ('count' rows), and the
--- nearest-rank p50 and p95 (the ceil(q * n)-th smallest value) of latency and runtime.
+-- The dashboard's charts, in one pass over a finished_at index range: per bucket of :step
+-- seconds from :start, the records, finished, failed, and the nearest-rank p50 and p95
+-- (the ceil(q * n)-th smallest value) of latency and runtime.
 WITH r AS (
     SELECT CAST((finished_at - :start) / :step AS INTEGER) AS b, state,
            CASE WHEN started_at IS NOT NULL AND enqueued_at IS NOT NULL
@@ -86,19 +86,28 @@ WITH r AS (
     FROM potatoq_history
     WHERE finished_at >= :start AND finished_at < :end AND (:name IS NULL OR name = :name)
 ),
-ranked AS (
-    SELECT b, 'latency' AS measure, latency AS v,
-           row_number() OVER (PARTITION BY b ORDER BY latency) AS i, count(*) OVER (PARTITION BY b) AS n
-    FROM r WHERE latency IS NOT NULL
-    UNION ALL
-    SELECT b, 'runtime', run, row_number() OVER (PARTITION BY b ORDER BY run), count(*) OVER (PARTITION BY b)
-    FROM r WHERE run IS NOT NULL
+lat AS (
+    SELECT b, max(CASE WHEN i = (n + 1) / 2 THEN v END) AS p50,
+           max(CASE WHEN i = (95 * n + 99) / 100 THEN v END) AS p95
+    FROM (SELECT b, latency AS v, row_number() OVER (PARTITION BY b ORDER BY latency) AS i,
+                 count(*) OVER (PARTITION BY b) AS n
+          FROM r WHERE latency IS NOT NULL)
+    GROUP BY b
+),
+run AS (
+    SELECT b, max(CASE WHEN i = (n + 1) / 2 THEN v END) AS p50,
+           max(CASE WHEN i = (95 * n + 99) / 100 THEN v END) AS p95
+    FROM (SELECT b, run AS v, row_number() OVER (PARTITION BY b ORDER BY run) AS i,
+                 count(*) OVER (PARTITION BY b) AS n
+          FROM r WHERE run IS NOT NULL)
+    GROUP BY b
 )
-SELECT b, 'count', sum(state IN ('SUCCESS', 'REVOKED')), sum(state IN ('FAILURE', 'DEAD')), count(*) FROM r GROUP BY b
-UNION ALL
-SELECT b, measure, max(CASE WHEN i = (n + 1) / 2 THEN v END),
-       max(CASE WHEN i = (95 * n + 99) / 100 THEN v END), max(n)
-FROM ranked GROUP BY b, measure;
+SELECT c.b, c.n, c.ok, c.bad, lat.p50, lat.p95, run.p50, run.p95
+FROM (SELECT b, count(*) AS n, sum(state IN ('SUCCESS', 'REVOKED')) AS ok,
+             sum(state IN ('FAILURE', 'DEAD')) AS bad
+      FROM r GROUP BY b) AS c
+LEFT JOIN lat ON lat.b = c.b
+LEFT JOIN run ON run.b = c.b;
 
 -- name: history_trim_age
 DELETE FROM potatoq_history WHERE finished_at < :cutoff;
