@@ -16,6 +16,7 @@ no Python per row. The spread is what a busy deployment keeps for a week:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -52,6 +53,7 @@ ERRORS = (
 )
 
 
+@functools.cache
 def names() -> list[tuple[str, float]]:
     """(name, cumulative share) for the 40 names: share of name k ~ 1 / (k + 1)."""
     weights = [1.0 / (k + 1) for k in range(NAME_COUNT)]

@@ -319,3 +319,19 @@ def test_chart_buckets_match_the_series_made_from_the_records(broker: Broker) ->
         slow = dash.series_of_records(broker, fast.start, 60, 10, name)
         assert dataclasses.replace(fast, capped=False) == dataclasses.replace(slow, capped=False)
         assert sum(fast.finished) + sum(fast.failed) > 0
+
+
+def test_a_record_past_max_age_is_hidden_before_the_trim_drops_it(make_broker: BrokerMaker) -> None:
+    broker = make_broker(history=HistorySettings(max_age=3600, trim_every=10_000))  # no trim yet
+    now = time.time()
+    broker.append_history(
+        [
+            HistoryRecord(task_id=task_id, name=TASK, queue="default", state=SUCCESS, finished_at=at)
+            for task_id, at in (("old", now - 7200), ("new", now - 60))
+        ]
+    )
+    assert [r.task_id for r in records(broker)] == ["new"]
+    assert [r.task_id for r in records(broker, name=TASK, limit=1)] == ["new"]
+    page = broker.history(HistoryQuery(limit=1))
+    assert page.records[0].task_id == "new"
+    assert page.next_cursor is None or broker.history(HistoryQuery(cursor=page.next_cursor)).records == []

@@ -39,6 +39,7 @@ __all__ = [
     "buckets_params",
     "column_values",
     "compose",
+    "drop_expired",
     "page_from_rows",
     "query_params",
     "row_values",
@@ -208,3 +209,11 @@ def buckets_from_rows(rows: Sequence[Sequence[Any]], buckets: int) -> dict[int, 
                 int(records), int(finished or 0), int(failed or 0), lat50, lat95, run50, run95
             )
     return found
+
+
+def drop_expired(page: HistoryPage, cutoff: float) -> HistoryPage:
+    """``page`` without the records that finished before ``cutoff`` (``max_age`` ago): the
+    retention trim runs about once per 200 records written, and until it does they stay in
+    the table. Such rows are the oldest, so a page that met one is the last."""
+    kept = [r for r in page.records if r.finished_at >= cutoff]
+    return page if len(kept) == len(page.records) else HistoryPage(kept, None)

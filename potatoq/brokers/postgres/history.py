@@ -12,6 +12,7 @@ task or its result.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from ..history_sql import (
     buckets_params,
     column_values,
     compose,
+    drop_expired,
     page_from_rows,
     query_params,
 )
@@ -108,7 +110,7 @@ class PostgresHistory(HeldHistory, Broker):
             if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
                 found = conn.execute(floor.query, params, prepare=False).fetchone()
                 lowest = found
-        return page_from_rows(rows, query, lowest)
+        return drop_expired(page_from_rows(rows, query, lowest), time.time() - self.config.history.max_age)
 
     def history_buckets(
         self, start: float, step: float, buckets: int, name: str | None = None

@@ -25,6 +25,7 @@ from ..history_sql import (
     buckets_from_rows,
     buckets_params,
     compose,
+    drop_expired,
     page_from_rows,
     query_params,
     row_values,
@@ -112,7 +113,7 @@ class SQLiteHistory(HeldHistory, Broker):
         if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
             found = self._read_sql(floor, params)
             lowest = found[0] if found else None
-        return page_from_rows(rows, query, lowest)
+        return drop_expired(page_from_rows(rows, query, lowest), self.clock() - self.config.history.max_age)
 
     def history_buckets(
         self, start: float, step: float, buckets: int, name: str | None = None
