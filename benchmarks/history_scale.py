@@ -373,6 +373,7 @@ def main() -> None:
             args.repeat,
             args.slow_ms,
             args.fill_only,
+            args.dashboard_only,
         )
     if "postgres" in wanted:
         run_broker(
@@ -381,6 +382,7 @@ def main() -> None:
             args.repeat,
             args.slow_ms,
             args.fill_only,
+            args.dashboard_only,
         )
     if "redis" in wanted:
         run_broker(
@@ -389,6 +391,7 @@ def main() -> None:
             args.repeat,
             args.slow_ms,
             args.fill_only,
+            args.dashboard_only,
         )
 
 
