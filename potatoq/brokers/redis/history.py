@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -205,16 +206,22 @@ class RedisHistory(HeldHistory, Broker):
         found: list[HistoryRecord] = []
         # Ids are append times, not finish times: a record appended late is hidden once past max_age.
         cutoff = time.time() - self.config.history.max_age
+        low = max(cutoff, query.since or cutoff)
+        high = math.inf if query.until is None else query.until
         top, bottom = _id_bounds(query, cutoff)
         index = _index_of(query)
-        needles = _needles(query, index)
+        lower, exact = _needles(query, index)
         scanned = 0
+        count = query.limit + 1  # a first page often needs no more; then batches
         while scanned < SCAN_MAX:
-            count = min(_BATCH, SCAN_MAX - scanned)
-            read, last, records = self._read_batch(index, top, bottom, count, needles)
+            count = min(count, SCAN_MAX - scanned)
+            read, last, pairs = self._read_batch(index, top, bottom, count, lower, exact)
             scanned += read
-            for record in records:
-                if record.finished_at >= cutoff and hist.matches(record, query):
+            for raw_id, data in pairs:
+                if not low <= _finished_at(data) < high:  # a time range: no JSON decoded
+                    continue
+                record = HistoryRecord.decode(data, cursor=raw_id.decode())
+                if hist.matches(record, query):
                     found.append(record)
                     if len(found) > query.limit:
                         found.pop()
@@ -222,38 +229,46 @@ class RedisHistory(HeldHistory, Broker):
             if read < count or last is None:
                 return HistoryPage(found, None)  # the range holds no more entries
             top = f"({last}"
+            count = _BATCH
         return HistoryPage(found, top[1:])
 
     def _read_batch(
-        self, index: str | None, top: str, bottom: str, count: int, needles: Sequence[str]
-    ) -> tuple[int, str | None, list[HistoryRecord]]:
+        self, index: str | None, top: str, bottom: str, count: int, lower: Sequence[str], exact: Sequence[str]
+    ) -> tuple[int, str | None, list[tuple[bytes, bytes]]]:
         """Up to ``count`` entries from ``top`` down to ``bottom`` (XREVRANGE bounds), of the
         whole stream or of the index (key suffix) ``index``, read by ``history_read.lua``:
-        (entries read, the last one's id, the records among them holding ``needles``)."""
-        reply = self._run("history_read", [index or "", top, bottom, count, *needles])
+        (entries read, the last one's id, (id, record) of those holding the needles)."""
+        reply = self._run("history_read", [index or "", top, bottom, count, len(lower), *lower, *exact])
         read, last = int(reply[0]), reply[1].decode() if reply[1] else None
-        records = [
-            HistoryRecord.decode(reply[i + 1], cursor=reply[i].decode()) for i in range(2, len(reply), 2)
-        ]
-        return read, last, records
+        return read, last, [(reply[i], reply[i + 1]) for i in range(2, len(reply), 2)]
 
 
-def _needles(query: HistoryQuery, index: str | None) -> list[str]:
-    """``history_read.lua``'s needles for ``query``: ``[lower-case text, *exact texts]``, what a
-    matching record's JSON surely holds (so the script sends back only likely matches).
+def _finished_at(data: bytes) -> float:
+    """A record's ``finished_at``, read from its JSON without decoding the rest."""
+    start = data.find(b'"finished_at":') + 14
+    end = data.find(b",", start)
+    try:
+        return float(data[start : end if end > 0 else None].rstrip(b"}"))
+    except ValueError:
+        return float(HistoryRecord.decode(data).finished_at)
 
-    An equality filter is its field as the record's encoder writes it. Exception text is
-    matched against the lower-cased JSON only when it can't straddle the type and message
-    (no space) and JSON writes it as is (printable ASCII, no quote or backslash); else
-    every entry goes back and :func:`hist.matches` decides."""
+
+def _needles(query: HistoryQuery, index: str | None) -> tuple[list[str], list[str]]:
+    """``history_read.lua``'s needles for ``query``: (lower-case, exact) texts a matching
+    record's JSON surely holds (so the script sends back only likely matches).
+
+    An equality filter is its field as the record's encoder writes it. Of exception text,
+    each word (a match's words lie whole in the type or the message) that JSON writes as
+    is (printable ASCII, no quote or backslash), looked for in the lower-cased JSON; the
+    records that hold them all go back, and :func:`hist.matches` decides."""
     exact = [
         f'"{field}":{json.dumps(value)}'
         for field in ("task_id", "name", "state", "queue")
         if (value := getattr(query, field)) is not None and index != _INDEX_PREFIX[field] + value
     ]
-    text = (query.text or "").lower()
-    plain = text.isascii() and text.isprintable() and not any(c in text for c in ' "\\')
-    return [text if plain else "", *exact]
+    words = (query.text or "").lower().split(" ")
+    lower = [w for w in words if w and w.isascii() and w.isprintable() and '"' not in w and "\\" not in w]
+    return lower, exact
 
 
 _INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}  # no task index
