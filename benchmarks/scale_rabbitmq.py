@@ -169,9 +169,14 @@ def rabbitmq_target(args: argparse.Namespace) -> Iterator[Target]:
     backend = create_broker(
         BrokerConfig(url=args.redis_url, transport_options={"global_keyprefix": backend_prefix})
     )
+    # A generous timeout: on a loaded machine a batch of 10,000 confirms can take longer
+    # than the default 4 s plus per-message allowance, and enqueue then raises.
     broker = create_broker(
         BrokerConfig(
-            url=args.rabbitmq_url, transport_options={"queue_prefix": prefix}, result_backend=backend
+            url=args.rabbitmq_url,
+            transport_options={"queue_prefix": prefix},
+            result_backend=backend,
+            connection_timeout=120.0,
         )
     )
     node = Node(args.rabbitmq_url, args.rabbitmq_ctl)
