@@ -32,7 +32,7 @@ def load(path: Path) -> dict[str, dict[str, Any]]:
 
 def _label(out: dict[str, Any]) -> str:
     load = out["load"][0][0]
-    return f"{out['broker']} ({out['date'][11:]}, load {load:.1f})"
+    return f"{out['broker']} (ended {out['date'][11:]}, load {load:.1f} at start)"
 
 
 def processed(runs: dict[str, dict[str, Any]], target: Path) -> None:
