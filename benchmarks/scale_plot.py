@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COLOURS = {"SQLite": "#4c72b0", "PostgreSQL": "#55a868", "Redis": "#c44e52", "RabbitMQ": "#dd8452"}
+COLOURS = {
+    "SQLite": "#4c72b0",
+    "PostgreSQL": "#55a868",
+    "Redis": "#c44e52",
+    "Redis, again at 600,000": "#8c2d30",
+    "RabbitMQ": "#dd8452",
+}
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
