@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -120,11 +120,22 @@ bench-amqp10: $(BENCH_STAMP)
 	  $(BENCH_VENV)/bin/python -m benchmarks.amqp10 "$$POTATOQ_TEST_RABBITMQ_URL" $(AMQP10_ARGS) && \
 	  $(BENCH_VENV)/bin/python -m benchmarks.amqp10_outcomes "$$POTATOQ_TEST_RABBITMQ_URL"
 
-# Cost behind a backlog (SQLite, PostgreSQL), broker level; not in CI. Defaults are the full
-# sizes (1M ready + 1M delayed + 10M results); e.g.
-# SCALE_ARGS="--ready 100000 --delayed 100000 --results 1000000 --drain-seconds 60".
+# Cost behind a backlog (SQLite, PostgreSQL, Redis, RabbitMQ 4), broker level; not in CI.
+# Defaults are the full sizes (1M ready + 1M delayed + 10M results); e.g.
+# SCALE_ARGS="--brokers sqlite,redis --ready 100000 --delayed 100000 --results 1000000 --drain-seconds 60".
+# Figures go to $(SCALE_JSON) too; `make bench-scale-plot` draws docs/img/scale-*.png from it
+# (matplotlib, in the bench virtualenv). PostgreSQL result expiry at a cluster's rate:
+# `make bench-expiry` (EXPIRY_ARGS, e.g. "--rate 10000 --nodes 3 --seconds 240").
+SCALE_JSON ?= bench-scale.jsonl
 bench-scale: $(STAMP)
-	$(PY) -m benchmarks.scale $(SCALE_ARGS)
+	eval "$$(bash scripts/services/up postgres redis rabbitmq4)" && \
+	  $(PY) -m benchmarks.scale --json $(SCALE_JSON) $(SCALE_ARGS)
+
+bench-scale-plot: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m benchmarks.scale_plot $(SCALE_JSON)
+
+bench-expiry: $(STAMP)
+	$(PY) -m benchmarks.scale_expiry $(EXPIRY_ARGS)
 
 # An idle `-c 2` worker per broker: RSS and PSS of its processes, idle CPU over 30 s; not in
 # CI. E.g. FOOTPRINT_ARGS="--brokers sqlite,redis,postgres --busy-writer --seconds 30".

@@ -1,27 +1,34 @@
 """``make bench-scale``: does the cost per task stay flat behind a large backlog?
 
-Broker-level (one process, the broker API a worker uses; no worker processes), for SQLite
-and PostgreSQL. In one run, per broker:
+Broker-level (one process, the broker API a worker uses; no worker processes), for SQLite,
+PostgreSQL, Redis (``scale_redis``) and RabbitMQ 4 (``scale_rabbitmq``). In one run, per
+broker:
 
-1. on an empty database: enqueue/s, processed/s (claim + settle with a stored result) and
+1. on an empty broker: enqueue/s, processed/s (claim + settle with a stored result) and
    the idle-to-start latency (a thread blocked in ``wait()`` until a task is enqueued);
 2. fill a backlog (``--ready`` ready tasks, ``--delayed`` far-future delayed ones and
-   ``--results`` stored results, by bulk SQL) and measure the bytes per waiting task;
-3. the same three figures again, on other queues of the same database, plus the
-   backlog queue's own processed/s and the time ``queue_stats()`` takes (inspection);
+   ``--results`` stored results: bulk SQL, or the broker's own enqueue in big batches)
+   in the steps of ``--at``, and after each step measure the same three figures again,
+   on other queues of the same broker;
+3. the backlog queue's own processed/s, the time ``queue_stats()`` takes (inspection),
+   and the bytes per waiting task and per stored result (disk for SQLite and PostgreSQL,
+   server memory for Redis, queue memory and disk for RabbitMQ);
 4. drain the ready backlog (for at most ``--drain-seconds``) and report its rate;
-5. SQLite: make every delayed task due and every stored result expired at once (a mass ETA
+5. PostgreSQL: how fast one housekeeping call deletes ``--expire`` expired results;
+   SQLite: make every delayed task due and every stored result expired at once (a mass ETA
    after downtime), then promote them (by claims) and expire them (by ``recover()``) while
    another connection takes the write lock in a loop: the longest it waited is the longest
    write transaction (plus scheduling delay on a busy machine).
 
-Defaults are the issue's sizes (1,000,000 ready + 1,000,000 delayed); pass smaller ones on a
-shared machine. Prints one markdown table per broker. Not part of CI.
+Defaults are the issue's sizes (1,000,000 ready + 1,000,000 delayed + 10,000,000 results);
+pass smaller ones on a shared machine. Prints one markdown table per broker; ``--json``
+appends the figures for ``benchmarks.scale_plot``. Not part of CI.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -33,16 +40,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scale_target import WORKER, Target
+from benchmarks.scale_target import message as _message
 from potatoq.brokers import create_broker
-from potatoq.brokers.base import Broker, BrokerConfig, Complete, ResultRecord, WorkerRef
-from potatoq.message import Message, new_id
-
-WORKER = WorkerRef("bench-scale", os.getpid())
-BATCH = 500  # messages per enqueue call
-
-
-def _message(queue: str, eta: float | None = None) -> Message:
-    return Message(id=new_id(), task="bench.noop", queue=queue, eta=eta)
+from potatoq.brokers.base import Broker, BrokerConfig, Complete, ResultRecord
 
 
 def enqueue_rate(broker: Broker, queue: str, n: int) -> float:
@@ -124,68 +125,77 @@ def _sqlite_bytes(conn: Any) -> int:
     return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
 
 
-def fill_sqlite(broker: Broker, path: Path, ready: int, delayed: int, results: int) -> float:
+def fill_sqlite(broker: Broker, path: Path, ready: int, delayed: int, results: int) -> tuple[int, int]:
     import sqlite3
 
     broker.migrate()
     payload = _message("backlog").encode()
     now = time.time()
+    tag = uuid.uuid4().hex[:6]  # a backlog is filled in steps: ids unique across them
     conn = sqlite3.connect(path)
     size_before = _sqlite_bytes(conn)
     with conn:
         conn.execute(
             "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < :k - 1)"
             " INSERT INTO potatoq_jobs (id, queue, state, run_at, payload)"
-            " SELECT 'b-' || i, 'backlog', CASE WHEN i < :ready THEN 1 ELSE 0 END,"
+            " SELECT :tag || '-' || i, 'backlog', CASE WHEN i < :ready THEN 1 ELSE 0 END,"
             " CASE WHEN i < :ready THEN :now ELSE :now + 3e7 END, :payload FROM n",
-            {"k": ready + delayed, "ready": ready, "now": now, "payload": payload},
+            {"k": ready + delayed, "ready": ready, "now": now, "payload": payload, "tag": "b" + tag},
         )
     size_jobs = _sqlite_bytes(conn)
     with conn:
         conn.execute(
             "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < :k - 1)"
             " INSERT INTO potatoq_results (task_id, state, payload, expires_at)"
-            " SELECT 'r-' || i, 'SUCCESS', :payload, :now + 86400 FROM n",
-            {"k": results, "now": now, "payload": payload},
+            " SELECT :tag || '-' || i, 'SUCCESS', :payload, :now + 86400 FROM n",
+            {"k": results, "now": now, "payload": payload, "tag": "r" + tag},
         )
     conn.execute("ANALYZE")
+    size_results = _sqlite_bytes(conn)
     conn.close()
-    return (size_jobs - size_before) / max(1, ready + delayed)
+    return size_jobs - size_before, size_results - size_jobs
 
 
-def fill_postgres(broker: Broker, ready: int, delayed: int, results: int) -> float:
+def _pg_sizes(conn: Any, schema: str) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT pg_total_relation_size(%s::regclass), pg_total_relation_size(%s::regclass)",
+        (f'"{schema}".potatoq_jobs', f'"{schema}".potatoq_results'),
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def fill_postgres(broker: Broker, ready: int, delayed: int, results: int) -> tuple[int, int]:
     import psycopg
     from psycopg import sql
 
     broker.migrate()
-    schema = sql.Identifier(getattr(broker, "schema"))  # noqa: B009
+    name = getattr(broker, "schema")  # noqa: B009
+    schema = sql.Identifier(name)
     payload = _message("backlog").encode()
+    tag = uuid.uuid4().hex[:6]  # a backlog is filled in steps: ids unique across them
     with psycopg.connect(broker.config.url, autocommit=True) as conn:
+        jobs_before, results_before = _pg_sizes(conn, name)
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.potatoq_jobs (id, queue, state, run_at, payload)"
-                " SELECT 'b-' || i, 'backlog', CASE WHEN i < %(ready)s THEN 1 ELSE 0 END,"
+                " SELECT %(tag)s || i, 'backlog', CASE WHEN i < %(ready)s THEN 1 ELSE 0 END,"
                 " CASE WHEN i < %(ready)s THEN now() ELSE now() + interval '1 year' END, %(payload)s"
                 " FROM generate_series(0, %(k)s - 1) AS i"
             ).format(schema),
-            {"k": ready + delayed, "ready": ready, "payload": payload},
+            {"k": ready + delayed, "ready": ready, "payload": payload, "tag": f"b{tag}-"},
         )
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.potatoq_results (task_id, state, record, expires_at)"
-                " SELECT 'r-' || i, 'SUCCESS', %(payload)s, now() + interval '1 day'"
+                " SELECT %(tag)s || i, 'SUCCESS', %(payload)s, now() + interval '1 day'"
                 " FROM generate_series(0, %(k)s - 1) AS i"
             ).format(schema),
-            {"k": results, "payload": payload},
+            {"k": results, "payload": payload, "tag": f"r{tag}-"},
         )
         for table in ("potatoq_jobs", "potatoq_results"):
             conn.execute(sql.SQL("VACUUM ANALYZE {}.{}").format(schema, sql.Identifier(table)))
-        row = conn.execute(
-            "SELECT pg_total_relation_size(%s::regclass)",
-            (f'"{getattr(broker, "schema")}".potatoq_jobs',),  # noqa: B009
-        ).fetchone()
-    assert row is not None
-    return float(row[0]) / max(1, ready + delayed)
+        jobs_after, results_after = _pg_sizes(conn, name)
+    return jobs_after - jobs_before, results_after - results_before
 
 
 def pg_expiry_rate(broker: Broker, n: int) -> float:
@@ -242,13 +252,17 @@ def sqlite_lock_wait(broker: Broker, path: Path, delayed: int) -> tuple[float, f
         with sqlite3.connect(path) as conn:
             expired -= int(conn.execute("SELECT count(*) FROM potatoq_results").fetchone()[0])
         conn.close()
-        promoted = 0
+        promoted, claims = 0, 0
         while promoted < delayed:  # each claim promotes a batch of due tasks, then claims one
             delivery = broker.claim(["backlog"], WORKER)
             if delivery is None:
                 break
             broker.settle(delivery, Complete())
-            promoted = delayed - _scheduled(path)
+            claims += 1
+            # Counting the scheduled tasks reads the index: at 1,000,000 delayed tasks,
+            # counting after every claim took longer than the claims.
+            if claims % 100 == 0 or promoted >= delayed - 20_000:
+                promoted = delayed - _scheduled(path)
     finally:
         seconds = time.perf_counter() - start
         stop.set()
@@ -264,93 +278,198 @@ def _scheduled(path: Path) -> int:
 
 
 @contextmanager
-def sqlite_broker() -> Iterator[tuple[Broker, Callable[[int, int, int], float], Path]]:
+def sqlite_broker(args: argparse.Namespace) -> Iterator[Target]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "scale.sqlite3"
         broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
         try:
-            yield broker, lambda r, d, s: fill_sqlite(broker, path, r, d, s), path
+            yield Target(
+                broker,
+                lambda r, d, s: fill_sqlite(broker, path, r, d, s),
+                "bytes on disk (table + indexes)",
+                extra=lambda: _sqlite_rows(broker, path, args.delayed),
+            )
         finally:
             broker.close()
 
 
+def _sqlite_rows(broker: Broker, path: Path, delayed: int) -> list[tuple[str, str]]:
+    alone, expiring, promoting, promoted, expired, seconds = sqlite_lock_wait(broker, path, delayed)
+    return [
+        ("longest wait for the write lock, no other writer (2 s)", f"{alone:,.1f} ms"),
+        (f"... while one `recover()` call deleted {expired:,} expired results", f"{expiring:,.1f} ms"),
+        (f"... while {promoted:,} due tasks were promoted (both in {seconds:.1f} s)", f"{promoting:,.1f} ms"),
+    ]
+
+
 @contextmanager
-def postgres_broker(url: str) -> Iterator[tuple[Broker, Callable[[int, int, int], float], None]]:
+def postgres_broker(args: argparse.Namespace) -> Iterator[Target]:
     import psycopg
     from psycopg import sql
 
+    url = args.postgres_url
     schema = f"pq_scale_{uuid.uuid4().hex[:8]}"
     broker = create_broker(BrokerConfig(url=url, transport_options={"schema": schema}))
     try:
-        yield broker, lambda r, d, s: fill_postgres(broker, r, d, s), None
+        yield Target(
+            broker,
+            lambda r, d, s: fill_postgres(broker, r, d, s),
+            "bytes on disk (table + indexes)",
+            extra=lambda: [
+                (
+                    f"expired results deleted/s (one sweep of {args.expire:,})",
+                    f"{pg_expiry_rate(broker, args.expire):,.0f}",
+                )
+            ],
+        )
     finally:
         broker.close()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def run(name: str, made: Callable[[], object], args: argparse.Namespace) -> None:
-    with made() as (broker, fill, path):  # type: ignore[attr-defined]
-        empty = figures(broker, "empty", args.samples, args.tasks)
-        start = time.perf_counter()
-        per_task = fill(args.ready, args.delayed, args.results)
-        fill_s = time.perf_counter() - start
-        behind = figures(broker, "behind", args.samples, args.tasks)
+def _proportion(args: argparse.Namespace, ready: int) -> tuple[int, int, int]:
+    """The backlog at a step of ``ready`` ready tasks: delayed tasks and results in the
+    proportions of the full sizes."""
+    scale = ready / args.ready
+    return ready, round(args.delayed * scale), round(args.results * scale)
+
+
+def run(name: str, made: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Measure one broker empty and behind each step of the backlog; print and return the figures."""
+    load_before = os.getloadavg()
+    with made(args) as target:
+        broker = target.broker
+        points = [{"backlog": 0, **figures(broker, "empty", args.samples, args.tasks)}]
+        filled, bytes_jobs, bytes_results, fill_s = (0, 0, 0), 0, 0, 0.0
+        for ready in args.at:
+            want = _proportion(args, ready)
+            start = time.perf_counter()
+            added = target.fill(*(w - f for w, f in zip(want, filled, strict=True)))
+            fill_s += time.perf_counter() - start
+            bytes_jobs, bytes_results, filled = bytes_jobs + added[0], bytes_results + added[1], want
+            behind = figures(broker, "behind", args.samples, args.tasks)
+            points.append({"backlog": 0, "ready": want[0], "delayed": want[1], "results": want[2], **behind})
         done, seconds = process(broker, "backlog", args.tasks)
-        behind["backlog processed/s"] = done / seconds
+        own = done / seconds
         inspect = inspection_ms(broker)
         deadline = time.monotonic() + args.drain_seconds
         drained, drain_s = process(broker, "backlog", args.ready, deadline)
-        expiry = pg_expiry_rate(broker, args.expire) if name == "PostgreSQL" else None
-        lock = sqlite_lock_wait(broker, path, args.delayed) if path is not None else None
-    print(f"\n### {name}: {args.ready:,} ready + {args.delayed:,} delayed + {args.results:,} results")
-    print(f"(filled in {fill_s:.1f} s; load average {os.getloadavg()[0]:.2f})\n")
-    print("| figure | empty queue | behind the backlog | ratio |\n|---|---:|---:|---:|")
-    for key, value in empty.items():
-        ratio = behind[key] / value if value else float("nan")
-        print(f"| {key} | {value:,.1f} | {behind[key]:,.1f} | {ratio:.2f} |")
-    print(f"| processed/s from the backlog queue itself | | {behind['backlog processed/s']:,.1f} | |")
-    print(f"| `queue_stats()` (median of 5) | | {inspect:,.1f} ms | |")
-    print(f"| drain: {drained:,} tasks in {drain_s:.1f} s | | {drained / drain_s:,.1f}/s | |")
-    print(f"| bytes on disk per waiting task (table + indexes) | | {per_task:,.0f} | |")
-    if expiry is not None:
-        print(f"| expired results deleted/s (one sweep of {args.expire:,}) | | {expiry:,.0f} | |")
-    if lock is not None:
-        alone, expiring, promoting, promoted, expired, seconds = lock
-        print(f"| longest wait for the write lock, no other writer (2 s) | | {alone:,.1f} ms | |")
-        print(
-            f"| ... while one `recover()` call deleted {expired:,} expired results | | {expiring:,.1f} ms | |"
-        )
-        print(
-            f"| ... while {promoted:,} due tasks were promoted (both in {seconds:.1f} s) "
-            f"| | {promoting:,.1f} ms | |"
-        )
+        extra = target.extra() if target.extra is not None else []
+    ready, delayed, results = filled
+    delayed *= target.keeps_delayed
+    results *= target.keeps_results
+    for point in points[1:]:
+        point["backlog"] = point["ready"] + point["delayed"] * target.keeps_delayed
+    out = {
+        "broker": name,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": [load_before, os.getloadavg()],
+        "sizes": {"ready": ready, "delayed": delayed, "results": results},
+        "points": points,
+        "memory": target.memory,
+        "bytes per waiting task": bytes_jobs / max(1, ready + delayed),
+        "bytes per result": bytes_results / results if results else None,
+        "also": target.also,
+    }
+    _print(out, fill_s, own, inspect, (drained, drain_s), extra)
+    return out
+
+
+def _print(
+    out: dict[str, Any],
+    fill_s: float,
+    own: float,
+    inspect: float,
+    drain: tuple[int, float],
+    extra: list[tuple[str, str]],
+) -> None:
+    sizes, points = out["sizes"], out["points"]
+    before, after = (" ".join(f"{x:.2f}" for x in load) for load in out["load"])
+    print(
+        f"\n### {out['broker']}: {sizes['ready']:,} ready + {sizes['delayed']:,} delayed"
+        f" + {sizes['results']:,} results"
+    )
+    print(f"({out['date']}; filled in {fill_s:.1f} s; load average {before} before, {after} after)\n")
+    heads = ["empty"] + [f"behind {p['backlog']:,}" for p in points[1:]]
+    print("| figure | " + " | ".join(heads) + " | ratio last/empty |")
+    print("|---|" + "---:|" * (len(heads) + 1))
+    for key in ("enqueue/s", "processed/s", "idle-to-start p50 ms", "idle-to-start p99 ms"):
+        values = [p[key] for p in points]
+        ratio = values[-1] / values[0] if values[0] else float("nan")
+        print(f"| {key} | " + " | ".join(f"{v:,.1f}" for v in values) + f" | {ratio:.2f} |")
+    gap = " |" * len(heads)
+    print(f"| processed/s from the backlog queue itself |{gap[:-2]} {own:,.1f} | |")
+    print(f"| `queue_stats()` (median of 5) |{gap[:-2]} {inspect:,.1f} ms | |")
+    drained, seconds = drain
+    print(f"| drain: {drained:,} tasks in {seconds:.1f} s |{gap[:-2]} {drained / seconds:,.1f}/s | |")
+    print(f"| {out['memory']} per waiting task |{gap[:-2]} {out['bytes per waiting task']:,.0f} | |")
+    if out["bytes per result"] is not None:
+        print(f"| {out['memory']} per stored result |{gap[:-2]} {out['bytes per result']:,.0f} | |")
+    for what, value in out["also"]:
+        print(f"| {what} per waiting task |{gap[:-2]} {value:,.0f} | |")
+    for what, value in extra:
+        print(f"| {what} |{gap[:-2]} {value} | |")
+
+
+BROKERS = ("sqlite", "postgres", "redis", "rabbitmq")
 
 
 def main() -> None:
+    from benchmarks import scale_rabbitmq, scale_redis
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--ready", type=int, default=1_000_000)
     parser.add_argument("--delayed", type=int, default=1_000_000)
     parser.add_argument("--results", type=int, default=10_000_000)
+    parser.add_argument(
+        "--at",
+        default="",
+        help="ready-task counts to measure at, comma-separated, ascending, the last = --ready"
+        " (delayed tasks and results in proportion); default: --ready only",
+    )
     parser.add_argument("--tasks", type=int, default=2000, help="tasks per rate measurement")
     parser.add_argument("--samples", type=int, default=50, help="idle-to-start samples")
     parser.add_argument("--drain-seconds", type=float, default=float("inf"))
     parser.add_argument("--expire", type=int, default=200_000, help="PostgreSQL: expired results to sweep")
-    parser.add_argument("--brokers", default="sqlite,postgres")
+    parser.add_argument("--brokers", default="sqlite,postgres,redis,rabbitmq")
     parser.add_argument("--postgres-url", default="postgresql://127.0.0.1:5432/test")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("POTATOQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+        help="Redis: a server of its own gives a clean memory figure; also RabbitMQ's result backend",
+    )
+    parser.add_argument(
+        "--rabbitmq-url",
+        default=os.environ.get("POTATOQ_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5673/"),
+        help="RabbitMQ 4 (a node of its own: the delayed backlog fills the shared delay cascade)",
+    )
+    scale_rabbitmq.add_arguments(parser)
+    parser.add_argument("--json", type=Path, help="also append each broker's figures to this JSON-lines file")
     args = parser.parse_args()
     for key in ("ready", "delayed", "results", "tasks", "samples", "expire"):
-        if getattr(args, key) < 1:
-            parser.error(f"--{key} must be at least 1, got {getattr(args, key)}")
-    print(f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; cpus {os.cpu_count()}")
+        if getattr(args, key) < 0 or (key in ("ready", "tasks", "samples") and getattr(args, key) < 1):
+            parser.error(f"--{key} is too small: {getattr(args, key)}")
+    args.at = [int(x) for x in args.at.split(",") if x] or [args.ready]
+    if args.at != sorted(args.at) or args.at[-1] != args.ready or args.at[0] < 1:
+        parser.error("--at: ascending counts, each at least 1, the last equal to --ready")
     chosen = args.brokers.split(",")
-    unknown = set(chosen) - {"sqlite", "postgres"}
+    unknown = set(chosen) - set(BROKERS)
     if unknown:
-        parser.error(f"--brokers: unknown {sorted(unknown)} (choose from sqlite, postgres)")
-    if "sqlite" in chosen:
-        run("SQLite", sqlite_broker, args)
-    if "postgres" in chosen:
-        run("PostgreSQL", lambda: postgres_broker(args.postgres_url), args)
+        parser.error(f"--brokers: unknown {sorted(unknown)} (choose from {', '.join(BROKERS)})")
+    print(f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; cpus {os.cpu_count()}")
+    made = {
+        "sqlite": ("SQLite", sqlite_broker),
+        "postgres": ("PostgreSQL", postgres_broker),
+        "redis": ("Redis", scale_redis.redis_target),
+        "rabbitmq": ("RabbitMQ", scale_rabbitmq.rabbitmq_target),
+    }
+    for key in BROKERS:
+        if key in chosen:
+            out = run(*made[key], args)
+            if args.json is not None:
+                with args.json.open("a") as f:
+                    f.write(json.dumps(out) + "\n")
 
 
 if __name__ == "__main__":
