@@ -88,6 +88,6 @@ def test_metrics_flag_an_estimated_count() -> None:
 
 def test_sample_windows_cover_a_small_range_whole_and_scale_a_large_one() -> None:
     assert sample_windows(1, 500, rows=1000) == ([1], 500, 1.0)
-    starts, width, scale = sample_windows(1, 1_000_000, windows=100, rows=20_000)
-    assert len(starts) == 100 and width == 200 and scale == pytest.approx(50.0)
+    starts, width, scale = sample_windows(1, 1_000_000, windows=2000, rows=20_000)
+    assert len(starts) == 2000 and width == 10 and scale == pytest.approx(50.0)
     assert starts == sorted(starts) and starts[0] >= 1 and starts[-1] + width <= 1_000_001

@@ -123,8 +123,7 @@ class PostgresAdmin(Broker):
         size = conn.execute(stmts["stats_table_size"].query, {"table": table}).fetchone()
         if size is None or not size[0]:
             return {}
-        pages, per_page = int(size[0]), float(size[1] or 50.0)
-        percent = min(100.0, 100.0 * estimates.SAMPLE_ROWS / max(1.0, per_page) / pages)
+        percent = min(100.0, 100.0 * estimates.SAMPLE_PAGES / int(size[0]))
         rows = conn.execute(stmts["stats_sample"].query, {"percent": percent}).fetchall()
         return {(queue, kind): n * 100.0 / percent for queue, kind, n in rows}
 

@@ -56,12 +56,9 @@ SELECT names.q,
 FROM names ORDER BY names.q;
 
 -- name: stats_table_size
--- The jobs table's pages now (pg_relation_size: the file's size) and its rows per page as of
--- the last ANALYZE (only to size the sample). %(table)s is the table's quoted name.
-SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint,
-       CASE WHEN c.relpages > 0 THEN c.reltuples / c.relpages END
-FROM pg_class AS c
-WHERE c.oid = %(table)s::regclass;
+-- The jobs table's pages now (pg_relation_size: the file's size, not the last ANALYZE's), to
+-- size the sample. %(table)s is the table's quoted name.
+SELECT pg_relation_size(%(table)s::regclass) / current_setting('block_size')::bigint;
 
 -- name: stats_sample
 -- The waiting rows on a random %(percent)s percent of the table's pages, by queue and kind
