@@ -157,7 +157,10 @@ def fill_by_enqueue(broker: Any, ready: int, delayed: int, results: int) -> None
         for queue, n in split(ready if column == 0 else delayed, column).items():
             for start in range(0, n, 1000):
                 broker.enqueue(
-                    [Message(id=new_id(), task="bench.noop", queue=queue, eta=eta) for _ in range(min(1000, n - start))]
+                    [
+                        Message(id=new_id(), task="bench.noop", queue=queue, eta=eta)
+                        for _ in range(min(1000, n - start))
+                    ]
                 )
 
 
@@ -288,10 +291,17 @@ def run(target: Target, args: argparse.Namespace) -> None:
             f"app = Potatoq('bench', broker={target.url!r}, broker_transport_options={target.options!r})\n"
         )
         runs = max(3, calls // 4)
-        rows.append(("whole `potatoq -A benchapp status` process", ms(whole_command(module, ["-A", "benchapp", "status"], runs))))
-        rows.append(("... `potatoq --version` alone (startup)", ms(whole_command(module, ["--version"], runs))))
+        rows.append(
+            (
+                "whole `potatoq -A benchapp status` process",
+                ms(whole_command(module, ["-A", "benchapp", "status"], runs)),
+            )
+        )
+        rows.append(
+            ("... `potatoq --version` alone (startup)", ms(whole_command(module, ["--version"], runs)))
+        )
 
-    _, alone, baseline = probed(make, lambda: time.sleep(2.0))
+    _, _, baseline = probed(make, lambda: time.sleep(2.0))
     deleted, seconds, waits = probed(make, lambda: broker.purge(["big"]))
     rows.append(("purge `big`", f"{deleted:,} tasks in {seconds:.1f} s ({deleted / seconds:,.0f}/s)"))
     rows.append(
@@ -376,7 +386,9 @@ def rabbitmq_target(args: argparse.Namespace) -> Iterator[Target]:
         fill_by_enqueue,
         delayed_counted=False,
         results=False,
-        notes=["Ready messages only (`--delayed` is not filled: RabbitMQ's stats don't count the delay cascade)."],
+        notes=[
+            "Ready messages only (`--delayed` is not filled: RabbitMQ's stats don't count the delay cascade)."
+        ],
     )
     try:
         yield target
@@ -390,7 +402,12 @@ def rabbitmq_target(args: argparse.Namespace) -> Iterator[Target]:
         broker.close()
 
 
-TARGETS = {"sqlite": sqlite_target, "postgres": postgres_target, "redis": redis_target, "rabbitmq": rabbitmq_target}
+TARGETS = {
+    "sqlite": sqlite_target,
+    "postgres": postgres_target,
+    "redis": redis_target,
+    "rabbitmq": rabbitmq_target,
+}
 
 
 def main(argv: list[str] | None = None) -> None:

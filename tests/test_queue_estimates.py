@@ -14,8 +14,8 @@ import pytest
 
 from potatoq.brokers.base import Broker, QueueStats
 from potatoq.brokers.estimates import approx, sample_windows
-from potatoq.cli_ops.queues import queue_rows, queues_json, queues_table
 from potatoq.cli_ops.output import Style
+from potatoq.cli_ops.queues import queue_rows, queues_json, queues_table
 from potatoq.dashboard import data
 from potatoq.message import Message, new_id
 

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from ..brokers.estimates import approx
 from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, WorkerInfo
+from ..brokers.estimates import approx
 from ..exceptions import MessageDecodeError
 from ..message import Message
 from ..states import READY_STATES
@@ -136,7 +136,9 @@ def queue_rows(stats: Sequence[QueueStats], paused: Collection[str] = ()) -> lis
     for queue in paused:
         by_name.setdefault(queue, QueueStats(queue, 0, 0, 0, None))
     return [
-        QueueRow(s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age, s.queue in paused, s.estimated)
+        QueueRow(
+            s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age, s.queue in paused, s.estimated
+        )
         for s in sorted(by_name.values(), key=lambda s: s.queue)
     ]
 
