@@ -91,3 +91,18 @@ def test_sample_windows_cover_a_small_range_whole_and_scale_a_large_one() -> Non
     starts, width, scale = sample_windows(1, 1_000_000, windows=2000, rows=20_000)
     assert len(starts) == 2000 and width == 10 and scale == pytest.approx(50.0)
     assert starts == sorted(starts) and starts[0] >= 1 and starts[-1] + width <= 1_000_001
+
+
+@pytest.mark.parametrize("make_broker", ["sqlite", "postgres", "redis"], indirect=True)
+def test_purge_in_batches_deletes_every_waiting_task_and_leaves_running_ones(broker: Broker) -> None:
+    from potatoq.brokers.base import WorkerRef
+
+    broker.purge_batch = 7  # type: ignore[attr-defined]
+    _fill(broker, "big", ready=40, delayed=9)
+    _fill(broker, "other", ready=3)
+    running = broker.claim(["big"], WorkerRef("n", 1))
+    assert running is not None
+    assert broker.purge(["big"]) == 48  # 7 batches of 7 minus the running one
+    stats = _by_queue(broker)
+    assert (stats["big"].waiting, stats["big"].delayed, stats["big"].running) == (0, 0, 1)
+    assert stats["other"].waiting == 3
