@@ -140,7 +140,7 @@ class SQLiteAdmin(Broker):
         rows = self._read("stats_sample", {"now": now, "starts": json.dumps(starts), "width": width})
         return {(queue, kind): n * scale for queue, kind, n in rows}
 
-    purge_batch = 5_000  # rows per write transaction; the write lock is free between them
+    purge_batch = 1_000  # rows per write transaction; the write lock is free between them
 
     def purge(self, queues: Sequence[str]) -> int:
         """Delete in batches of :attr:`purge_batch`, each its own write transaction, with a
