@@ -210,23 +210,28 @@ def whole_command(module_dir: Path, argv: list[str], calls: int) -> list[float]:
     return times
 
 
-def probe(make: Callable[[], Any], stop: threading.Event, waits: list[float]) -> None:
-    """Enqueue one task to queue ``probe`` in a loop on its own broker; record each wait."""
+def probe(make: Callable[[], Any], stop: threading.Event, waits: list[float], errors: list[str]) -> None:
+    """Enqueue one task to queue ``probe`` in a loop on its own broker; record each wait, and
+    each refusal (Redis answers BUSY while a script runs longer than its time limit)."""
     broker = make()
     try:
         while not stop.is_set():
             start = time.perf_counter()
-            broker.enqueue([Message(id=new_id(), task="bench.noop", queue="probe")])
+            try:
+                broker.enqueue([Message(id=new_id(), task="bench.noop", queue="probe")])
+            except Exception as exc:
+                errors.append(type(exc).__name__)
             waits.append(time.perf_counter() - start)
             time.sleep(0.002)
     finally:
         broker.close()
 
 
-def probed(make: Callable[[], Any], action: Callable[[], Any]) -> tuple[Any, float, list[float]]:
+def probed(make: Callable[[], Any], action: Callable[[], Any]) -> tuple[Any, float, list[float], list[str]]:
     stop = threading.Event()
     waits: list[float] = []
-    thread = threading.Thread(target=probe, args=(make, stop, waits))
+    errors: list[str] = []
+    thread = threading.Thread(target=probe, args=(make, stop, waits, errors))
     thread.start()
     time.sleep(0.2)
     start = time.perf_counter()
@@ -234,7 +239,11 @@ def probed(make: Callable[[], Any], action: Callable[[], Any]) -> tuple[Any, flo
     seconds = time.perf_counter() - start
     stop.set()
     thread.join()
-    return value, seconds, waits
+    return value, seconds, waits, errors
+
+
+def refused(errors: list[str]) -> str:
+    return f", {len(errors)} refused: {', '.join(sorted(set(errors)))}" if errors else ""
 
 
 # -- one broker -----------------------------------------------------------------------------------
@@ -311,20 +320,23 @@ def run(target: Target, args: argparse.Namespace) -> None:
             ("... `potatoq --version` alone (startup)", ms(whole_command(module, ["--version"], runs)))
         )
 
-    _, _, baseline = probed(make, lambda: time.sleep(2.0))
-    deleted, seconds, waits = probed(make, lambda: broker.purge(["big"]))
+    _, _, baseline, _ = probed(make, lambda: time.sleep(2.0))
+    deleted, seconds, waits, errors = probed(make, lambda: broker.purge(["big"]))
     rows.append(("purge `big`", f"{deleted:,} tasks in {seconds:.1f} s ({deleted / seconds:,.0f}/s)"))
     rows.append(
         (
             "longest probe enqueue: alone 2 s / during the purge",
-            f"{max(baseline) * 1000:.0f} ms / {max(waits) * 1000:.0f} ms ({len(waits)} enqueues)",
+            (
+                f"{max(baseline) * 1000:.0f} ms / {max(waits) * 1000:.0f} ms"
+                f" ({len(waits)} enqueues{refused(errors)})"
+            ),
         )
     )
     rows.append(("`queue_stats()` after the purge", ms(timed(broker.queue_stats, calls))))
     batch = getattr(broker, "purge_batch", None)
     if batch is not None:  # as before the batches: q1 in one statement / script (same run)
         broker.purge_batch = 10**9
-        deleted, seconds, waits = probed(make, lambda: broker.purge(["q1"]))
+        deleted, seconds, waits, errors = probed(make, lambda: broker.purge(["q1"]))
         broker.purge_batch = batch
         rows.append(
             (
@@ -333,7 +345,10 @@ def run(target: Target, args: argparse.Namespace) -> None:
             )
         )
         rows.append(
-            ("... longest probe enqueue during it", f"{max(waits) * 1000:.0f} ms ({len(waits)} enqueues)")
+            (
+                "... longest probe enqueue during it",
+                f"{max(waits) * 1000:.0f} ms ({len(waits)} enqueues{refused(errors)})",
+            )
         )
     ended = time.strftime("%H:%M", time.gmtime())
     end_load = os.getloadavg()

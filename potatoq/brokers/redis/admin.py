@@ -173,7 +173,7 @@ class RedisAdmin(Broker):
     def queue_stats(self) -> list[QueueStats]:
         return parse_stats(self._run("queue_stats", []))
 
-    purge_batch = 5_000  # tasks per script call; the server serves others between calls
+    purge_batch = 1_000  # tasks per script call; the server serves others between calls
 
     def purge(self, queues: Sequence[str]) -> int:
         names = [validate_queue_name(q) for q in queues]

@@ -25,7 +25,7 @@ from .outbox import ClusterParts
 class ClusterAdmin(ClusterParts):
     """Inspection and admin across queue slots (mixed into :class:`~.cluster.RedisClusterBroker`)."""
 
-    purge_batch = 5_000  # tasks per purge script call, as RedisAdmin's
+    purge_batch = 1_000  # tasks per purge script call, as RedisAdmin's
 
     if TYPE_CHECKING:
 
