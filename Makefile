@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -136,6 +136,12 @@ bench-scale-plot: $(BENCH_STAMP)
 
 bench-expiry: $(STAMP)
 	$(PY) -m benchmarks.scale_expiry $(EXPIRY_ARGS)
+
+# Inspection (queues, status, dashboard overview, /metrics) and purge behind a million-task
+# backlog, per broker (docs/benchmarks.md, "Inspection at a million"). Not in CI: minutes
+# and gigabytes. Smaller: INSPECT_ARGS="--ready 100000 --delayed 100000 --results 0".
+bench-inspect-scale: $(STAMP)
+	eval "$$(bash scripts/services/up)" && $(PY) -m benchmarks.inspect_scale $(INSPECT_ARGS)
 
 # An idle `-c 2` worker per broker: RSS and PSS of its processes, idle CPU over 30 s; not in
 # CI. E.g. FOOTPRINT_ARGS="--brokers sqlite,redis,postgres --busy-writer --seconds 30".

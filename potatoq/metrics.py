@@ -137,6 +137,17 @@ class _BrokerCollector:
             for s in stats:
                 family.add_metric([s.queue], getattr(s, attr))
             yield family
+        # A count past the broker's exact-count cap is an estimate (potatoq.brokers.estimates):
+        # 1 here for that queue and count, so a dashboard or alert can tell.
+        estimated = GaugeMetricFamily(
+            "potatoq_queue_count_estimated",
+            "1 when potatoq_queue_waiting/delayed of the queue is an estimate (above the exact-count cap).",
+            labels=["queue", "count"],
+        )
+        for s in stats:
+            for count in ("waiting", "delayed"):
+                estimated.add_metric([s.queue, count], 1 if count in s.estimated else 0)
+        yield estimated
         age = GaugeMetricFamily(
             "potatoq_queue_oldest_waiting_age_seconds",
             "Seconds since the oldest ready task of the queue became due (0 when none waits).",

@@ -300,6 +300,9 @@ class QueueStats:
     delayed: int
     running: int
     oldest_waiting_age: float | None  # seconds since the oldest ready task became due
+    # The fields ("waiting", "delayed") that are estimates, not exact counts: a broker counts
+    # a queue's tasks exactly up to a cap and estimates above it (potatoq.brokers.estimates).
+    estimated: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

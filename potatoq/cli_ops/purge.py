@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from potatoq.brokers.estimates import approx
+
 from .confirm import confirm
 from .session import CliError, Exit, Registrar, Session, guarded
 
@@ -71,11 +73,13 @@ def cmd_purge(session: Session) -> int:
         session.print("no queues to purge")
         return Exit.OK
     waiting = sum(stats[q].waiting + stats[q].delayed for q in queues if q in stats)
+    estimated = any(stats[q].estimated for q in queues if q in stats)
     # Nothing counted: purge without asking anyway (cheap, and a broker whose stats can't
     # see every delayed task still gets them deleted).
     if not args.force and waiting:
         plural = "s" if waiting != 1 else ""
-        question = f"Delete {waiting} waiting task{plural} from {', '.join(queues)}? There is no undo."
+        count = approx(waiting) if estimated else str(waiting)  # a large queue's count is an estimate
+        question = f"Delete {count} waiting task{plural} from {', '.join(queues)}? There is no undo."
         if not confirm(session, question):
             session.note("aborted: nothing deleted")
             return Exit.ABORTED

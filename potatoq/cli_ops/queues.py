@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from potatoq.brokers.base import QueueStats
+from potatoq.brokers.estimates import display
 
 from .nodes import Node, read_nodes
 from .output import Cell, Style, duration, table
@@ -43,6 +44,8 @@ def queues_json(rows: Sequence[tuple[QueueStats, int]], paused: Collection[str] 
             "oldest_waiting_age": None if s.oldest_waiting_age is None else round(s.oldest_waiting_age, 3),
             "consumers": consumers,
             "paused": s.queue in paused,
+            # the counts (of "waiting", "delayed") that are estimates: see docs/cli.md
+            "estimated": list(s.estimated),
         }
         for s, consumers in rows
     ]
@@ -54,8 +57,8 @@ def queues_table(rows: Sequence[tuple[QueueStats, int]], style: Style, paused: C
         body.append(
             [
                 s.queue,
-                str(s.waiting),
-                str(s.delayed),
+                display(s, "waiting"),  # "≈1.2M" above the broker's exact-count cap
+                display(s, "delayed"),
                 str(s.running),
                 duration(s.oldest_waiting_age) if s.oldest_waiting_age is not None else "-",
                 (str(consumers), None) if consumers or not s.waiting else (str(consumers), "red"),

@@ -115,11 +115,7 @@ class Dashboard:
             "Overview",
             live=True,
             queues=rows,
-            totals={
-                "waiting": sum(r.waiting for r in rows),
-                "delayed": sum(r.delayed for r in rows),
-                "running": sum(r.running for r in rows),
-            },
+            totals=data.totals(rows),
             workers=len(workers),
             dead=len(broker.list_dead(limit=1000)),
             chart=throughput_svg(self.throughput.window(now), now),

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..brokers.base import Broker, DeadLetterRecord, QueueStats, ResultRecord, WorkerInfo
+from ..brokers.estimates import approx
 from ..exceptions import MessageDecodeError
 from ..message import Message
 from ..states import READY_STATES
@@ -121,6 +122,12 @@ class QueueRow:
     running: int
     oldest_waiting_age: float | None
     paused: bool = False
+    estimated: tuple[str, ...] = ()  # "waiting"/"delayed" when that count is an estimate
+
+    def shown(self, field: str) -> str:
+        """The count as the page writes it: digits, or ``≈1.2M`` for an estimate."""
+        value = int(getattr(self, field))
+        return approx(value) if field in self.estimated else str(value)
 
 
 def queue_rows(stats: Sequence[QueueStats], paused: Collection[str] = ()) -> list[QueueRow]:
@@ -129,9 +136,20 @@ def queue_rows(stats: Sequence[QueueStats], paused: Collection[str] = ()) -> lis
     for queue in paused:
         by_name.setdefault(queue, QueueStats(queue, 0, 0, 0, None))
     return [
-        QueueRow(s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age, s.queue in paused)
+        QueueRow(
+            s.queue, s.waiting, s.delayed, s.running, s.oldest_waiting_age, s.queue in paused, s.estimated
+        )
         for s in sorted(by_name.values(), key=lambda s: s.queue)
     ]
+
+
+def totals(rows: Sequence[QueueRow]) -> dict[str, str]:
+    """The overview's cards: each count summed over the queues, ``≈`` when any part is."""
+    out = {}
+    for field in ("waiting", "delayed", "running"):
+        total = sum(int(getattr(r, field)) for r in rows)
+        out[field] = approx(total) if any(field in r.estimated for r in rows) else str(total)
+    return out
 
 
 # ----------------------------------------------------------------------------- one task

@@ -9,7 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import sql
 
+from .. import estimates
 from ..base import (
     Broker,
     DeadLetterRecord,
@@ -91,18 +93,51 @@ class PostgresAdmin(Broker):
         with self._connection() as conn:
             return conn.execute(stmt.query).rowcount
 
+    stats_exact_cap = estimates.EXACT_CAP  # per queue and kind; above it, an estimate
+
     def queue_stats(self) -> list[QueueStats]:
         stmts = self._statements()
+        cap = int(self.stats_exact_cap)
+        read: list[tuple[estimates.Counts, int, float | None]] = []
         with self._connection() as conn, conn.transaction():
             conn.execute(stmts["queue_stats_no_seqscan"].query)
-            rows = conn.execute(stmts["queue_stats"].query).fetchall()
+            for queue, ready, parked, scheduled, running, age in conn.execute(
+                stmts["stats_counts"].query, {"cap": cap}
+            ).fetchall():
+                counts = estimates.Counts(queue, cap)
+                for kind, counted in (("ready", ready), ("parked", parked), ("scheduled", scheduled)):
+                    counts.add(kind, counted)
+                read.append((counts, running, None if age is None else max(0.0, age)))
+            if any(counts.capped for counts, _, _ in read):
+                sampled = self._sampled_counts(conn)
+                for counts, _, _ in read:
+                    counts.estimate(sampled)
         return [
-            QueueStats(queue=queue, waiting=waiting, delayed=delayed, running=running, oldest_waiting_age=age)
-            for queue, waiting, delayed, running, age in rows
+            counts.stats(("ready", "parked"), ("scheduled",), running, age) for counts, running, age in read
         ]
 
+    def _sampled_counts(self, conn: psycopg.Connection[Any]) -> dict[tuple[str, str], float]:
+        """Waiting rows per (queue, kind), estimated from a random sample of the table's pages."""
+        stmts = self._statements()
+        table = sql.Identifier(stmts.schema, "potatoq_jobs").as_string(conn)
+        size = conn.execute(stmts["stats_table_size"].query, {"table": table}).fetchone()
+        if size is None or not size[0]:
+            return {}
+        percent = min(100.0, 100.0 * estimates.SAMPLE_PAGES / int(size[0]))
+        rows = conn.execute(stmts["stats_sample"].query, {"percent": percent}).fetchall()
+        return {(queue, kind): n * 100.0 / percent for queue, kind, n in rows}
+
+    purge_batch = 10_000  # rows per transaction
+
     def purge(self, queues: Sequence[str]) -> int:
+        """Delete in batches of :attr:`purge_batch`, each its own transaction: a
+        million-task purge never holds a million row locks or one huge transaction."""
         names = self._queues(queues)
         stmt = self._statements()["jobs_purge"]
-        with self._connection() as conn:
-            return conn.execute(stmt.query, {"queues": names}).rowcount
+        deleted = 0
+        while True:
+            with self._connection() as conn:
+                batch = conn.execute(stmt.query, {"queues": names, "batch": self.purge_batch}).rowcount
+            deleted += batch
+            if batch < self.purge_batch:
+                return deleted

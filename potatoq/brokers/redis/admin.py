@@ -173,9 +173,17 @@ class RedisAdmin(Broker):
     def queue_stats(self) -> list[QueueStats]:
         return parse_stats(self._run("queue_stats", []))
 
+    purge_batch = 1_000  # tasks per script call; the server serves others between calls
+
     def purge(self, queues: Sequence[str]) -> int:
         names = [validate_queue_name(q) for q in queues]
-        return int(self._run("purge", names)) if names else 0
+        deleted = 0
+        while names:
+            batch = int(self._run("purge", [self.purge_batch, *names]))
+            deleted += batch
+            if batch < self.purge_batch:
+                break
+        return deleted
 
 
 def parse_stats(reply: Sequence[Any]) -> list[QueueStats]:

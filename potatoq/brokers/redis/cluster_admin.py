@@ -25,6 +25,8 @@ from .outbox import ClusterParts
 class ClusterAdmin(ClusterParts):
     """Inspection and admin across queue slots (mixed into :class:`~.cluster.RedisClusterBroker`)."""
 
+    purge_batch = 1_000  # tasks per purge script call, as RedisAdmin's
+
     if TYPE_CHECKING:
 
         def _history_buffer(self) -> HistoryBuffer: ...
@@ -114,13 +116,17 @@ class ClusterAdmin(ClusterParts):
 
     def purge(self, queues: Sequence[str]) -> int:
         names = [validate_queue_name(q) for q in queues]
-        purged = 0
-        for queue in names:
+        deleted = 0
+        for queue in names:  # in batches, as RedisAdmin.purge
             waiters = self._limit_waiters(queue)
-            purged += int(self._run_at(self.keys.of_queue(queue), "purge", [queue]))
+            while True:
+                batch = int(self._run_at(self.keys.of_queue(queue), "purge", [self.purge_batch, queue]))
+                deleted += batch
+                if batch < self.purge_batch:
+                    break
             self._free_unique(queue)
             self._unlist_purged(queue, waiters)
-        return purged
+        return deleted
 
     def pause_queue(self, queue: str) -> bool:
         validate_queue_name(queue)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import estimates
 from ..base import (
     Broker,
     DeadLetterRecord,
@@ -105,20 +107,52 @@ class SQLiteAdmin(Broker):
         with self._write() as conn:
             return conn.execute(SQL["dead_purge"]).rowcount
 
+    stats_exact_cap = estimates.EXACT_CAP  # per queue and kind; above it, an estimate
+
     def queue_stats(self) -> list[QueueStats]:
         now = self.clock()
+        cap = int(self.stats_exact_cap)
+        read: list[tuple[estimates.Counts, int, float | None]] = []
+        for queue, ready, parked, due, later, running, head, first_due in self._read(
+            "stats_counts", {"now": now, "cap": cap}
+        ):
+            counts = estimates.Counts(queue, cap)
+            for kind, counted in (("ready", ready), ("parked", parked), ("due", due), ("later", later)):
+                counts.add(kind, counted)
+            due_since = first_due if first_due is not None and first_due <= now else None
+            since = min((t for t in (head, due_since) if t is not None), default=None)
+            read.append((counts, running, None if since is None else max(0.0, now - since)))
+        if any(counts.capped for counts, _, _ in read):
+            sampled = self._sampled_counts(now)
+            for counts, _, _ in read:
+                counts.estimate(sampled)
         return [
-            QueueStats(
-                queue=queue,
-                waiting=int(waiting or 0),
-                delayed=int(delayed or 0),
-                running=int(running or 0),
-                oldest_waiting_age=None if oldest is None else max(0.0, now - oldest),
-            )
-            for queue, waiting, delayed, running, oldest in self._read("job_stats", {"now": now})
+            counts.stats(("ready", "parked", "due"), ("later",), running, oldest)
+            for counts, running, oldest in read
         ]
 
+    def _sampled_counts(self, now: float) -> dict[tuple[str, str], float]:
+        """Waiting rows per (queue, kind), estimated from windows of the rowid range."""
+        low, high = self._read("stats_seq_range")[0]
+        if low is None:
+            return {}
+        starts, width, scale = estimates.sample_windows(int(low), int(high))
+        rows = self._read("stats_sample", {"now": now, "starts": json.dumps(starts), "width": width})
+        return {(queue, kind): n * scale for queue, kind, n in rows}
+
+    purge_batch = 1_000  # rows per write transaction; the write lock is free between them
+
     def purge(self, queues: Sequence[str]) -> int:
+        """Delete in batches of :attr:`purge_batch`, each its own write transaction, with a
+        pause as long as the batch took before the next: a million-task purge never holds
+        SQLite's write lock for long, so workers and senders go on meanwhile."""
         names = self._queue_list(queues)
-        with self._write() as conn:
-            return conn.execute(SQL["job_purge"], {"queues": names}).rowcount
+        deleted = 0
+        while True:
+            start = time.monotonic()
+            with self._write() as conn:
+                batch = conn.execute(SQL["job_purge"], {"queues": names, "limit": self.purge_batch}).rowcount
+            deleted += batch
+            if batch < self.purge_batch:
+                return deleted
+            time.sleep(min(0.05, time.monotonic() - start))

@@ -369,49 +369,21 @@ DELETE FROM {schema}.potatoq_jobs WHERE id = %(id)s AND state <> 2
 RETURNING 1;
 
 -- name: jobs_purge
--- Through the ready index and the scheduled-by-queue index: other queues' rows are never read.
+-- At most %(batch)s waiting tasks of :queues per call (the caller loops, one transaction per
+-- batch, so locks and WAL stay small and workers go on between batches). The seqs come from
+-- the ready, parked and scheduled-by-queue indexes, then each row is deleted by primary key
+-- probe (id): other queues' rows are never read.
 DELETE FROM {schema}.potatoq_jobs
-WHERE (state = 1 AND parked IS NULL AND queue = ANY (%(queues)s::text[]))
-   OR (state = 1 AND parked AND queue = ANY (%(queues)s::text[]))  -- behind a full limit
-   OR (state = 0 AND queue = ANY (%(queues)s::text[]));
-
--- name: queue_stats_no_seqscan
--- Run before queue_stats in its transaction. Counting a queue that holds most of the table,
--- the planner may prefer a sequential scan of the heap (payloads and all) to the partial
--- index, notably while the visibility map lags; the index is never the slower choice here.
-SET LOCAL enable_seqscan = off;
-
--- name: queue_stats
--- Exact counts without reading the table: waiting and delayed are index-only counts of the
--- partial ready and scheduled-by-queue indexes (the jobs table's aggressive autovacuum keeps
--- its visibility map current), running reads the small running index. oldest_waiting_age is
--- the age of the task at the head of each queue (one index probe per queue): the oldest
--- waiting task unless a newer one has a higher priority.
-WITH counts AS MATERIALIZED (
-    SELECT queue, count(*) AS waiting, 0::bigint AS delayed, 0::bigint AS running
-    FROM {schema}.potatoq_jobs WHERE state = 1 AND parked IS NULL GROUP BY queue
-    UNION ALL
-    -- tasks parked behind a full concurrency limit wait too (their own index)
-    SELECT queue, count(*), 0, 0 FROM {schema}.potatoq_jobs WHERE state = 1 AND parked GROUP BY queue
-    UNION ALL
-    SELECT queue, 0, count(*), 0 FROM {schema}.potatoq_jobs WHERE state = 0 GROUP BY queue
-    UNION ALL
-    SELECT queue, 0, 0, count(*) FROM {schema}.potatoq_jobs WHERE state = 2 GROUP BY queue
-), queues AS (
-    SELECT queue, sum(waiting)::bigint AS waiting, sum(delayed)::bigint AS delayed,
-           sum(running)::bigint AS running
-    FROM counts GROUP BY queue
-)
-SELECT q.queue, q.waiting, q.delayed, q.running,
-       extract(epoch FROM now() - head.run_at)::float8 AS oldest_waiting_age
-FROM queues AS q
-LEFT JOIN LATERAL (
-    SELECT run_at FROM {schema}.potatoq_jobs
-    WHERE state = 1 AND parked IS NULL AND queue = q.queue
-    ORDER BY priority DESC, seq
-    LIMIT 1
-) AS head ON true
-ORDER BY q.queue;
+WHERE id IN (SELECT id FROM (
+                 SELECT id FROM {schema}.potatoq_jobs
+                 WHERE state = 1 AND parked IS NULL AND queue = ANY (%(queues)s::text[])
+                 UNION ALL
+                 SELECT id FROM {schema}.potatoq_jobs  -- behind a full limit
+                 WHERE state = 1 AND parked AND queue = ANY (%(queues)s::text[])
+                 UNION ALL
+                 SELECT id FROM {schema}.potatoq_jobs
+                 WHERE state = 0 AND queue = ANY (%(queues)s::text[])) AS w
+             LIMIT %(batch)s);
 
 -- name: unique_holders
 -- After job_enqueue: the tasks holding :keys (unique messages it didn't insert), and which

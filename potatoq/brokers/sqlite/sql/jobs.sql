@@ -86,48 +86,21 @@ WHERE id = :id AND token = :token AND state = 2;
 DELETE FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
 
 -- name: job_purge
--- Through the ready and scheduled indexes (both lead with queue): other queues' rows are
--- never read.
+-- At most :limit waiting rows of :queues per call (the caller loops, one write transaction
+-- per batch), through the ready, parked and scheduled indexes (all lead with queue): other
+-- queues' rows are never read.
 -- (CROSS JOIN: an index probe per queue name, as in job_peek).
 DELETE FROM potatoq_jobs
-WHERE seq IN (SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
+WHERE seq IN (SELECT seq FROM (
+              SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
               WHERE j.queue = q.value AND j.state = 1 AND j.parked IS NULL
               UNION ALL
               SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
               WHERE j.queue = q.value AND j.state = 1 AND j.parked = 1
               UNION ALL
               SELECT j.seq FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
-              WHERE j.queue = q.value AND j.state = 0);
-
--- name: job_stats
--- Exact counts without reading the table: index-only counts of the partial ready and
--- scheduled indexes, and the small running index. A due scheduled task counts as waiting
--- (the next claim promotes it). The oldest waiting time is the earlier of the task at the
--- head of each queue (one index probe) and the longest-due scheduled task: the oldest
--- waiting task unless a newer one has a higher priority.
-WITH counts AS (
-    SELECT queue, count(*) AS waiting, 0 AS delayed, 0 AS running, NULL AS oldest
-    FROM potatoq_jobs WHERE state = 1 AND parked IS NULL GROUP BY queue
-    UNION ALL
-    -- tasks parked behind a full concurrency limit wait too (their own index)
-    SELECT queue, count(*), 0, 0, NULL FROM potatoq_jobs WHERE state = 1 AND parked = 1 GROUP BY queue
-    UNION ALL
-    SELECT queue, sum(run_at <= :now), sum(run_at > :now), 0,
-           min(CASE WHEN run_at <= :now THEN run_at END)
-    FROM potatoq_jobs WHERE state = 0 GROUP BY queue
-    UNION ALL
-    SELECT queue, 0, 0, count(*), NULL FROM potatoq_jobs WHERE state = 2 GROUP BY queue
-), queues AS (
-    SELECT queue, sum(waiting) AS waiting, sum(delayed) AS delayed, sum(running) AS running,
-           min(oldest) AS oldest
-    FROM counts GROUP BY queue
-)
-SELECT queue, waiting, delayed, running, min(coalesce(oldest, head), coalesce(head, oldest))
-FROM (SELECT q.*, (SELECT run_at FROM potatoq_jobs
-                   WHERE state = 1 AND parked IS NULL AND queue = q.queue
-                   ORDER BY priority DESC, seq LIMIT 1) AS head
-      FROM queues AS q)
-ORDER BY queue;
+              WHERE j.queue = q.value AND j.state = 0)
+              LIMIT :limit);
 
 -- name: job_held_by
 -- The claims of one holder (a worker child), read by its supervisor after the child died:
