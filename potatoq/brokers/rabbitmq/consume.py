@@ -555,6 +555,34 @@ class Intake:
         self.link.call_later(max(0.0, seconds), back)
         yield from ()
 
+    def holding(self) -> bool:
+        """Any thread: whether deliveries wait here for their rate token (``hold_op``)."""
+        return bool(self._held)
+
+    def beside_held_op(self, queues: Sequence[str]) -> Op[Pending | None]:
+        """A claim while deliveries waiting for their rate token (``hold_op``) fill the
+        consumers' prefetch, so nothing more is pushed: one ``basic.get`` (which no prefetch
+        limits) when fewer deliveries than the prefetch are running, so the thread runs
+        another task meanwhile instead of idling until the token is due. Holds follow a
+        rate's tokens, so this takes at most one more delivery per hold. None when nothing
+        is ready or every slot runs a task."""
+        if not self._held or self._draining:
+            return None
+        if len(self._handed) - len(self._held) >= self.link.prefetch:
+            return None
+        for queue in queues:
+            yield from self.session.ensure(queue)
+        pending = self._pop_buffered(queues)
+        if pending is None:
+            try:
+                pending = yield from self._get_first(self._order(queues))
+            except ChannelLost:  # as in claim_op: what the channel held is back in its queue
+                self.session.declared.clear()
+                return None
+        if pending is None:
+            return None
+        return self._hand_out(pending)
+
     def hand_back_stale(self) -> None:
         """I/O thread, at every tick: with a prefetch above 1, a delivery that has waited
         here ``hold`` seconds while no thread of this process was free (they all run tasks,

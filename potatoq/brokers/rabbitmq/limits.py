@@ -61,6 +61,15 @@ H_RATE_TOKEN = "x-potatoq-rate-token"
 #: Seconds a task waiting for a rate token stays parked at most before it looks again, so
 #: that a rate set at run time reaches tasks already waiting (see ``rate_set.lua``).
 RATE_RECHECK = 10.0
+#: Seconds ahead a claim reserves a rate token, to wait for it in the process (less than the
+#: cascade's one-second step); a task whose token is further off reserves nothing and is
+#: parked: it would come back at the tail of its queue, maybe late behind a backlog, and a
+#: token spent late would start in a burst with the current ones.
+RESERVE_AHEAD = 1.0
+#: Seconds late a reserved token may still be spent (at least: half the burst's tolerance
+#: when larger, see ``rate_take.lua``); later, its process stalled and the task takes a
+#: fresh token, so that the tokens of a stall don't all start at once when it ends.
+STALE_AFTER = 0.025
 #: How long (ms) past its return a parked task is still listed as waiting, should it never
 #: come back (purged, or its queue deleted).
 _LISTED_MS = 30_000
@@ -195,12 +204,19 @@ class RabbitMQLimits(Broker):
         if rate is not None:
             key, per_second, burst = rate
             due, gen = ("", "") if token is None else (token[1], token[2])
+            horizon, longest = int(RESERVE_AHEAD * 1000), int(RATE_RECHECK * 1000)
             args = [key, repr(1000.0 / per_second), burst, delivery.id, _LISTED_MS, due, gen]
+            args += [horizon, longest, int(STALE_AFTER * 1000)]
             reply = store.run("rate_take", args)
             if int(reply[0]) > 0:
                 if slot is not None:
                     store.run("slot_release", [slot[0], delivery.token])
                 wait = min(float(reply[0]) / 1000.0, RATE_RECHECK)
+                if int(reply[1]) == 0:
+                    # Nothing reserved: parked until about its place in the key's line, in
+                    # whole seconds rounded down (early, it keeps its place and holds the
+                    # token once due within RESERVE_AHEAD; late, the token may pass unused).
+                    return float(max(1, int(wait))), None
                 return wait, [key, int(reply[1]), int(reply[2])]
         if slot is not None:
             self._lease_book(store).add(delivery.token, slot[0])
