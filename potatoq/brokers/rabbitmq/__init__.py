@@ -42,8 +42,9 @@ backend a limited or unique task is refused at send. A claim takes the delivery'
 holder with a lease its process renews; a killed process's slot expires) and rate token;
 a task over its limit is *parked*: published again (confirmed) into the delay cascade,
 then acked, so it is no delivery and holds no worker thread, at the cost of one publish
-per parked try, in whole seconds (1 s for a slot; a rate token is reserved and waited for
-up to its due time, the last fraction of a second held unacked in the process). The slot
+per parked try, in whole seconds (1 s for a slot; for a rate, about when its place in the
+key's line of waiters comes). A rate token due within a second is reserved and waited for
+in the process, held unacked while the process runs other tasks beside it. The slot
 goes back and the unique key is released after the settle's ack; a unique key is taken
 before the publish, and a task RabbitMQ dead-letters by itself frees it by its TTL.
 

@@ -18,7 +18,10 @@ for one process.
   the consumers instead and returns None (the caller waits for the push): a ``basic.get`` on
   top would hold one more than the prefetch. While consumers run for the queues asked, a
   claim takes only what was pushed (a ``basic.get`` would race the push, whose message would
-  then wait here while the task runs); ``wait`` returns on the next push.
+  then wait here while the task runs); ``wait`` returns on the next push. The exception:
+  deliveries held for their rate token (``hold_op``) fill the prefetch without running, so
+  while fewer than the prefetch run, a claim takes one more with ``basic.get``
+  (``beside_held_op``) rather than idle until the token is due.
 * Nothing waits in a local buffer beyond the prefetch: the held deliveries (running and,
   with a multiplier above 1, prefetched) fill their consumer's prefetch, so that consumer
   gets nothing more until an ack. When another consumer (another band or -Q queue) pushes

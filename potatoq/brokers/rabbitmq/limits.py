@@ -14,13 +14,20 @@ A claim of a delivery that carries a limit (``cl``/``rl`` headers, see
   delivery and holds no worker thread, but each parked try costs one publish, and the
   cascade's resolution is whole seconds.
 * **rate**: GCRA on the key's theoretical arrival time, by the Redis server's clock. With
-  no token now, the next one is *reserved* for the task (the key's time moves on, as if
-  taken) and the task is parked until it is due, in whole seconds rounded down and at
-  most :data:`RATE_RECHECK` at a time (a rate set at run time starts a new generation, and
-  a task coming back with a token of an older one takes a fresh one); it carries
-  :data:`H_RATE_TOKEN`. A token due within the second is waited for in this process
-  (``Intake.hold_op``: the delivery stays unacked, no thread is taken), so starts follow
-  the rate rather than the cascade's one-second steps. Each parked try is one publish.
+  no token now, a claim *reserves* the next one for the task only when it is due within
+  :data:`RESERVE_AHEAD` (the key's time moves on, as if taken); the task then carries
+  :data:`H_RATE_TOKEN` and is waited for in this process (``Intake.hold_op``: the delivery
+  stays unacked, no thread is taken, and the claim takes another delivery beside it with
+  ``basic.get``, so the process keeps running tasks meanwhile). A token further off is not
+  reserved: the task is parked and takes a place in the key's *line* of waiters (one token
+  apart, after the last), coming back about when its place is due, in whole seconds rounded
+  down and at most :data:`RATE_RECHECK` at a time (back early it keeps its place). Why not
+  reserve further: a parked task comes back at the tail of its queue, possibly behind a
+  backlog, and a token spent late starts in a burst with the current ones (every 1 s window
+  must hold at most rate + burst starts). For the same reason a held token spent more than
+  a burst's worth of tokens after its time (the process stalled) is given up for a fresh
+  one. A rate set at run time starts a new generation, and a task coming back with a
+  token of an older one takes a fresh one. Each parked try is one publish.
 """
 
 from __future__ import annotations
