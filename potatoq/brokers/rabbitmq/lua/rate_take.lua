@@ -12,11 +12,12 @@
 -- told when to look again: its place in the key's line of waiters.
 -- ARGV: prefix, key, ms per token carried, burst carried, task id, ms listed as waiting
 -- beyond its token time, reserved due ms or '', its generation or '', horizon ms, longest
--- wait ms before looking again, least lateness ms after which a reserved token is stale.
+-- wait ms before looking again, least lateness ms after which a reserved token is stale,
+-- looks a second the key's waiting tasks take at most in all.
 local p, key, task, listed = ARGV[1], ARGV[2], ARGV[5], tonumber(ARGV[6])
 local step, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
 local horizon, longest = tonumber(ARGV[9] or '1000'), tonumber(ARGV[10] or '10000')
-local slack = tonumber(ARGV[11] or '25')
+local slack, looks = tonumber(ARGV[11] or '25'), tonumber(ARGV[12] or '10')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = p .. 'rl:wait:' .. key
@@ -67,7 +68,10 @@ if due - now >= horizon then
     back = place - now
     redis.call('ZADD', wait, place + listed, task)
   end
-  return {math.min(back, longest), 0, gen}
+  -- Cut at ``longest`` so that a rate set at run time reaches it, or, with many waiting,
+  -- at their number over ``looks``: each look is a publish, and a long line of tasks
+  -- looking every few seconds would cost the other tasks in the queue their throughput.
+  return {math.min(back, math.max(longest, redis.call('ZCARD', wait) * 1000 / looks)), 0, gen}
 end
 redis.call('SET', tatkey, string.format('%.3f', tat + step), 'PX', math.ceil(tat + step - now) + 60000)
 return answer(due)
