@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-limits bench-footprint reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-limits bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -135,6 +135,12 @@ bench-limits: $(STAMP)
 # CI. E.g. FOOTPRINT_ARGS="--brokers sqlite,redis,postgres --busy-writer --seconds 30".
 bench-footprint: $(STAMP)
 	$(PY) -m benchmarks.footprint $(FOOTPRINT_ARGS)
+
+# Task history at 10 million records (issue 31): SQLite and PostgreSQL filled by bulk SQL,
+# Redis by pipelined stream adds; page, filter and dashboard timings (docs/benchmarks.md,
+# "History at 10 million records"). Not in CI: minutes, and ~6 GB of disk per SQL broker.
+bench-history-scale: $(STAMP)
+	$(PY) -m benchmarks.history_scale $(HISTORY_SCALE_ARGS)
 
 # The fault-injection suite at full size (a 2,000-task kill storm per broker, broker restarts,
 # fencing, bad input, SQLite faults): rewrites docs/reliability-figures.md. Needs root (a

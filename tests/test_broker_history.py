@@ -7,6 +7,7 @@ task leaves one record; ``Broker.history`` filters them and pages with a keyset 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import time
 import uuid
 
@@ -236,3 +237,101 @@ def test_a_task_recovery_dead_letters_is_recorded(make_broker: BrokerMaker) -> N
         time.sleep(0.05)
     [record] = records(broker, task_id=sent.id)
     assert (record.state, record.name, record.exc_type) == (DEAD, TASK, "WorkerLostError")
+
+
+def test_a_rare_filter_reads_a_bounded_window_per_page_and_the_cursor_reads_on(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter no index serves (exception text) reads at most the broker's scan budget per
+    call: a short page with a cursor, and the cursors reach the one old match."""
+    from potatoq.brokers import history_sql
+    from potatoq.brokers.redis import history as redis_history
+
+    monkeypatch.setattr(history_sql, "SCAN_MAX", 4)
+    monkeypatch.setattr(redis_history, "SCAN_MAX", 4)
+    now = time.time()
+
+    def record(i: int, message: str | None = None) -> HistoryRecord:
+        return HistoryRecord(
+            task_id=f"t{i}", name=TASK, queue="default", state=FAILURE if message else SUCCESS,
+            finished_at=now - 100 + i, exc_type="OSError" if message else None, exc_message=message,
+        )  # fmt: skip
+
+    broker.append_history([record(0, "disk quota exceeded")] + [record(i) for i in range(1, 12)])
+    pages, cursor = [], None
+    while True:
+        page = broker.history(HistoryQuery(text="QUOTA", cursor=cursor, limit=2))
+        pages.append([r.task_id for r in page.records])
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert [t for p in pages for t in p] == ["t0"]
+    if type(broker).__name__ in ("SQLiteBroker", "PostgresBroker", "RedisBroker"):
+        assert pages[0] == [] and len(pages) >= 3  # 12 records, 4 read per call
+
+
+def test_a_time_range_pages_newest_first_through_equal_finish_times(broker: Broker) -> None:
+    now = time.time()
+    times = [now - 50, now - 40, now - 30, now - 30, now - 30, now - 20, now - 10]  # a tie of three
+    broker.append_history(
+        [
+            HistoryRecord(task_id=f"t{i}", name=TASK, queue="default", state=SUCCESS, finished_at=t)
+            for i, t in enumerate(times)
+        ]
+    )
+    for query in (
+        HistoryQuery(since=now - 45, limit=2),
+        HistoryQuery(since=now - 45, until=now - 15, limit=1),
+    ):
+        seen, cursor = [], None
+        while True:
+            page = broker.history(dataclasses.replace(query, cursor=cursor))
+            seen += [r.task_id for r in page.records]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        expected = (
+            ["t6", "t5", "t4", "t3", "t2", "t1"] if query.until is None else ["t5", "t4", "t3", "t2", "t1"]
+        )
+        assert seen == expected
+
+
+def test_chart_buckets_match_the_series_made_from_the_records(broker: Broker) -> None:
+    """The dashboard's charts: a broker that aggregates in its database gives what reading
+    every record gives (counts by state, nearest-rank p50 / p95 of latency and runtime)."""
+    from potatoq.dashboard import history as dash
+
+    now = time.time()
+    records = [
+        HistoryRecord(
+            task_id=f"t{i}", name=TASK if i % 3 else "tests.other", queue="default",
+            state=(SUCCESS, FAILURE, RETRY, DEAD, REVOKED)[i % 5], finished_at=now - 590 + i * 7,
+            started_at=None if i % 11 == 0 else now - 591 + i * 7, enqueued_at=now - 600 + i * 7 - i % 4,
+            due_at=now - 598 + i * 7 if i % 6 == 0 else None, runtime=0.01 * (i % 13),
+        )
+        for i in range(80)
+    ]  # fmt: skip
+    broker.append_history(records)
+    if type(broker).__name__ in ("SQLiteBroker", "PostgresBroker"):
+        assert broker.history_buckets(now - 600, 60, 10) is not None  # aggregated in SQL
+    for name in (None, TASK):
+        fast = dash.series(broker, now, span=600, step=60, name=name)
+        slow = dash.series_of_records(broker, fast.start, 60, 10, name)
+        assert dataclasses.replace(fast, capped=False) == dataclasses.replace(slow, capped=False)
+        assert sum(fast.finished) + sum(fast.failed) > 0
+
+
+def test_a_record_past_max_age_is_hidden_before_the_trim_drops_it(make_broker: BrokerMaker) -> None:
+    broker = make_broker(history=HistorySettings(max_age=3600, trim_every=10_000))  # no trim yet
+    now = time.time()
+    broker.append_history(
+        [
+            HistoryRecord(task_id=task_id, name=TASK, queue="default", state=SUCCESS, finished_at=at)
+            for task_id, at in (("old", now - 7200), ("new", now - 60))
+        ]
+    )
+    assert [r.task_id for r in records(broker)] == ["new"]
+    assert [r.task_id for r in records(broker, name=TASK, limit=1)] == ["new"]
+    page = broker.history(HistoryQuery(limit=1))
+    assert page.records[0].task_id == "new"
+    assert page.next_cursor is None or broker.history(HistoryQuery(cursor=page.next_cursor)).records == []

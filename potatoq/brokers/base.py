@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ..exceptions import InvalidName, OperationalError
 from ..message import Message
-from .history import HistoryPage, HistoryQuery, HistoryRecord, HistorySettings
+from .history import HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, HistorySettings
 from .limits import LimitUsage, RateUsage
 from .records import (
     Capabilities,
@@ -77,6 +77,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetterRecord",
     "Delivery",
+    "HistoryBucket",
     "HistoryPage",
     "HistoryQuery",
     "HistoryRecord",
@@ -546,6 +547,14 @@ class Broker(abc.ABC):
 
         Read-only. With ``config.history.enabled`` False nothing is recorded (older records
         stay readable until retention drops them)."""
+
+    def history_buckets(
+        self, start: float, step: float, buckets: int, name: str | None = None
+    ) -> dict[int, HistoryBucket] | None:
+        """Aggregates of the records that finished in each of ``buckets`` steps of ``step``
+        seconds from ``start`` (of task ``name``), by bucket number (empty ones left out),
+        computed where the records are; None: this broker can't, read the records."""
+        return None
 
     @abc.abstractmethod
     def append_history(self, records: Sequence[HistoryRecord]) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "DEAD",
     "HISTORY_STATES",
     "TRIM_EVERY",
+    "HistoryBucket",
     "HistoryPage",
     "HistoryQuery",
     "HistoryRecord",
@@ -204,6 +205,21 @@ class HistoryQuery:
 class HistoryPage:
     records: list[HistoryRecord]
     next_cursor: str | None  # None: this was the last page
+
+
+@dataclasses.dataclass
+class HistoryBucket:
+    """What finished in one time bucket (the dashboard's charts): the records, those that
+    finished (SUCCESS, REVOKED) and failed (FAILURE, DEAD), and nearest-rank p50 / p95 of
+    latency and runtime (None: no sample)."""
+
+    records: int = 0
+    finished: int = 0
+    failed: int = 0
+    latency_p50: float | None = None
+    latency_p95: float | None = None
+    runtime_p50: float | None = None
+    runtime_p95: float | None = None
 
 
 def matches(record: HistoryRecord, query: HistoryQuery) -> bool:

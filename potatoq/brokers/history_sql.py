@@ -1,21 +1,69 @@
-"""What the SQLite and PostgreSQL brokers share about task history: query parameters and rows.
+"""What the SQLite and PostgreSQL brokers share about task history: query parameters, the
+shape of a page's statement, and rows.
 
 Both keep the same columns (``potatoq_history``) and page on the ``seq`` column; the SQL
 itself lives in each broker's ``sql/history.sql``.
+
+A page's statement holds only the filters the query sets (a ``:name IS NULL OR`` clause
+keeps the planner off the indexes), in two roles:
+
+* the *window*: the index range a page walks, newest first, from just after its cursor.
+  With a time range (and no task id): the ``finished_at`` index, and the page is in finish
+  time order (the cursor is ``<finished_at>/<seq>``). Else by ``seq`` (the cursor is a seq)
+  on the index of the first of task id, a state but SUCCESS, name, queue and SUCCESS that
+  is set (:func:`drivers`), or the table;
+* the *checks*: every other filter (a second equality filter, exception text, a time range
+  beside a task id), tested on each row of the window. A page with checks reads at most
+  ``SCAN_MAX`` window rows (down to the ``floor``: the window's ``SCAN_MAX``-th row): when
+  they hold fewer matches than asked, the page comes back short with the floor as its
+  cursor, and the next page reads on from there. Redis reads its stream the same way.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import operator
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .history import HistoryPage, HistoryQuery, HistoryRecord
+from .history import HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord
 
-__all__ = ["COLUMNS", "CURSOR_START", "column_values", "page_from_rows", "query_params", "row_values"]
+__all__ = [
+    "COLUMNS",
+    "CURSOR_START",
+    "SCAN_MAX",
+    "Shape",
+    "buckets_from_rows",
+    "buckets_params",
+    "column_values",
+    "compose",
+    "drop_expired",
+    "page_from_rows",
+    "query_params",
+    "row_values",
+]
 
 #: Larger than any seq: the first page starts "before" it.
 CURSOR_START = 2**62
+
+SCAN_MAX = 20_000  # window rows one page with checks reads at most (as Redis)
+TIME_TOP = 1e300  # later than any finish time: a time-ordered first page starts before it
+
+#: The equality filters that can drive a page (their ``(x, seq)`` index).
+DRIVERS = ("task_id", "name", "queue", "state")
+
+
+def drivers(query: HistoryQuery) -> tuple[str, ...]:
+    """The filters that may drive ``query``'s window, the likely rarest first: a task id; a
+    state other than SUCCESS (failures, retries, dead letters and revokes are the exception
+    in a working deployment, and "failures of this task" the common search); a name; a
+    queue; then SUCCESS."""
+    if query.state is not None and query.state != "SUCCESS":
+        return ("task_id", "state", "name", "queue")
+    return DRIVERS
+
 
 COLUMNS = (
     "task_id", "name", "queue", "state", "finished_at", "started_at", "enqueued_at", "due_at",
@@ -27,6 +75,66 @@ COLUMNS = (
 row_values: Any = operator.attrgetter(*COLUMNS)
 
 
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """Which statements and filter lines a page runs (see the module's docstring)."""
+
+    by_time: bool  # the window is a time range on the finished_at index
+    driver: str | None  # else the equality filter whose (x, seq) index the window walks
+    window: frozenset[str]  # filters of the window: the driver, or "since" and "until"
+    checks: frozenset[str]  # filters tested on each row of the window
+
+    @classmethod
+    def of(cls, query: HistoryQuery) -> Shape:
+        given = {f for f in (*DRIVERS, "since", "until", "text") if getattr(query, f) is not None}
+        by_time = bool(given & {"since", "until"}) and query.task_id is None
+        driver = None if by_time else next((f for f in drivers(query) if f in given), None)
+        # a time window's until is its upper bound, time_top (see query_params)
+        window = frozenset(given & {"since", "until"}) if by_time else frozenset(given & {driver})
+        return cls(by_time, driver, window, frozenset(given - window))
+
+    @property
+    def capped(self) -> bool:
+        return bool(self.checks)
+
+
+_MARKED = re.compile(r"^(?P<sql>.*?)\s*--\s*(?P<role>window|check):\s*(?P<filter>\w+)\s*$")
+
+
+def filter_lines(block: str) -> dict[tuple[str, str], str]:
+    """The marked lines of a ``history_filters`` block: ``{(role, filter): sql}``."""
+    found = {}
+    for line in block.splitlines():
+        match = _MARKED.match(line)
+        if match:
+            found[match["role"], match["filter"]] = match["sql"].strip()
+    return found
+
+
+def compose(statements: Mapping[str, str], shape: Shape) -> tuple[str, str]:
+    """The page and floor statements for ``shape``, from the broker's ``history_page``,
+    ``history_floor`` (their ``_by_time`` variants when ``shape.by_time``) and
+    ``history_filters``: their ``/*window*/``, ``/*floor*/`` and ``/*checks*/`` comments
+    replaced by the lines ``shape`` takes."""
+    suffix = "_by_time" if shape.by_time else ""
+    filters = filter_lines(statements["history_filters"])
+    window = "\n  ".join(filters["window", f] for f in sorted(shape.window) if f != "until")
+    floor = statements["history_floor" + suffix].replace("/*window*/", window)
+    inner = floor.rstrip().rstrip(";")
+    if not shape.capped:
+        bound = ""
+    elif shape.by_time:
+        bound = (
+            f"AND (finished_at, seq) >= (coalesce((SELECT finished_at FROM ({inner}) f), -1),"
+            f" coalesce((SELECT seq FROM ({inner}) f), -1))"
+        )
+    else:
+        bound = f"AND seq >= coalesce(({inner}), -1)"
+    checks = "\n  ".join(filters["check", f] for f in sorted(shape.checks))
+    page = statements["history_page" + suffix]
+    return page.replace("/*window*/", window).replace("/*floor*/", bound).replace("/*checks*/", checks), floor
+
+
 def column_values(records: Sequence[HistoryRecord]) -> dict[str, list[Any]]:
     """``records`` column by column (parameters of an insert from parallel arrays)."""
     return dict(
@@ -35,16 +143,23 @@ def column_values(records: Sequence[HistoryRecord]) -> dict[str, list[Any]]:
 
 
 def query_params(query: HistoryQuery) -> dict[str, Any]:
-    """``query`` as the parameters of the ``history_page`` statement."""
-    if query.cursor is None:
-        cursor = CURSOR_START
-    else:
+    """``query`` as the parameters of its page and floor statements."""
+    by_time = Shape.of(query).by_time
+    cursor, after_time = CURSOR_START, TIME_TOP
+    if query.cursor is not None:
         try:
-            cursor = int(query.cursor)
+            if by_time:
+                when, _, seq = query.cursor.partition("/")
+                after_time, cursor = float(when), int(seq)
+            else:
+                cursor = int(query.cursor)
         except ValueError:
             raise ValueError(f"history cursor {query.cursor!r} is not one this broker issued") from None
+    until = TIME_TOP if query.until is None else math.nextafter(query.until, -math.inf)
     return {
         "cursor": cursor,
+        "after_time": after_time,
+        "time_top": min(after_time, until),  # the one upper bound of a time window
         "name": query.name,
         "state": query.state,
         "queue": query.queue,
@@ -53,14 +168,52 @@ def query_params(query: HistoryQuery) -> dict[str, Any]:
         "until": query.until,
         "text": query.text.lower() if query.text else None,
         "limit": query.limit + 1,
+        "scan_last": SCAN_MAX - 1,
     }
 
 
-def page_from_rows(rows: Sequence[Sequence[Any]], query: HistoryQuery) -> HistoryPage:
-    """Rows of ``seq, <columns>`` (``limit + 1`` at most) as a page."""
+def _cursor(seq: int, finished_at: float, by_time: bool) -> str:
+    return f"{finished_at!r}/{seq}" if by_time else str(seq)
+
+
+def page_from_rows(
+    rows: Sequence[Sequence[Any]], query: HistoryQuery, floor: Sequence[Any] | None = None
+) -> HistoryPage:
+    """Rows of ``seq, <columns>`` (``limit + 1`` at most) as a page; ``floor``: the floor
+    statement's row (``seq`` or ``finished_at, seq``) when the page had checks and came back
+    short: the cursor to read on from (None: the window ended)."""
+    by_time = Shape.of(query).by_time
     records = [
-        HistoryRecord(**dict(zip(COLUMNS, row[1:], strict=True)), cursor=str(row[0]))
+        HistoryRecord(**dict(zip(COLUMNS, row[1:], strict=True)), cursor=_cursor(row[0], row[5], by_time))
         for row in rows[: query.limit]
     ]
-    more = len(rows) > query.limit
-    return HistoryPage(records, records[-1].cursor if more and records else None)
+    if len(rows) > query.limit and records:
+        return HistoryPage(records, records[-1].cursor)
+    if floor is None:
+        return HistoryPage(records, None)
+    return HistoryPage(records, f"{floor[0]!r}/{floor[1]}" if by_time else str(floor[0]))
+
+
+def buckets_params(start: float, step: float, buckets: int, name: str | None) -> dict[str, Any]:
+    """The parameters of the ``history_buckets`` statement."""
+    return {"start": start, "step": step, "end": start + buckets * step, "name": name}
+
+
+def buckets_from_rows(rows: Sequence[Sequence[Any]], buckets: int) -> dict[int, HistoryBucket]:
+    """``history_buckets`` rows (bucket, records, finished, failed, latency p50, p95,
+    runtime p50, p95) as buckets by number."""
+    found: dict[int, HistoryBucket] = {}
+    for index, records, finished, failed, lat50, lat95, run50, run95 in rows:
+        if 0 <= index < buckets:  # (a float at the window's very end may round out)
+            found[int(index)] = HistoryBucket(
+                int(records), int(finished or 0), int(failed or 0), lat50, lat95, run50, run95
+            )
+    return found
+
+
+def drop_expired(page: HistoryPage, cutoff: float) -> HistoryPage:
+    """``page`` without the records that finished before ``cutoff`` (``max_age`` ago): the
+    retention trim runs about once per 200 records written, and until it does they stay in
+    the table. Such rows are the oldest, so a page that met one is the last."""
+    kept = [r for r in page.records if r.finished_at >= cutoff]
+    return page if len(kept) == len(page.records) else HistoryPage(kept, None)

@@ -1,10 +1,11 @@
 """The history pages' data: filters from a query string, rows, and chart series.
 
-Everything is read through :meth:`Broker.history` (so it survives dashboard restarts and
-works on every broker). Series are computed here, on the server, per minute over a window:
+Everything is read through :meth:`Broker.history` and :meth:`Broker.history_buckets` (so it
+survives dashboard restarts and works on every broker). Series are per minute over a window:
 tasks finished, enqueue-to-start latency and runtime percentiles (p50, p95), overall or
-for one task name; the page draws them as inline SVG and ``/history/series.json`` serves
-them to scripts.
+for one task name, aggregated by the database where it can (SQLite, PostgreSQL), else
+here; the page draws them as inline SVG and ``/history/series.json`` serves them to
+scripts.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..brokers.base import Broker, HistoryPage, HistoryQuery, HistoryRecord
+from ..brokers.base import Broker, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord
 from ..brokers.history import HISTORY_STATES
 from .redact import REDACTED
 
@@ -128,6 +129,28 @@ def series(
     """Throughput, latency and runtime percentiles per ``step`` over the last ``span`` seconds."""
     buckets = max(1, int(span // step))
     start = now - buckets * step
+    aggregated = broker.history_buckets(start, step, buckets, name)
+    if aggregated is not None:  # computed by the database, over every record of the window
+        empty = HistoryBucket()
+        rows = [aggregated.get(i, empty) for i in range(buckets)]
+        return Series(
+            start=start,
+            step=step,
+            finished=[b.finished for b in rows],
+            failed=[b.failed for b in rows],
+            latency_p50=[b.latency_p50 for b in rows],
+            latency_p95=[b.latency_p95 for b in rows],
+            runtime_p50=[b.runtime_p50 for b in rows],
+            runtime_p95=[b.runtime_p95 for b in rows],
+            records=sum(b.records for b in rows),
+            capped=False,
+        )
+    return series_of_records(broker, start, step, buckets, name)
+
+
+def series_of_records(broker: Broker, start: float, step: float, buckets: int, name: str | None) -> Series:
+    """:func:`series` from the records themselves, newest first, ``SERIES_MAX`` at most
+    (brokers that can't aggregate: Redis, RabbitMQ's result stores, memory)."""
     finished = [0] * buckets
     failed = [0] * buckets
     latencies: list[list[float]] = [[] for _ in range(buckets)]

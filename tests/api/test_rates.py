@@ -94,7 +94,9 @@ def test_a_broker_without_rate_limits_refuses_a_rate_limited_task(monkeypatch: p
         app.send_task("proj.x", global_rate_limit="1/s")
 
 
-def test_rabbitmq_without_a_redis_result_backend_refuses_a_rate_limited_task_when_it_is_sent() -> None:
+def test_rabbitmq_without_a_result_backend_refuses_a_rate_limited_task_when_it_is_sent() -> None:
     app = Potatoq("proj", broker="amqp://guest:guest@127.0.0.1:1//")  # refused before connecting
-    with pytest.raises(ImproperlyConfigured, match="limits on RabbitMQ .* must be a Redis URL"):
+    with pytest.raises(
+        ImproperlyConfigured, match="limits on RabbitMQ .* must be a Redis, PostgreSQL or SQLite URL"
+    ):
         app.send_task("proj.x", global_rate_limit="1/s")

@@ -92,7 +92,15 @@ def test_purge_asks_in_the_browser_first(app: Potatoq) -> None:
 def test_no_page_logs_a_console_error_or_csp_violation(app: Potatoq) -> None:
     require_chromium()
     (slashed,) = _dead_letters(app, "user/42/report")
-    pages = ["/", "/workers", "/dead", "/schedules", f"/tasks/{quote(slashed, safe='')}", "/no-such-page"]
+    pages = [
+        "/",
+        "/workers",
+        "/dead",
+        "/schedules",
+        "/history",
+        f"/tasks/{quote(slashed, safe='')}",
+        "/no-such-page",
+    ]
     with serve(create_app(app, sample_every=0)) as url, browser() as chromium:
         page = chromium.new_page()
         console = ConsoleProblems(page)

@@ -87,3 +87,31 @@ def test_redacted_dashboard_hides_previews_and_messages(app: Potatoq, board: Any
     drain(app)
     html = board(redact_args=True).get("/history").text
     assert "on purpose" not in html and "[redacted]" in html and "RuntimeError" in html
+
+
+def test_an_empty_page_with_more_to_read_links_older(app: Potatoq, board: Any, monkeypatch: Any) -> None:
+    """A rare filter reads a bounded number of records per page: a page can come back empty
+    with a cursor, and says so with a link to read on rather than "none match"."""
+    from potatoq.brokers import history_sql
+    from potatoq.brokers.redis import history as redis_history
+
+    monkeypatch.setattr(history_sql, "SCAN_MAX", 2)
+    monkeypatch.setattr(redis_history, "SCAN_MAX", 2)
+    flaky = app.tasks["demo.flaky"].delay("x")
+    drain(app)
+    for i in range(4):
+        app.tasks["demo.add"].delay(i, 1)
+    drain(app)
+    client = board()
+    url: str | None = "/history?text=on+purpose&limit=1"
+    found: list[str] = []
+    pages = 0
+    while url is not None and pages < 20:
+        html = client.get(url).text
+        pages += 1
+        found += _rows(html)
+        if not _rows(html) and 'id="next"' in html:
+            assert "older ones are still to read" in html
+        link = re.search(r'<a id="next" href="([^"]+)"', html)
+        url = link[1].replace("&amp;", "&") if link else None
+    assert found == [flaky.id] and pages > 1

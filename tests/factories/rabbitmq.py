@@ -1,6 +1,7 @@
-"""RabbitMQ 4 in the contract suite: a queue prefix per test, results in a SQLite file
-(or, with ``ctx.overrides["result_backend"] = "redis"``, under a Redis key prefix: what
-concurrency and rate limits and unique tasks need, see :func:`with_redis_backend`).
+"""RabbitMQ 4 in the contract suite: a queue prefix per test, results (and the limit store:
+concurrency slots, rate tokens, unique keys) in a SQLite file; with
+``ctx.overrides["result_backend"]`` set to ``"redis"`` or ``"postgres"``, under a Redis key
+prefix or in a PostgreSQL schema of the test's own instead (see :func:`with_store_backend`).
 
 The shared delay cascade (``potatoq.delay.*``) stays between tests; everything under the
 test's prefix is deleted afterwards.
@@ -9,6 +10,7 @@ test's prefix is deleted afterwards.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import Any
 
@@ -24,21 +26,45 @@ SERVICE = "rabbitmq"
 ORDER = 40
 
 
-def with_redis_backend(maker: Any) -> Any:
-    """``maker`` (a BrokerMaker) set to give RabbitMQ brokers a Redis result backend; other
-    broker kinds are left as they are."""
+#: The result backends that hold RabbitMQ's limit store, as ``result_backend`` overrides.
+STORE_BACKENDS = ("redis", "postgres", "sqlite")
+
+
+def with_store_backend(maker: Any, backend: str) -> Any:
+    """``maker`` (a BrokerMaker) set to give RabbitMQ brokers a ``backend`` result backend
+    (one of :data:`STORE_BACKENDS`); other broker kinds are left as they are."""
     if maker.name == NAME:
-        maker.ctx.overrides["result_backend"] = "redis"
+        maker.ctx.overrides["result_backend"] = backend
     return maker
 
 
-def make_config(ctx: Any) -> BrokerConfig:
-    if ctx.overrides.get("result_backend") == "redis":
+def with_redis_backend(maker: Any) -> Any:
+    """``maker`` set to give RabbitMQ brokers a Redis result backend, unless it was given
+    another already (the contract suite's limit and unique tests run on Redis;
+    tests/brokers/rabbitmq/test_sql_store.py runs them again on PostgreSQL and SQLite)."""
+    if maker.name == NAME:
+        maker.ctx.overrides.setdefault("result_backend", "redis")
+    return maker
+
+
+def backend_config(ctx: Any) -> BrokerConfig:
+    """The result backend's config for ``ctx``: its own key prefix, schema or file."""
+    kind = ctx.overrides.get("result_backend", "sqlite")
+    if kind == "redis":
         from . import redis as redis_factory
 
-        backend = create_broker(redis_factory.make_config(ctx))
-    else:
-        backend = create_broker(BrokerConfig(url=f"sqlite:///{ctx.tmp_path / 'rb.sqlite3'}"))
+        return redis_factory.make_config(ctx)
+    if kind == "postgres":
+        from . import postgres as postgres_factory
+
+        # its own context: the PostgreSQL factory reads overrides as transport options
+        sub = dataclasses.replace(ctx, overrides={}, finalizers=ctx.finalizers)
+        return postgres_factory.make_config(sub)
+    return BrokerConfig(url=f"sqlite:///{ctx.tmp_path / 'rb.sqlite3'}")
+
+
+def make_config(ctx: Any) -> BrokerConfig:
+    backend = create_broker(backend_config(ctx))
     # Made now, in the parent: tests that fork many children at once then never race to
     # create the file and switch it to WAL (SQLite answers "database is locked" to that).
     backend.migrate()

@@ -44,9 +44,15 @@ def sized(quick: int, full: int) -> int:
 def drained(broker: Any, ids: Sequence[str], done: set[str]) -> bool:
     """Whether every task is done: nothing waiting, scheduled or running, or, on a broker
     whose stats can't see scheduled tasks (RabbitMQ parks tasks waiting on a limit in its
-    delay cascade), a ready result for each of ``ids`` (``done`` remembers those seen)."""
-    if broker.capabilities.full_stats:
-        return sum(s.waiting + s.delayed + s.running for s in broker.queue_stats()) == 0
+    delay cascade), a ready result for each of ``ids`` (``done`` remembers those seen). A
+    broker whose settle writes the result after removing the task (``atomic_settle`` off:
+    the Redis Cluster relays it from the queue's outbox) needs both."""
+    caps = broker.capabilities
+    if caps.full_stats:
+        if sum(s.waiting + s.delayed + s.running for s in broker.queue_stats()) != 0:
+            return False
+        if caps.atomic_settle:
+            return True
     for task_id in ids:
         if task_id not in done:
             record = broker.get_result(task_id)
@@ -175,6 +181,10 @@ class FaultEnv:
         capabilities = broker_class(config.url).capabilities
         if config.result_backend is not None:  # a separate result store (RabbitMQ)
             self.conf["result_backend"] = config.result_backend.config.url
+            if config.result_backend.config.transport_options:  # its key prefix or schema
+                self.conf["result_backend_transport_options"] = dict(
+                    config.result_backend.config.transport_options
+                )
         elif capabilities.stores_results and not capabilities.results_by_default:
             self.conf.setdefault("result_backend", "broker")  # results are opt-in on Redis
         self.workers: list[Worker] = []

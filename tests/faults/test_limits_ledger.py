@@ -28,9 +28,20 @@ import pytest
 
 from potatoq.states import SUCCESS
 
-from .harness import FaultEnv, client, drained, report, sized, wait_for
+from .harness import FULL, FaultEnv, client, drained, report, sized, wait_for
 
-LEDGER_BROKERS = ["sqlite", "postgres", "redis", "valkey", "rabbitmq+redis"]
+# RabbitMQ with each result backend that holds its slots (the SQLite one shares the PostgreSQL
+# one's store_sql.py: under POTATOQ_FAULTS_FULL=1 only, to keep the default run short).
+LEDGER_BROKERS = [
+    "sqlite",
+    "postgres",
+    "redis",
+    "valkey",
+    "redis-cluster",
+    "rabbitmq+redis",
+    "rabbitmq+postgres",
+]
+LEDGER_BROKERS += ["rabbitmq+sqlite"] if FULL else []
 KILL_EVERY = 0.3
 LIMITS = {"wide": 3, "acme": 1, "globex": 1}
 

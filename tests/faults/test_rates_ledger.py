@@ -24,7 +24,8 @@ from potatoq.states import SUCCESS
 
 from .harness import FULL, FaultEnv, client, drained, report, sized
 
-LEDGER_BROKERS = ["sqlite", "postgres", "redis", "rabbitmq+redis"] + (["valkey"] if FULL else [])
+LEDGER_BROKERS = ["sqlite", "postgres", "redis", "redis-cluster", "rabbitmq+redis", "rabbitmq+postgres"]
+LEDGER_BROKERS += ["valkey", "rabbitmq+sqlite"] if FULL else []
 WIDE = (50.0, 10) if FULL else (20.0, 5)  # per second, burst
 ACME = (10.0, 2) if FULL else (5.0, 1)
 

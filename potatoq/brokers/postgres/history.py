@@ -12,6 +12,7 @@ task or its result.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +21,29 @@ import psycopg
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_sql import column_values, page_from_rows, query_params
+from ..history_sql import (
+    Shape,
+    buckets_from_rows,
+    buckets_params,
+    column_values,
+    compose,
+    drop_expired,
+    page_from_rows,
+    query_params,
+)
 from . import statements
+
+_BLOCKS = (
+    "history_page",
+    "history_floor",
+    "history_page_by_time",
+    "history_floor_by_time",
+    "history_filters",
+)
+# (schema, shape) -> the page and floor statements: a few dozen shapes per schema
+_SHAPED: dict[tuple[str, Shape], tuple[statements.Statement, statements.Statement]] = {}
 
 
 class PostgresHistory(HeldHistory, Broker):
@@ -78,7 +98,44 @@ class PostgresHistory(HeldHistory, Broker):
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         self._history_flush()  # this thread's own settles are visible to it at once
-        return page_from_rows(self._run("history_page", query_params(query)), query)
+        shape = Shape.of(query)
+        page, floor = self._history_shaped(shape)
+        params = query_params(query)
+        lowest = None
+        # prepare=False: planned each time with the values (a rare name walks its index, a
+        # common one the table); a prepared statement's generic plan takes every name as
+        # common, and a rare one's page would read the whole table
+        with self._connection() as conn:
+            rows = conn.execute(page.query, params, prepare=False).fetchall()
+            if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
+                found = conn.execute(floor.query, params, prepare=False).fetchone()
+                lowest = found
+        return drop_expired(page_from_rows(rows, query, lowest), time.time() - self.config.history.max_age)
+
+    def history_buckets(
+        self, start: float, step: float, buckets: int, name: str | None = None
+    ) -> dict[int, HistoryBucket] | None:
+        self._history_flush()
+        rows = self._run("history_buckets", buckets_params(start, step, buckets, name))
+        return buckets_from_rows(rows, buckets)
+
+    def _history_shaped(self, shape: Shape) -> tuple[statements.Statement, statements.Statement]:
+        """The page and floor statements for ``shape``, rendered for this broker's schema."""
+        stmts = self._statements()
+        key = (stmts.schema, shape)
+        found = _SHAPED.get(key)
+        if found is None:
+            texts = {name: stmts[name].text for name in _BLOCKS}
+            page, floor = compose(texts, shape)
+            found = _SHAPED[key] = (
+                statements.Statement.of("history_page", page),
+                statements.Statement.of("history_floor", floor),
+            )
+        return found
+
+    def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
+        """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""
+        return self._history_shaped(Shape.of(query))[0].text, query_params(query)
 
     def _revoke_recorded(self, task_id: str, now: float) -> bool:
         """``revoke``, leaving a REVOKED record for the waiting task it removed."""

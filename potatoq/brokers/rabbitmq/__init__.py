@@ -36,9 +36,11 @@ ready counts and takes one with ``basic.get``.
 
 Concurrency limits, global rate limits and unique tasks (:mod:`.limits`, :mod:`.unique`,
 state in :mod:`.store`): AMQP queues can't count, search or update what they hold, so the
-slots, token times and unique keys live in the result backend, which must then be a Redis
-broker (one Lua script of ``lua/`` per step, atomic across processes); with another
-backend a limited or unique task is refused at send. A claim takes the delivery's slot (a
+slots, token times and unique keys live in the result backend, a Redis, PostgreSQL or
+SQLite broker, each step atomic across processes (one Lua script of ``lua/`` on Redis; on
+PostgreSQL a short transaction locking the key's row, on SQLite a ``BEGIN IMMEDIATE`` one,
+statements in ``sql/``); without a result backend a limited or unique task is refused at
+send. A claim takes the delivery's slot (a
 holder with a lease its process renews; a killed process's slot expires) and rate token;
 a task over its limit is *parked*: published again (confirmed) into the delay cascade,
 then acked, so it is no delivery and holds no worker thread, at the cost of one publish
@@ -50,7 +52,8 @@ before the publish, and a task RabbitMQ dead-letters by itself frees it by its T
 
 Modules: ``broker`` (the class), ``backed`` (what lives in the result backend), ``admin``
 (dead letters, stats, purges), ``options``, ``limits``, ``unique`` and ``store`` (limits
-and unique keys in the result backend),
+and unique keys in the result backend: ``store_redis``, ``store_sql`` with
+``store_postgres`` and ``store_sqlite``),
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
 declarations and reads), ``readlock`` (one reader at a time of a queue read by consuming
 it), ``io`` (the per-process connection and its I/O thread),

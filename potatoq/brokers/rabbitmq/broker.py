@@ -145,8 +145,9 @@ class RabbitMQBroker(
         recovers_dead_holders=False,  # RabbitMQ requeues when the holder's connection closes
         full_stats=False,  # passive declares count ready messages only
         finds_queued=False,  # a queued message is only seen when it is delivered
-        # Slots, tokens and keys in a Redis result backend (.store); over its limit a task
-        # is parked in the delay cascade (.limits), a duplicate is never published (.unique).
+        # Slots, tokens and keys in the result backend (.store: Redis, PostgreSQL or SQLite);
+        # over its limit a task is parked in the delay cascade (.limits), a duplicate is
+        # never published (.unique).
         concurrency_limits=True,
         rate_limits=True,
         unique_tasks=True,
@@ -447,7 +448,7 @@ class RabbitMQBroker(
             and action == "ack"
             and not intake.draining
             and state.session.declared.issuperset(queues)
-            and state.link.post(intake.ack_resume_op, delivery.token, list(queues))
+            and state.link.post(intake.ack_resume, delivery.token, list(queues))
         ):
             # Nothing to confirm: the ack goes to the I/O thread without waiting for it,
             # and the next delivery is taken here (or pushed, once RabbitMQ has the ack).

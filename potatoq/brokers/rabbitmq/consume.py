@@ -477,10 +477,25 @@ class Intake:
             self._resume(queues)
         return work is not None, None if pending is None else self._hand_out(pending)
 
+    def ack_resume(self, token: str, queues: Sequence[str]) -> None:
+        """I/O thread: :meth:`ack_resume_op` as a plain call when no cancel is unanswered and
+        no drain asked (the ack needs no reply, and RabbitMQ pushes the next task after it)."""
+        if self._cancels_done < self._cancels_sent or self._draining:
+            self.link.spawn(self.ack_resume_op(token, queues))
+            return
+        pending = self.owned(token)
+        work = self.link.work
+        if pending is not None and work is not None and work.is_open:
+            work.basic_ack(pending.tag)
+            del self._handed[pending.tag]
+        with self.cond:
+            buffered = self._has_buffered(queues)
+        if not buffered:
+            self._resume(queues)
+
     def ack_resume_op(self, token: str, queues: Sequence[str]) -> Op[None]:
-        """Posted without waiting (see ``RabbitMQBroker.settle_and_claim``): ack the delivery
-        of ``token``, then start the consumers of ``queues`` unless a delivery for them is
-        buffered already. The caller has checked that ``queues`` are declared."""
+        """Ack ``token``'s delivery (posted, see ``RabbitMQBroker.settle_and_claim``), then start
+        the consumers of ``queues`` (declared) unless a delivery for them is buffered."""
         yield from self._settle(token, (), "ack", 0)
         with self.cond:
             buffered = self._has_buffered(queues)

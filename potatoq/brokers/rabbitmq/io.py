@@ -234,17 +234,21 @@ class AmqpLink(LinkSteps):
         self._start()
         self._ioloop.add_callback_threadsafe(fn)
 
-    def post(self, op: Callable[..., Op[Any]], *args: Any) -> bool:
-        """Start ``op(*args)`` on the I/O thread without waiting for it (errors are logged).
-        False, starting nothing, while the connection is down: the caller uses :meth:`run`."""
+    def post(self, fn: Callable[..., None], *args: Any) -> bool:
+        """Run ``fn(*args)`` on the I/O thread without waiting (errors are logged), for a
+        step that needs no reply (an ack): a plain function, without the generator, future
+        and driver of an operation. False, running nothing, while the connection is down."""
         if self._thread is None or self._fatal is not None or not self._ready.is_set():
             return False
 
-        def submit() -> None:
+        def call() -> None:
             if self._fatal is None and self._ready.is_set():
-                self.spawn(op(*args))
+                try:
+                    fn(*args)
+                except Exception:  # must not stop the I/O thread
+                    log.exception("background AMQP call failed")
 
-        self._ioloop.add_callback_threadsafe(submit)
+        self._ioloop.add_callback_threadsafe(call)
         return True
 
     @property

@@ -13,8 +13,8 @@ A claim of a delivery that carries a limit (``cl``/``rl`` headers, see
   into the delay cascade for :data:`SLOT_WAIT` seconds, then acked. It doesn't count as a
   delivery and holds no worker thread, but each parked try costs one publish, and the
   cascade's resolution is whole seconds.
-* **rate**: GCRA on the key's theoretical arrival time, by the Redis server's clock. With
-  no token now, a claim *reserves* the next one for the task only when it is due within
+* **rate**: GCRA on the key's theoretical arrival time, by the store's clock. With no
+  token now, a claim *reserves* the next one for the task only when it is due within
   :data:`RESERVE_AHEAD` (the key's time moves on, as if taken); the task then carries
   :data:`H_RATE_TOKEN` and is waited for in this process (``Intake.hold_op``: the delivery
   stays unacked, no thread is taken, and the claim takes another delivery beside it with
@@ -28,7 +28,8 @@ A claim of a delivery that carries a limit (``cl``/``rl`` headers, see
   must hold at most rate + burst starts). For the same reason a held token spent more than
   a burst's worth of tokens after its time (the process stalled) is given up for a fresh
   one. A rate set at run time starts a new generation, and a task coming back with a
-  token of an older one takes a fresh one. Each parked try is one publish.
+  token of an older one takes a fresh one. Each parked try is one publish. (The SQL stores
+  don't do the horizon, the line and the stale check yet: they reserve every token ahead.)
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """Unique tasks on RabbitMQ: the key lives in the result backend (see :mod:`.store`),
 because an AMQP queue can't be searched for the task holding it.
 
-* **Taken at publish**: ``enqueue`` runs one script for the batch's unique messages before
-  publishing them: ``uq:<key>`` is set to the task's id unless another task holds it (two
+* **Taken at publish**: ``enqueue`` runs one store step for the batch's unique messages
+  before publishing them: the key (``uq:<key>`` on Redis, a ``potatoq_rmq_unique`` row on
+  PostgreSQL and SQLite) is set to the task's id unless another task holds it (two
   producers racing get one task); a duplicate is not published and is marked with the
   holder's id (the app returns the holder's ``AsyncResult``). A key whose holder already
   has a ready result (finished, failed, revoked) is stale and taken over, which also
   covers a process that died between its ack and the release.
 * **Released** after the ack of the settle that ends the task (completed, dead-lettered by
   potatoq, or a revoked task skipped at claim), at the claim for keys held only while
-  waiting (``states=("waiting", "scheduled")``), and by ``revoke`` (found through
-  ``uqid:<task id>``). A retry keeps its key; a killed worker's task is delivered again by
+  waiting (``states=("waiting", "scheduled")``), and by ``revoke`` (found by the task's
+  id). A retry keeps its key; a killed worker's task is delivered again by
   RabbitMQ, still holding it.
 * **RabbitMQ's own dead-lettering** (a task that crashed its worker ``max_deliveries``
   times goes to ``<queue>.dlq`` without any potatoq settle): the key is then released by its

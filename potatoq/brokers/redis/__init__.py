@@ -101,8 +101,39 @@ different slots can't be awaited in one ``BZPOPMIN``): at most a second each, so
 extra call a second per idle thread. A claim is not looked up by its token after a lost
 reply (``claim_lost.lua``) as on a single server: the cluster client resends a command
 that failed on a connection error, so a claim whose reply was lost may lease a task
-nobody runs until its lease runs out (late, not lost). Concurrency limits, rate limits and unique keys
-(counters shared by queues) are refused on a cluster (their capability flags are off).
+nobody runs until its lease runs out (late, not lost).
+
+Limits and unique keys on a cluster (``cluster_limits.py``, ``cluster_unique.py``). A key
+is shared by every queue its tasks go to, so it can't live in a queue's slot: each key has
+a slot of its own, ``{<prefix>:k:<key>}`` (concurrency and rate) or ``{<prefix>:u:<key>}``
+(unique), kept by the RabbitMQ broker's scripts (``rabbitmq/lua``, loaded from their files
+unchanged: slots are holders with leases, unique keys a holder id with a TTL; for rates
+its ``rate_set``/``rate_usage``, but ``cluster_rate_take.lua`` takes the tokens, at claim,
+never reserving one ahead, so late workers can't burst). The queue slot's scripts read
+none of these headers on a cluster (``_cluster.lua`` replaces ``limit_of``, ``rate_of``,
+``unique_of``). Decision: no per-queue fast path for a key used by one queue only,
+because a key can't know which queues its tasks will reach (a retry, a retried dead
+letter, a route changed) and two counters for one key would let it run over its limit;
+the cost is one call to the key's slot, paid only by limited tasks. The steps:
+
+* claim: the queue's claim script, then ``slot_take`` / ``cluster_rate_take`` in the key's
+  slot. A task that gets no slot or token goes back to its queue's delayed set
+  (``cluster_limit_defer.lua``: delivery count back down, out of ``active`` and ``held``),
+  listed in ``lwait:<s|r>:<key>`` of its queue's slot (``lwaits`` lists those), and the
+  claim goes on to the next task. A slot's waiter is due again after 1 s, 1 s more per
+  try (10 s at most); a rate's when its token is expected, one token after the last task
+  told to wait (``rw`` in its hash keeps its place in line when it comes back early: read
+  back by ``cluster_rate_waited.lua``); a rate set at run time makes them due at once.
+* settle: the queue's settle script, then ``slot_release`` and ``cluster_limit_wake.lua``,
+  which makes the task of that queue that waited longest on the key due now. A slot's
+  lease is ``worker_dead_after``, renewed by ``extend`` with the task's lease: a killed
+  worker's slot runs out when its task may be reaped. ``set_limit``/``set_rate`` wake
+  every waiter.
+* unique: ``unique_take`` before the queue's enqueue script; the scripts that remove a task
+  append ``<id>, <key>`` to the queue slot's ``uqfree`` LIST (``_cluster.lua``'s
+  ``unique_release``), which the caller pops right after (releasing keys whose task is gone
+  from the queue: a retry keeps its key) and every recovery round pops for each queue.
+
 The standalone layout and its speed are unchanged: the cluster scripts are a second build
 of the same files (``scripts.cluster_scripts()``, built on first use), used only by
 ``RedisClusterBroker``.
@@ -124,7 +155,7 @@ otherwise the job moves to ``limit:<key>:parked`` with its ready score and the c
 on to the next task, so nothing waits behind it. ``release`` (every end of a run: settle,
 requeue, reap) gives the slot back and moves one parked job back to its ready set, arming
 its queue's marker: the wake-up chain, no polling. Runtime changes: ``limit_set.lua``.
-These keys span queues, so limits are refused on a cluster (below).
+These keys span queues: on a cluster they live in slots of their own (above).
 
 Global rate limits: ``claim`` also reads a job's rate key, ms per token and burst
 (``rk``/``ri``/``rb``, from the ``rl`` header on first claim) and keeps GCRA per key in

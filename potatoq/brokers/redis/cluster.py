@@ -30,15 +30,18 @@ from potatoq.brokers.base import (
     WorkerRef,
     validate_queue_name,
 )
+from potatoq.brokers.unique import unique_of
 from potatoq.exceptions import ImproperlyConfigured
 from potatoq.message import Message
 
 from .broker import HANDOFF, RedisBroker
 from .cluster_admin import ClusterAdmin
+from .cluster_limits import ClusterLimits
+from .cluster_unique import ClusterUnique
 from .keys import Keys
 from .outbox import ClusterOutbox
 from .packing import _SETTLE_AND_CLAIM, _SETTLE_KIND, _command_once, _message_fields, _messages_fields, _ms
-from .scripts import cluster_scripts
+from .scripts import Script, cluster_scripts
 from .unique import mark_duplicates
 
 __all__ = ["ClusterKeys", "RedisClusterBroker", "cluster_nodes"]
@@ -137,10 +140,11 @@ class ClusterKeys(Keys):
         return f"{self.of_queue(queue)}wake:{instance}:{threading.get_ident()}"
 
 
-class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
+class RedisClusterBroker(ClusterLimits, ClusterUnique, ClusterOutbox, ClusterAdmin, RedisBroker):
     """:class:`RedisBroker` on a Redis Cluster (redis-py's ``RedisCluster``)."""
 
-    # Limits and unique keys span queues (one counter for many slots): not on a cluster yet.
+    # Limits and unique keys span queues: they live in slots of their own (cluster_limits.py,
+    # cluster_unique.py), taken around the queue slot's claim and enqueue.
     capabilities: ClassVar[Capabilities] = Capabilities(
         results_by_default=False,
         leases=True,
@@ -149,6 +153,9 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
         # the removal is atomic with the outbox entry, but the result and follow-ups show
         # up only when it is relayed (right after, or by a recovery round after a crash)
         atomic_settle=False,
+        concurrency_limits=True,
+        rate_limits=True,
+        unique_tasks=True,
     )
     schemes: ClassVar[tuple[str, ...]] = CLUSTER_SCHEMES
     # a failover or a moving slot: the cluster client retried and gave up
@@ -167,6 +174,7 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
         self._known_queues: set[str] = set()
         self._node_conns: ProcessLocal[dict[str, Connection]] = ProcessLocal(dict, _disconnect_all)
         self._scope = threading.local()  # .prefix: the queue slot _run targets, if not global
+        self._seen_at: dict[str, float] = {}  # limit keys noted in use (cluster_limits.py)
 
     # -- connections and script calls ---------------------------------------------------------
 
@@ -194,7 +202,11 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
         the call as long as that key is still there, and redirects it (ASK) once it has
         moved: safe when the slot's keys move together (one MIGRATE, see docs/deployment.md).
         """
-        script = cluster_scripts()[name]
+        return self._eval_at(prefix, cluster_scripts()[name], args)
+
+    def _eval_at(self, prefix: str, script: Script, args: Sequence[str | bytes | int]) -> Any:
+        """:meth:`_run_at` for any script (``cluster_limits.py`` runs the RabbitMQ broker's
+        limit scripts, which take the same prefix argument, in a limit's own slot)."""
         client = self._client()
         route = prefix + "seq"
         with self._errors():
@@ -257,22 +269,51 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
             by_queue.setdefault(validate_queue_name(message.queue), []).append(i)
         self._register(list(by_queue))
         for queue, indexes in by_queue.items():
-            group = [messages[i] for i in indexes]
+            # unique keys live in their own slots: taken first, duplicates left out
+            group = self._take_unique([messages[i] for i in indexes])
+            if not group:
+                continue
             reply = self._run_at(self.keys.of_queue(queue), "enqueue", _messages_fields(group))
             mark_duplicates(group, [reply], len(group))
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
         for queue in queues:
-            args = self._claim_args([queue], worker)
-            reply = self._run_at(self.keys.of_queue(queue), "claim", args)
-            if reply is not None:
-                return self._delivery(reply, worker)
+            while True:
+                args = self._claim_args([queue], worker)
+                reply = self._run_at(self.keys.of_queue(queue), "claim", args)
+                if reply is None:
+                    break
+                delivery = self._delivery(reply, worker)
+                if self._admitted(delivery):
+                    return delivery
+                # it waits on its limit now (back in the delayed set): claim past it
         return None
+
+    def _admitted(self, delivery: Delivery) -> bool:
+        """Take the slot or token ``delivery``'s limits ask for (cluster_limits.py), and
+        release a unique key held only while waiting; False: it went back to wait."""
+        if not self._admit(delivery):
+            return False
+        self._unique_claimed(delivery)
+        return True
+
+    def _settled(self, delivery: Delivery) -> bool:
+        """After a settle (done or fenced out, the run ended either way): give back its
+        slot and the unique key the settle let go of (cluster_unique.py). True when a task
+        of its queue that waited for the slot is due now."""
+        message = delivery.message
+        if message is None or not message.headers:
+            return False
+        woke = self._release_slot(delivery)
+        if "uq" in message.headers:
+            self._free_unique(delivery.queue)
+        return woke
 
     def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         name, args = self._pack.settle(delivery, outcome)
         prefix = self.keys.of_queue(delivery.queue)
         settled = bool(self._run_at(prefix, name, args))
+        self._settled(delivery)
         if settled:
             self._relay_settled(prefix, delivery, outcome)
             self._history_settled(delivery, outcome)
@@ -288,12 +329,16 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
         claim_args = self._claim_args(queues[:1], worker)
         reply = self._run_at(prefix, _SETTLE_AND_CLAIM[name], [_SETTLE_KIND[name], *args, *claim_args])
         settled = bool(reply[0])
+        woke = self._settled(delivery)  # after the script's claim: claimed below if so
         if settled:
             self._relay_settled(prefix, delivery, outcome)
             self._history_settled(delivery, outcome)
         if len(reply) > 1:
-            return settled, self._delivery(reply[1:], worker)
-        return settled, self.claim(queues[1:], worker)
+            claimed = self._delivery(reply[1:], worker)
+            if self._admitted(claimed):
+                return settled, claimed
+            return settled, self.claim(queues, worker)
+        return settled, self.claim(queues if woke else queues[1:], worker)
 
     # -- waiting ------------------------------------------------------------------------------
 
@@ -366,6 +411,7 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
         requeued = dead = 0
         for queue in self._queues():
             report = self._recover_queue(queue, max_deliveries)
+            self._free_unique(queue)  # keys a settler died before releasing, a reap's dead letters
             requeued, dead = requeued + report.requeued, dead + report.dead
         return RecoverReport(requeued=requeued, dead=dead)
 
@@ -402,6 +448,7 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
             for delivery in group:
                 args += [delivery.id, delivery.token]
             self._run_at(self.keys.of_queue(queue), "extend", args)
+        self._renew_slots(deliveries, ttl)  # a slot's lease is its task's lease
 
     # -- chords and periodic tasks ------------------------------------------------------------
 
@@ -423,10 +470,16 @@ class RedisClusterBroker(ClusterOutbox, ClusterAdmin, RedisBroker):
         prefix = self.keys.prefix if message is None else self.keys.of_queue(message.queue)
         if message is not None:
             self._register([message.queue])
+            if not self._take_unique([message]):  # its key is held: the fire time only
+                fields = ["0", "", "", "", "", b""]
         ttl = str(_ms(self.options.periodic_record_ttl))
-        return bool(
+        claimed = bool(
             self._run_at(prefix, "periodic_claim", [name, str(round(fire_time * 1000)), ttl, *fields])
         )
+        spec = None if message is None or message.duplicate_of else unique_of(message.headers)
+        if not claimed and spec is not None:  # another scheduler sent this fire time
+            self._release_unique(spec.key, message.id)  # type: ignore[union-attr]
+        return claimed
 
     def last_fire_times(self, names: Sequence[str]) -> dict[str, float]:
         if not names:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from potatoq.brokers.base import (
     DeadLetterRecord,
@@ -32,6 +32,11 @@ class ClusterAdmin(ClusterParts):
         def _dead_record(
             self, task_id: bytes, score: float, raw: bytes | None, info: bytes | None
         ) -> DeadLetterRecord | None: ...
+        def _free_unique(self, queue: str) -> None: ...
+        def _unlist_revoked(self, delivery_id: str, headers: Any) -> None: ...
+        def _limit_waiters(self, queue: str) -> list[tuple[str, str, str]]: ...
+        def _unlist_purged(self, queue: str, waiters: Sequence[tuple[str, str, str]]) -> None: ...
+        def _retake_dead(self, queue: str, ids: Sequence[str] | None) -> list[str] | None: ...
 
     def queued_task(self, task_id: str) -> QueuedTask | None:
         queues = self._queues()
@@ -48,6 +53,10 @@ class ClusterAdmin(ClusterParts):
         if queued is None:
             return False
         removed = bool(self._run_at(self.keys.of_queue(queued.queue), "revoke", [task_id]))
+        if removed and queued.message is not None:
+            if "uq" in queued.message.headers:
+                self._free_unique(queued.queue)
+            self._unlist_revoked(task_id, queued.message.headers)
         if removed and self.config.history.enabled:
             from potatoq.brokers import history as hist
 
@@ -83,8 +92,15 @@ class ClusterAdmin(ClusterParts):
     def retry_dead(self, ids: Sequence[str] | None = None) -> int:
         if ids is not None and not ids:
             return 0
-        args = ["1"] if ids is None else ["0", *ids]
-        return sum(int(self._run_at(self.keys.of_queue(q), "dead_retry", args)) for q in self._queues())
+        moved = 0
+        for queue in self._queues():
+            # a unique dead letter goes back only if it takes its key again (cluster_unique.py)
+            allowed = self._retake_dead(queue, ids)
+            if allowed is not None and not allowed:
+                continue
+            args = ["1"] if allowed is None else ["0", *allowed]
+            moved += int(self._run_at(self.keys.of_queue(queue), "dead_retry", args))
+        return moved
 
     def purge_dead(self) -> int:
         return sum(int(self._run_at(self.keys.of_queue(q), "dead_purge", [])) for q in self._queues())
@@ -98,7 +114,13 @@ class ClusterAdmin(ClusterParts):
 
     def purge(self, queues: Sequence[str]) -> int:
         names = [validate_queue_name(q) for q in queues]
-        return sum(int(self._run_at(self.keys.of_queue(q), "purge", [q])) for q in names)
+        purged = 0
+        for queue in names:
+            waiters = self._limit_waiters(queue)
+            purged += int(self._run_at(self.keys.of_queue(queue), "purge", [queue]))
+            self._free_unique(queue)
+            self._unlist_purged(queue, waiters)
+        return purged
 
     def pause_queue(self, queue: str) -> bool:
         validate_queue_name(queue)

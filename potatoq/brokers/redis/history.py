@@ -21,10 +21,13 @@ whose entry ids *are* the main stream's ids (one empty field), capped like it an
 exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
 the SET of index keys).
 
-Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor. A query
-by name, queue or state walks that index (``history_read.lua``: index ids, then each
-record by id), by name first, then queue, then state; the other filters are checked while
-reading. A time range bounds the ids read (ids are append times: since less
+Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor, in
+batches (``history_read.lua``). A query by state, name or queue walks that index (index
+ids, then each record by id): a state other than SUCCESS first (rare in a working
+deployment), then name, queue, SUCCESS. The other filters are checked while reading: the
+script sends back only the records whose JSON holds each other filter's field as written
+(and, for exception text it can match so, the text), and :func:`hist.matches` checks those
+exactly. A time range bounds the ids read (ids are append times: since less
 ``CLOCK_SKEW``, until plus ``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
 when a filter without an index (exception text, task id, a second filter) finds fewer
 matches than asked within them, the page comes back short with a cursor to read on from.
@@ -34,8 +37,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -200,45 +204,81 @@ class RedisHistory(HeldHistory, Broker):
         if query.cursor is not None and not _is_stream_id(query.cursor):
             raise ValueError(f"history cursor {query.cursor!r} is not one this broker issued")
         found: list[HistoryRecord] = []
-        last: str | None = None
         # Ids are append times, not finish times: a record appended late is hidden once past max_age.
         cutoff = time.time() - self.config.history.max_age
+        low = max(cutoff, query.since or cutoff)
+        high = math.inf if query.until is None else query.until
         top, bottom = _id_bounds(query, cutoff)
-        entries = self._newest_first(_index_of(query), top, bottom)
-        for scanned, (entry_id, record) in enumerate(entries, 1):
-            last = entry_id
-            if record is not None and record.finished_at >= cutoff and hist.matches(record, query):
-                found.append(record)
-                if len(found) > query.limit:
-                    found.pop()
-                    return HistoryPage(found, found[-1].cursor)
-            if scanned >= SCAN_MAX:
-                return HistoryPage(found, last)
-        return HistoryPage(found, None)
-
-    def _newest_first(
-        self, index: str | None, top: str, bottom: str
-    ) -> Iterator[tuple[str, HistoryRecord | None]]:
-        """Entries from ``top`` down to ``bottom`` (XREVRANGE bounds): of the whole stream,
-        or those the index (key suffix) ``index`` lists, None for one trimmed meanwhile."""
-        client = self._client()
-        while True:
-            if index is None:
-                with self._errors():
-                    entries = client.xrevrange(self.keys.history, max=top, min=bottom, count=_BATCH)
-                pairs = [(raw_id, fields[b"r"]) for raw_id, fields in entries]
-            else:
-                pairs = self._run("history_read", [index, top, bottom, _BATCH])
+        index = _index_of(query)
+        lower, exact = _needles(query, index)
+        scanned = 0
+        count = query.limit + 1  # a first page often needs no more; then batches
+        while scanned < SCAN_MAX:
+            count = min(count, SCAN_MAX - scanned)
+            read, last, pairs = self._read_batch(index, top, bottom, count, lower, exact)
+            scanned += read
             for raw_id, data in pairs:
-                entry_id = raw_id.decode()
-                yield entry_id, HistoryRecord.decode(data, cursor=entry_id) if data else None
-            if len(pairs) < _BATCH:
-                return
-            top = f"({pairs[-1][0].decode()}"
+                if not low <= _finished_at(data) < high:  # a time range: no JSON decoded
+                    continue
+                record = HistoryRecord.decode(data, cursor=raw_id.decode())
+                if hist.matches(record, query):
+                    found.append(record)
+                    if len(found) > query.limit:
+                        found.pop()
+                        return HistoryPage(found, found[-1].cursor)
+            if read < count or last is None:
+                return HistoryPage(found, None)  # the range holds no more entries
+            top = f"({last}"
+            count = _BATCH
+        return HistoryPage(found, top[1:])
+
+    def _read_batch(
+        self, index: str | None, top: str, bottom: str, count: int, lower: Sequence[str], exact: Sequence[str]
+    ) -> tuple[int, str | None, list[tuple[bytes, bytes]]]:
+        """Up to ``count`` entries from ``top`` down to ``bottom`` (XREVRANGE bounds), of the
+        whole stream or of the index (key suffix) ``index``, read by ``history_read.lua``:
+        (entries read, the last one's id, (id, record) of those holding the needles)."""
+        reply = self._run("history_read", [index or "", top, bottom, count, len(lower), *lower, *exact])
+        read, last = int(reply[0]), reply[1].decode() if reply[1] else None
+        return read, last, [(reply[i], reply[i + 1]) for i in range(2, len(reply), 2)]
+
+
+def _finished_at(data: bytes) -> float:
+    """A record's ``finished_at``, read from its JSON without decoding the rest."""
+    start = data.find(b'"finished_at":') + 14
+    end = data.find(b",", start)
+    try:
+        return float(data[start : end if end > 0 else None].rstrip(b"}"))
+    except ValueError:
+        return float(HistoryRecord.decode(data).finished_at)
+
+
+def _needles(query: HistoryQuery, index: str | None) -> tuple[list[str], list[str]]:
+    """``history_read.lua``'s needles for ``query``: (lower-case, exact) texts a matching
+    record's JSON surely holds (so the script sends back only likely matches).
+
+    An equality filter is its field as the record's encoder writes it. Of exception text,
+    each word (a match's words lie whole in the type or the message) that JSON writes as
+    is (printable ASCII, no quote or backslash), looked for in the lower-cased JSON; the
+    records that hold them all go back, and :func:`hist.matches` decides."""
+    exact = [
+        f'"{field}":{json.dumps(value)}'
+        for field in ("task_id", "name", "state", "queue")
+        if (value := getattr(query, field)) is not None and index != _INDEX_PREFIX[field] + value
+    ]
+    words = (query.text or "").lower().split(" ")
+    lower = [w for w in words if w and w.isascii() and w.isprintable() and '"' not in w and "\\" not in w]
+    return lower, exact
+
+
+_INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}  # no task index
 
 
 def _index_of(query: HistoryQuery) -> str | None:
-    """The index (key suffix) a query reads: by name, else queue, else state; None: the stream."""
+    """The index (key suffix) a query reads: by a state but SUCCESS (rare in a working
+    deployment), else name, else queue, else SUCCESS; None: the stream."""
+    if query.state is not None and query.state != "SUCCESS":
+        return f":s:{query.state}"
     if query.name is not None:
         return f":n:{query.name}"
     if query.queue is not None:

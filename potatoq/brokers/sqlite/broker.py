@@ -196,8 +196,12 @@ class SQLiteBroker(
                 self._doorbell.ring(rings, skip=local.listener.token if local.listener is not None else None)
 
     def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+        return self._read_sql(SQL[name], params or {})
+
+    def _read_sql(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run ``sql`` (a statement composed from named ones) on this thread's connection."""
         try:
-            return self._local.get().conn.execute(SQL[name], params or {}).fetchall()
+            return self._local.get().conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
 

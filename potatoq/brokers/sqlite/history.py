@@ -12,15 +12,31 @@ their own transaction. The table is trimmed to the retention setting now and the
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_sql import page_from_rows, query_params, row_values
+from ..history_sql import (
+    Shape,
+    buckets_from_rows,
+    buckets_params,
+    compose,
+    drop_expired,
+    page_from_rows,
+    query_params,
+    row_values,
+)
 from .setup import SQL
+
+
+@functools.cache
+def _shaped(shape: Shape) -> tuple[str, str]:
+    """The page and floor statements for ``shape`` (a few dozen: cached)."""
+    return compose(SQL, shape)
 
 
 class SQLiteHistory(HeldHistory, Broker):
@@ -30,6 +46,7 @@ class SQLiteHistory(HeldHistory, Broker):
         clock: Callable[[], float]
 
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
+        def _read_sql(self, sql: str, params: Mapping[str, Any]) -> list[Any]: ...
         def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
     @contextlib.contextmanager
@@ -88,7 +105,26 @@ class SQLiteHistory(HeldHistory, Broker):
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         self._history_flush()  # this thread's own settles are visible to it at once
-        return page_from_rows(self._read("history_page", query_params(query)), query)
+        shape = Shape.of(query)
+        page, floor = _shaped(shape)
+        params = query_params(query)
+        rows = self._read_sql(page, params)
+        lowest = None
+        if shape.capped and len(rows) <= query.limit:  # short: did the window end, or the cap?
+            found = self._read_sql(floor, params)
+            lowest = found[0] if found else None
+        return drop_expired(page_from_rows(rows, query, lowest), self.clock() - self.config.history.max_age)
+
+    def history_buckets(
+        self, start: float, step: float, buckets: int, name: str | None = None
+    ) -> dict[int, HistoryBucket] | None:
+        self._history_flush()
+        rows = self._read("history_buckets", buckets_params(start, step, buckets, name))
+        return buckets_from_rows(rows, buckets)
+
+    def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
+        """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""
+        return _shaped(Shape.of(query))[0], query_params(query)
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
         self._history_buffer().extend(records)

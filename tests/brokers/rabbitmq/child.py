@@ -3,7 +3,8 @@
     python -m tests.brokers.rabbitmq.child MODE CONFIG_JSON
 
 CONFIG_JSON holds ``url``, ``prefix`` and ``max_deliveries``, and optionally ``backend``
-(a Redis URL, with ``backend_prefix`` its key prefix) and ``limit_lease``. Modes:
+(a result backend URL, with ``backend_options`` its transport options, or
+``backend_prefix`` a Redis key prefix) and ``limit_lease``. Modes:
 
 * ``claim-and-die``: claim one task from ``default``; print ``{"id", "deliveries"}``
   (or ``{}`` if none comes within 5 s) and SIGKILL itself while holding it;
@@ -29,11 +30,10 @@ def main() -> None:
     options = json.loads(raw)
     backend = None
     if options.get("backend"):  # what limits and unique keys need on RabbitMQ
-        backend = create_broker(
-            BrokerConfig(
-                url=options["backend"], transport_options={"global_keyprefix": options["backend_prefix"]}
-            )
-        )
+        backend_options = options.get("backend_options")
+        if backend_options is None:
+            backend_options = {"global_keyprefix": options["backend_prefix"]}
+        backend = create_broker(BrokerConfig(url=options["backend"], transport_options=backend_options))
     transport: dict[str, object] = {"queue_prefix": options["prefix"]}
     if "limit_lease" in options:
         transport["limit_lease"] = options["limit_lease"]

@@ -497,8 +497,11 @@ def test_wait_wakes_on_a_push_and_consumers_pause_while_a_task_runs(rabbit: Rabb
     # Only the one delivery pushed before the pause waits here: another worker takes the next.
     other = rabbit()
     assert claim_soon(other, ["a"]).id != held.id
+    spawns = _count_calls(link, "spawn")
     applied, following = broker.settle_and_claim(running, Complete(), ["a", "b"], WORKER)
     assert applied and following is not None and following.id == held.id
+    # After a pause the posted ack runs as the operation that first waits for the cancel-oks.
+    poll(lambda: spawns() == 1, "the ack to wait for the cancels")
     assert broker.settle(following, Complete())
 
 
@@ -549,6 +552,7 @@ def test_a_busy_worker_is_handed_the_next_task_as_it_settles(rabbit: Rabbit) -> 
     link = broker._process().link
     gets = _count_calls(link, "get")
     verifies, runs, posts = (_count_calls(link, name) for name in ("verify", "run", "post"))
+    spawns = _count_calls(link, "spawn")
     while len(got) < len(sent):
         applied, following = broker.settle_and_claim(delivery, Complete(), ["busy"], WORKER)
         assert applied
@@ -559,6 +563,9 @@ def test_a_busy_worker_is_handed_the_next_task_as_it_settles(rabbit: Rabbit) -> 
         got.append(delivery.id)
     settled = len(sent) - 1
     assert (verifies(), runs(), posts()) == (0, 0, settled), "hops to the I/O thread per task"
+    # The posted ack is a plain call on the I/O thread, not an operation (a generator, a
+    # future, the driver): it is on the critical path, RabbitMQ pushes the next task after it.
+    assert spawns() == 0, "the ack of a busy worker ran as an operation"
     assert broker.settle(delivery, Complete())
     assert verifies() == 1, "a plain settle (a process may exit next) keeps the ack's barrier"
     assert got == [m.id for m in sent]  # FIFO, one consumer

@@ -81,3 +81,35 @@ local function settle_retry(pos, now)
   write_result(id, ARGV[pos + 2], ARGV[pos + 3])
   return 1, nextpos
 end
+
+-- Limits and unique keys span queues, so on a cluster they live in slots of their own
+-- ('{<prefix>:k:<key>}' for a limit, '{<prefix>:u:<key>}' for a unique key) and are taken
+-- around these scripts by cluster_limits.py / cluster_unique.py. The queue slot's scripts
+-- read none of the headers: these three replace _lib.lua's (the standalone build keeps
+-- its in-slot counters), so claim never parks, enqueue never checks a key.
+local function limit_of(jk, job)
+  return nil, nil
+end
+
+local function rate_of(jk, job)
+  return nil, nil, nil
+end
+
+local function unique_of(payload)
+  return nil
+end
+
+-- A task leaves the queue (settle, revoke, purge, a reap's dead letter): its unique key,
+-- held in the key's own slot, is released by cluster_unique.py, which pops these
+-- '<id>, <key>' pairs from P..'uqfree' (LIST) right after the call, or in a recovery round.
+-- A retry in the same queue writes the job again in this same script: its key is kept (the
+-- relay releases only keys whose task is gone from the queue).
+local function unique_release(id)
+  local payload = redis.call('HGET', k_job(id), 'payload')
+  if not payload or not string.find(payload, '"uq":[', 1, true) then return end
+  local ok, body = pcall(cjson.decode, payload)
+  local uq = ok and type(body) == 'table' and type(body.h) == 'table' and body.h.uq
+  if type(uq) == 'table' and type(uq[1]) == 'string' then
+    redis.call('RPUSH', P .. 'uqfree', id, uq[1])
+  end
+end

@@ -10,21 +10,104 @@ INSERT INTO potatoq_history (
 
 -- name: history_page
 -- Keyset pagination on seq (newest first); :limit is one more than the page size, to tell
--- whether a next page exists. A NULL filter matches everything.
+-- whether a next page exists. Not run as written: history_sql.compose puts the filters a
+-- query sets (lines of history_filters) where the comments are.
 SELECT seq, task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime,
        worker, pid, deliveries, retries, exc_type, exc_message, args_preview, result_preview,
        parent_id, root_id, group_id
 FROM potatoq_history
 WHERE seq < :cursor
-  AND (:name IS NULL OR name = :name)
-  AND (:state IS NULL OR state = :state)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task_id IS NULL OR task_id = :task_id)
-  AND (:since IS NULL OR finished_at >= :since)
-  AND (:until IS NULL OR finished_at < :until)
-  AND (:text IS NULL OR instr(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), :text) > 0)
+  /*window*/
+  /*floor*/
+  /*checks*/
 ORDER BY seq DESC
 LIMIT :limit;
+
+-- name: history_floor
+-- The lowest seq a page with checks reads: the window's :scan_last + 1-th row.
+SELECT seq FROM potatoq_history
+WHERE seq < :cursor
+  /*window*/
+ORDER BY seq DESC
+LIMIT 1 OFFSET :scan_last;
+
+-- name: history_page_by_time
+-- A page with a time range (and no task id): in finish time order, newest first, on the
+-- finished_at index (keyset: finished_at, then seq among equal times). One upper bound,
+-- time_top (the cursor's time or just below until, whichever is lower): with two, SQLite
+-- may walk the index down from the higher one.
+SELECT seq, task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime,
+       worker, pid, deliveries, retries, exc_type, exc_message, args_preview, result_preview,
+       parent_id, root_id, group_id
+FROM potatoq_history
+WHERE finished_at <= :time_top AND NOT (finished_at = :after_time AND seq >= :cursor)
+  /*window*/
+  /*floor*/
+  /*checks*/
+ORDER BY finished_at DESC, seq DESC
+LIMIT :limit;
+
+-- name: history_floor_by_time
+-- The lowest (finished_at, seq) a time-ordered page with checks reads.
+SELECT finished_at, seq FROM potatoq_history
+WHERE finished_at <= :time_top AND NOT (finished_at = :after_time AND seq >= :cursor)
+  /*window*/
+ORDER BY finished_at DESC, seq DESC
+LIMIT 1 OFFSET :scan_last;
+
+-- name: history_filters
+-- The filter lines history_sql.compose takes, by their trailing marker (this statement, all
+-- of them at once, is only planned by the tests). window: the index range a page walks;
+-- check: tested on each row read ("+" keeps SQLite from walking that column's index).
+SELECT seq FROM potatoq_history
+WHERE seq < :cursor
+  AND task_id = :task_id -- window: task_id
+  AND name = :name -- window: name
+  AND queue = :queue -- window: queue
+  AND state = :state -- window: state
+  AND finished_at >= :since -- window: since
+  AND +name = :name -- check: name
+  AND +queue = :queue -- check: queue
+  AND +state = :state -- check: state
+  AND +finished_at >= :since -- check: since
+  AND +finished_at < :until -- check: until
+  AND instr(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), :text) > 0 -- check: text
+ORDER BY seq DESC;
+
+-- name: history_buckets
+-- The dashboard's charts, in one pass over a finished_at index range: per bucket of :step
+-- seconds from :start, the records, finished, failed, and the nearest-rank p50 and p95
+-- (the ceil(q * n)-th smallest value) of latency and runtime.
+WITH r AS (
+    SELECT CAST((finished_at - :start) / :step AS INTEGER) AS b, state,
+           CASE WHEN started_at IS NOT NULL AND enqueued_at IS NOT NULL
+                THEN max(0.0, started_at - max(enqueued_at, coalesce(due_at, 0.0))) END AS latency,
+           CASE WHEN started_at IS NOT NULL THEN runtime END AS run
+    FROM potatoq_history
+    WHERE finished_at >= :start AND finished_at < :end AND (:name IS NULL OR name = :name)
+),
+lat AS (
+    SELECT b, max(CASE WHEN i = (n + 1) / 2 THEN v END) AS p50,
+           max(CASE WHEN i = (95 * n + 99) / 100 THEN v END) AS p95
+    FROM (SELECT b, latency AS v, row_number() OVER (PARTITION BY b ORDER BY latency) AS i,
+                 count(*) OVER (PARTITION BY b) AS n
+          FROM r WHERE latency IS NOT NULL)
+    GROUP BY b
+),
+run AS (
+    SELECT b, max(CASE WHEN i = (n + 1) / 2 THEN v END) AS p50,
+           max(CASE WHEN i = (95 * n + 99) / 100 THEN v END) AS p95
+    FROM (SELECT b, run AS v, row_number() OVER (PARTITION BY b ORDER BY run) AS i,
+                 count(*) OVER (PARTITION BY b) AS n
+          FROM r WHERE run IS NOT NULL)
+    GROUP BY b
+)
+SELECT c.b, c.n, c.ok, c.bad, lat.p50, lat.p95, run.p50, run.p95
+FROM (SELECT b, count(*) AS n, sum(state IN ('SUCCESS', 'REVOKED')) AS ok,
+             sum(state IN ('FAILURE', 'DEAD')) AS bad
+      FROM r GROUP BY b) AS c
+LEFT JOIN lat ON lat.b = c.b
+LEFT JOIN run ON run.b = c.b;
 
 -- name: history_trim_age
 DELETE FROM potatoq_history WHERE finished_at < :cutoff;

@@ -1,0 +1,198 @@
+"""The scale guard of task history: every page shape walks an index, never the whole table.
+
+``broker.history()`` composes its statement from the filters a query sets (see
+:mod:`potatoq.brokers.history_sql`). Each of the 128 combinations of the seven filters is
+planned against ~20,000 history rows with statistics (SQLite ``EXPLAIN QUERY PLAN`` after
+``ANALYZE``, PostgreSQL ``EXPLAIN`` after ``VACUUM ANALYZE``); a plan fails the test when it
+scans ``potatoq_history`` whole, or when a query with a time range doesn't walk the
+``finished_at`` index, or one by a rare task id, name, queue or state that column's index
+(the page would read the table until it found a match: all of it for a rare one). The
+dashboard charts' aggregate must walk an index too. Plans only, nothing executes. ``make
+bench-history-scale`` times them at 10 million rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from potatoq.brokers import create_broker
+from potatoq.brokers.base import BrokerConfig, HistoryQuery
+from potatoq.brokers.history_sql import DRIVERS, Shape, buckets_params
+from tests import services
+from tests.factories.postgres import drop_schema
+
+NOW = time.time()
+INDEX_OF = {"task_id": "potatoq_history_task", "name": "potatoq_history_name",
+            "queue": "potatoq_history_queue", "state": "potatoq_history_state"}  # fmt: skip
+# rare values (20 rows in 20,000 each): a page by one must walk its index
+SAMPLE: dict[str, Any] = {
+    "task_id": "task-17", "name": "tasks.rare", "queue": "q-rare", "state": "DEAD",
+    "since": NOW - 7200, "until": NOW - 3600, "text": "boom",
+}  # fmt: skip
+
+
+def chart_params() -> Iterator[dict[str, Any]]:
+    """The chart aggregate's parameters: the last hour, of every task and of one."""
+    for name in (None, SAMPLE["name"]):
+        yield buckets_params(NOW - 3600, 60.0, 60, name)
+
+
+def every_query() -> Iterator[HistoryQuery]:
+    for n in range(len(SAMPLE) + 1):
+        for combo in itertools.combinations(SAMPLE, n):
+            yield HistoryQuery(**{k: SAMPLE[k] for k in combo}, cursor=None)
+
+
+def _window_index(query: HistoryQuery) -> str | None:
+    """The index a page's window walks: finished_at for a time range, else the driver's."""
+    shape = Shape.of(query)
+    if shape.by_time:
+        return "potatoq_history_finished"
+    return None if shape.driver is None else INDEX_OF[shape.driver]
+
+
+# rows finished over the last 20,000 seconds: 40 names, 10 queues, 1 % failures with a
+# message, and the rare values of SAMPLE
+SQLITE_FILL = """
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 19999)
+INSERT INTO potatoq_history (task_id, name, queue, state, finished_at, exc_type, exc_message)
+SELECT 'task-' || i,
+       CASE WHEN i % 1000 = 1 THEN 'tasks.rare' ELSE 'tasks.n' || (i % 40) END,
+       CASE WHEN i % 1000 = 2 THEN 'q-rare' ELSE 'q' || (i % 10) END,
+       CASE WHEN i % 1000 = 3 THEN 'DEAD' WHEN i % 100 = 0 THEN 'FAILURE' ELSE 'SUCCESS' END,
+       :now - 20000 + i,
+       CASE WHEN i % 100 = 0 THEN 'ValueError' END, CASE WHEN i % 100 = 0 THEN 'bad row ' || i END
+FROM n
+"""
+
+
+def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
+    from potatoq.brokers.sqlite import SQLiteBroker
+    from potatoq.brokers.sqlite.setup import SQL
+
+    path = tmp_path / "plans.sqlite3"
+    broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
+    assert isinstance(broker, SQLiteBroker)
+    conn = sqlite3.connect(path)
+    try:
+        broker.migrate()
+        with conn:
+            conn.execute(SQLITE_FILL, {"now": NOW})
+        conn.execute("ANALYZE")
+        full_scan = re.compile(r"^SCAN potatoq_history\b")
+        offenders: dict[str, list[str]] = {}
+        for query in every_query():
+            text, params = broker._history_statement(query)
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + text, params)]
+            index = _window_index(query)
+            bad = [step for step in plan if full_scan.match(step)]
+            if index is not None and not any(f"INDEX {index} " in step for step in plan):
+                bad.append(f"doesn't use {index}")
+            if bad:
+                offenders[repr(Shape.of(query))] = bad
+        for params in chart_params():
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_buckets"], params)]
+            if not any("INDEX potatoq_history_finished " in step for step in plan) or any(
+                full_scan.match(step) for step in plan
+            ):
+                offenders[f"history_buckets {params['name']}"] = plan
+    finally:
+        conn.close()
+        broker.close()
+    assert not offenders, f"history pages that read the table: {offenders}"
+
+
+PG_FILL = """
+INSERT INTO {schema}.potatoq_history (task_id, name, queue, state, finished_at, exc_type, exc_message)
+SELECT 'task-' || i,
+       CASE WHEN i %% 1000 = 1 THEN 'tasks.rare' ELSE 'tasks.n' || (i %% 40) END,
+       CASE WHEN i %% 1000 = 2 THEN 'q-rare' ELSE 'q' || (i %% 10) END,
+       CASE WHEN i %% 1000 = 3 THEN 'DEAD' WHEN i %% 100 = 0 THEN 'FAILURE' ELSE 'SUCCESS' END,
+       %(now)s - 20000 + i,
+       CASE WHEN i %% 100 = 0 THEN 'ValueError' END, CASE WHEN i %% 100 = 0 THEN 'bad row ' || i END
+FROM generate_series(0, 19999) AS i
+"""
+
+
+def _history_seq_scan(node: dict[str, Any]) -> bool:
+    return node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "potatoq_history"
+
+
+def _pg_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _pg_nodes(child)
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    url = services.require("postgres")
+    schema = f"pq_{uuid.uuid4().hex[:12]}"
+    yield url, schema
+    drop_schema(url, schema)
+
+
+def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) -> None:
+    import psycopg
+    from psycopg import sql
+
+    from potatoq.brokers.postgres import PostgresBroker, statements
+
+    url, schema = pg_schema
+    broker = create_broker(BrokerConfig(url=url, transport_options={"schema": schema}))
+    assert isinstance(broker, PostgresBroker)
+    try:
+        broker.migrate()
+        table = sql.SQL("{}.potatoq_history").format(sql.Identifier(schema))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL(PG_FILL).format(schema=sql.Identifier(schema)), {"now": NOW})
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
+            offenders: dict[str, list[str]] = {}
+            for query in every_query():
+                text, params = broker._history_statement(query)
+                row = conn.execute(("EXPLAIN (FORMAT JSON) " + text).encode(), params).fetchone()
+                assert row is not None
+                plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+                nodes = list(_pg_nodes(plan[0]["Plan"]))
+                bad = [
+                    "Seq Scan"
+                    for node in nodes
+                    if node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "potatoq_history"
+                ]
+                # the planner may walk the index of any of the rare values the query sets
+                indexes = {INDEX_OF[f] for f in DRIVERS if getattr(query, f) is not None}
+                if Shape.of(query).by_time:
+                    indexes.add("potatoq_history_finished")
+                if indexes and not any(node.get("Index Name") in indexes for node in nodes):
+                    bad.append(f"uses none of {sorted(indexes)}")
+                if bad:
+                    offenders[repr(Shape.of(query))] = bad
+            for params in chart_params():
+                stmt = statements.Statements(schema)["history_buckets"].query
+                row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmt, params).fetchone()
+                assert row is not None
+                plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+                nodes = list(_pg_nodes(plan[0]["Plan"]))
+                # the finished_at range, or (a rare name) the name index: never the table
+                if any(
+                    n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "potatoq_history"
+                    for n in nodes
+                ):
+                    offenders[f"history_buckets {params['name']}"] = [n["Node Type"] for n in nodes]
+    finally:
+        broker.close()
+    assert not offenders, f"history pages that read the table: {offenders}"
+
+
+def test_the_drivers_are_the_indexed_columns() -> None:
+    assert set(DRIVERS) == set(INDEX_OF)
