@@ -57,8 +57,9 @@ and unique keys in the result backend: ``store_redis``, ``store_sql`` with
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
 declarations and reads), ``readlock`` (one reader at a time of a queue read by consuming
 it), ``io`` (the per-process connection and its I/O thread),
-``session`` (confirmed publishes), ``consume`` (claims), ``kills`` (the supervisor's kill
-tombstones) and ``lease`` (the scheduler lease).
+``session`` (confirmed publishes), ``consume`` (claims), ``holds`` (deliveries waiting
+in the process for a rate token), ``kills`` (the supervisor's kill tombstones) and
+``lease`` (the scheduler lease).
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ from typing import Any
 import pika.channel
 
 from potatoq.brokers.rabbitmq.declare import cancel_keeping
+from potatoq.brokers.rabbitmq.holds import RateHolds
 from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
 from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
@@ -94,7 +95,7 @@ class Pending:
             return 0
 
 
-class Intake:
+class Intake(RateHolds):
     """Consumers, the local buffer and handed-out deliveries of one process."""
 
     def __init__(self, session: Session, hold: float = 1.0) -> None:
@@ -551,55 +552,6 @@ class Intake:
             properties_for(getattr(pending.properties, "message_id", None) or "", headers),
         )
         return Outgoing(again, pending.queue, delayed=False)
-
-    def hold_op(self, pending: Pending, seconds: float) -> Op[None]:
-        """Keep a handed-out delivery here, unacked and unclaimable, for ``seconds`` (less
-        than the delay cascade's one-second step: a task whose rate token is due within
-        it, see :mod:`.limits`), then put it back in the buffer for the next claim. No
-        thread is taken meanwhile; the delivery does fill a prefetch slot. A channel lost
-        meanwhile returns it to its queue like any other."""
-        generation = pending.generation
-        self._held.add(pending.tag)  # not a running task: no reason to pause the consumers
-
-        def back() -> None:
-            self._held.discard(pending.tag)
-            if generation != self.link.generation or self._handed.pop(pending.tag, None) is None:
-                return
-            pending.pushed_at = time.monotonic()
-            with self.cond:
-                self._buffer.append(pending)
-                self.cond.notify_all()
-
-        self.link.call_later(max(0.0, seconds), back)
-        yield from ()
-
-    def holding(self) -> bool:
-        """Any thread: whether deliveries wait here for their rate token (``hold_op``)."""
-        return bool(self._held)
-
-    def beside_held_op(self, queues: Sequence[str]) -> Op[Pending | None]:
-        """A claim while deliveries waiting for their rate token (``hold_op``) fill the
-        consumers' prefetch, so nothing more is pushed: one ``basic.get`` (which no prefetch
-        limits) when fewer deliveries than the prefetch are running, so the thread runs
-        another task meanwhile instead of idling until the token is due. Holds follow a
-        rate's tokens, so this takes at most one more delivery per hold. None when nothing
-        is ready or every slot runs a task."""
-        if not self._held or self._draining:
-            return None
-        if len(self._handed) - len(self._held) >= self.link.prefetch:
-            return None
-        for queue in queues:
-            yield from self.session.ensure(queue)
-        pending = self._pop_buffered(queues)
-        if pending is None:
-            try:
-                pending = yield from self._get_first(self._order(queues))
-            except ChannelLost:  # as in claim_op: what the channel held is back in its queue
-                self.session.declared.clear()
-                return None
-        if pending is None:
-            return None
-        return self._hand_out(pending)
 
     def hand_back_stale(self) -> None:
         """I/O thread, at every tick: with a prefetch above 1, a delivery that has waited
