@@ -28,8 +28,7 @@ A claim of a delivery that carries a limit (``cl``/``rl`` headers, see
   must hold at most rate + burst starts). For the same reason a held token spent more than
   a burst's worth of tokens after its time (the process stalled) is given up for a fresh
   one. A rate set at run time starts a new generation, and a task coming back with a
-  token of an older one takes a fresh one. Each parked try is one publish. (The SQL stores
-  don't do the horizon, the line and the stale check yet: they reserve every token ahead.)
+  token of an older one takes a fresh one. Each parked try is one publish.
 """
 
 from __future__ import annotations
