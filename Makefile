@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-limits bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -142,6 +142,11 @@ bench-expiry: $(STAMP)
 # and gigabytes. Smaller: INSPECT_ARGS="--ready 100000 --delayed 100000 --results 0".
 bench-inspect-scale: $(STAMP)
 	eval "$$(bash scripts/services/up)" && $(PY) -m benchmarks.inspect_scale $(INSPECT_ARGS)
+
+# What tasks waiting on a limit cost unlimited ones in the same queue (issue 29: under 10 %),
+# in paired short runs; not in CI. E.g. LIMITS_ARGS="--brokers sqlite,redis --pairs 16".
+bench-limits: $(STAMP)
+	$(PY) -m benchmarks.limits_cost $(LIMITS_ARGS)
 
 # An idle `-c 2` worker per broker: RSS and PSS of its processes, idle CPU over 30 s; not in
 # CI. E.g. FOOTPRINT_ARGS="--brokers sqlite,redis,postgres --busy-writer --seconds 30".

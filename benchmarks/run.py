@@ -42,7 +42,9 @@ right after its default run in each round, and reports history on ÷ off on proc
 ``--limits waiting`` adds potatoq with 500 tasks waiting on a rate limit (1/h) in the same
 queue and reports its processed/s ÷ the run without them (issue 29: under 10 % less). On
 RabbitMQ, whose limits live in a Redis result backend, both runs of that pair have one
-(``--redis-url``) and ignore results.
+(``--redis-url``) and ignore results. Three long rounds don't settle a 10 % question on a
+shared machine: ``make bench-limits`` (:mod:`benchmarks.limits_cost`) measures it in many
+short paired runs, with confidence intervals.
 
 Every case runs ``--rounds`` times (3 by default), the rounds of one broker in turn (round
 1 of every system, then round 2 of every system, ...): this VM's speed drifts by tens of

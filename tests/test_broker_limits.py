@@ -38,9 +38,6 @@ def nothing_claimable_now(broker: Broker, queues: list[str]) -> None:
 def lbroker(make_broker: BrokerMaker) -> Broker:
     broker = with_redis_backend(make_broker)()
     needs(broker, "concurrency_limits")
-    # These tests hold several deliveries at once, as a worker with threads does (RabbitMQ
-    # then prefetches as many; with fewer it pauses its consumers after each push).
-    broker.serve_slots(8)
     return broker
 
 

@@ -5,6 +5,8 @@ a token a minute away, and "tokens come back" waits for an event, never for a sp
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from potatoq.brokers.base import Broker, Complete
@@ -35,9 +37,6 @@ def nothing_claimable_now(broker: Broker, queues: list[str]) -> None:
 def rbroker(make_broker: BrokerMaker) -> Broker:
     broker = with_redis_backend(make_broker)()
     needs(broker, "rate_limits")
-    # These tests hold several deliveries at once, as a worker with threads does (RabbitMQ
-    # then prefetches as many; with fewer it pauses its consumers after each push).
-    broker.serve_slots(8)
     return broker
 
 
@@ -80,19 +79,37 @@ def test_a_throttled_key_does_not_hold_back_other_keys_or_unlimited_tasks(rbroke
     assert claim_soon(rbroker, ["default"]).id == later.id
 
 
+def test_a_task_waiting_for_a_token_due_within_the_second_does_not_hold_back_others(
+    rbroker: Broker,
+) -> None:
+    # On RabbitMQ such a task is held unacked in the claiming process, filling its prefetch:
+    # the claim then takes one more beside it (the rate ledger ran 8 % under its rate when
+    # the process idled instead).
+    first, waiting, free = rated("tick", 1.0), rated("tick", 1.0), msg()
+    rbroker.enqueue([first, waiting, free])
+    rbroker.wait(["default"], 1.0)  # as a worker does: on RabbitMQ the consumers start
+    started = time.monotonic()
+    got = claim_soon(rbroker, ["default"])
+    assert got.id == first.id  # the burst's only token; the next is at most 1 s away
+    assert rbroker.settle(got, Complete()) is True
+    settled = time.monotonic() - started
+    following = claim_soon(rbroker, ["default"])
+    if following.id == waiting.id and settled >= 0.5:
+        pytest.skip(f"too slow to tell: the first claim and settle took {settled:.1f} s of 1 s")
+    assert following.id == free.id
+    assert rbroker.settle(following, Complete()) is True
+    last = claim_soon(rbroker, ["default"])
+    assert last.id == waiting.id and last.deliveries == 1
+
+
 def test_a_rate_set_at_run_time_applies_to_waiting_tasks(rbroker: Broker) -> None:
     sent = [rated("reports", SLOW) for _ in range(3)]
     rbroker.enqueue(sent)
-    # Settled before the next claims, as a worker does (pausing RabbitMQ's consumers while
-    # holding more than the prefetch is tested in tests/brokers/rabbitmq).
-    assert rbroker.settle(claim_soon(rbroker, ["default"]), Complete()) is True
+    claim_soon(rbroker, ["default"])
     assert_nothing_claimable(rbroker, ["default"])
     rbroker.set_rate("reports", "100/s", burst=5)
     assert {u.key: u.override for u in rbroker.rates()}["reports"] is True
-    rest = []
-    for _ in range(2):  # settled as they come: a worker holds no more than it runs
-        rest.append(claim_soon(rbroker, ["default"]))
-        assert rbroker.settle(rest[-1], Complete()) is True
+    rest = [claim_soon(rbroker, ["default"]) for _ in range(2)]
     assert {d.id for d in rest} == {m.id for m in sent[1:]}
     assert [d.deliveries for d in rest] == [1, 1]
     rbroker.set_rate("reports", None)
@@ -118,9 +135,7 @@ def test_a_unique_task_waiting_for_a_token_still_holds_its_key(rbroker: Broker) 
 
     first, waiting = rated("api", SLOW), report()
     rbroker.enqueue([first, waiting])
-    got = claim_soon(rbroker, ["default"])
-    assert got.id == first.id  # takes the key's only token
-    assert rbroker.settle(got, Complete()) is True
+    assert claim_soon(rbroker, ["default"]).id == first.id  # takes the key's only token
     assert_nothing_claimable(rbroker, ["default"])  # ``waiting`` now waits for a token
     duplicate = report()
     rbroker.enqueue([duplicate])

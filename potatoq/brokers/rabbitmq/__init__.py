@@ -44,8 +44,9 @@ send. A claim takes the delivery's slot (a
 holder with a lease its process renews; a killed process's slot expires) and rate token;
 a task over its limit is *parked*: published again (confirmed) into the delay cascade,
 then acked, so it is no delivery and holds no worker thread, at the cost of one publish
-per parked try, in whole seconds (1 s for a slot; a rate token is reserved and waited for
-up to its due time, the last fraction of a second held unacked in the process). The slot
+per parked try, in whole seconds (1 s for a slot; for a rate, about when its place in the
+key's line of waiters comes). A rate token due within a second is reserved and waited for
+in the process, held unacked while the process runs other tasks beside it. The slot
 goes back and the unique key is released after the settle's ack; a unique key is taken
 before the publish, and a task RabbitMQ dead-letters by itself frees it by its TTL.
 
@@ -56,8 +57,9 @@ and unique keys in the result backend: ``store_redis``, ``store_sql`` with
 ``topology`` (names and headers), ``delay`` (the TTL cascade), ``declare`` (queue
 declarations and reads), ``readlock`` (one reader at a time of a queue read by consuming
 it), ``io`` (the per-process connection and its I/O thread),
-``session`` (confirmed publishes), ``consume`` (claims), ``kills`` (the supervisor's kill
-tombstones) and ``lease`` (the scheduler lease).
+``session`` (confirmed publishes), ``consume`` (claims), ``holds`` (deliveries waiting
+in the process for a rate token), ``kills`` (the supervisor's kill tombstones) and
+``lease`` (the scheduler lease).
 """
 
 from __future__ import annotations

@@ -310,7 +310,12 @@ class RabbitMQBroker(
                 and state.intake.consuming(queues)
                 and state.session.declared.issuperset(queues)
             ):
-                return None  # a busy worker: the next task is pushed, wait() returns on it
+                if not state.intake.holding():
+                    return None  # a busy worker: the next task is pushed, wait() returns on it
+                # Deliveries waiting for a rate token fill the prefetch: take one more.
+                pending = state.link.run(state.intake.beside_held_op, list(queues))
+                if pending is None:
+                    return None
             if pending is None:
                 pending = state.link.run(state.intake.claim_op, list(queues))
             if pending is None:

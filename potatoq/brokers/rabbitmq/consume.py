@@ -18,7 +18,10 @@ for one process.
   the consumers instead and returns None (the caller waits for the push): a ``basic.get`` on
   top would hold one more than the prefetch. While consumers run for the queues asked, a
   claim takes only what was pushed (a ``basic.get`` would race the push, whose message would
-  then wait here while the task runs); ``wait`` returns on the next push.
+  then wait here while the task runs); ``wait`` returns on the next push. The exception:
+  deliveries held for their rate token (``hold_op``) fill the prefetch without running, so
+  while fewer than the prefetch run, a claim takes one more with ``basic.get``
+  (``beside_held_op``) rather than idle until the token is due.
 * Nothing waits in a local buffer beyond the prefetch: the held deliveries (running and,
   with a multiplier above 1, prefetched) fill their consumer's prefetch, so that consumer
   gets nothing more until an ack. When another consumer (another band or -Q queue) pushes
@@ -52,6 +55,7 @@ from typing import Any
 import pika.channel
 
 from potatoq.brokers.rabbitmq.declare import cancel_keeping
+from potatoq.brokers.rabbitmq.holds import RateHolds
 from potatoq.brokers.rabbitmq.io import AmqpLink
 from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
 from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
@@ -91,7 +95,7 @@ class Pending:
             return 0
 
 
-class Intake:
+class Intake(RateHolds):
     """Consumers, the local buffer and handed-out deliveries of one process."""
 
     def __init__(self, session: Session, hold: float = 1.0) -> None:
@@ -548,27 +552,6 @@ class Intake:
             properties_for(getattr(pending.properties, "message_id", None) or "", headers),
         )
         return Outgoing(again, pending.queue, delayed=False)
-
-    def hold_op(self, pending: Pending, seconds: float) -> Op[None]:
-        """Keep a handed-out delivery here, unacked and unclaimable, for ``seconds`` (less
-        than the delay cascade's one-second step: a task whose rate token is due within
-        it, see :mod:`.limits`), then put it back in the buffer for the next claim. No
-        thread is taken meanwhile; the delivery does fill a prefetch slot. A channel lost
-        meanwhile returns it to its queue like any other."""
-        generation = pending.generation
-        self._held.add(pending.tag)  # not a running task: no reason to pause the consumers
-
-        def back() -> None:
-            self._held.discard(pending.tag)
-            if generation != self.link.generation or self._handed.pop(pending.tag, None) is None:
-                return
-            pending.pushed_at = time.monotonic()
-            with self.cond:
-                self._buffer.append(pending)
-                self.cond.notify_all()
-
-        self.link.call_later(max(0.0, seconds), back)
-        yield from ()
 
     def hand_back_stale(self) -> None:
         """I/O thread, at every tick: with a prefetch above 1, a delivery that has waited

@@ -13,14 +13,22 @@ A claim of a delivery that carries a limit (``cl``/``rl`` headers, see
   into the delay cascade for :data:`SLOT_WAIT` seconds, then acked. It doesn't count as a
   delivery and holds no worker thread, but each parked try costs one publish, and the
   cascade's resolution is whole seconds.
-* **rate**: GCRA on the key's theoretical arrival time, by the Redis server's clock. With
-  no token now, the next one is *reserved* for the task (the key's time moves on, as if
-  taken) and the task is parked until it is due, in whole seconds rounded down and at
-  most :data:`RATE_RECHECK` at a time (a rate set at run time starts a new generation, and
-  a task coming back with a token of an older one takes a fresh one); it carries
-  :data:`H_RATE_TOKEN`. A token due within the second is waited for in this process
-  (``Intake.hold_op``: the delivery stays unacked, no thread is taken), so starts follow
-  the rate rather than the cascade's one-second steps. Each parked try is one publish.
+* **rate**: GCRA on the key's theoretical arrival time, by the store's clock. With no
+  token now, a claim *reserves* the next one for the task only when it is due within
+  :data:`RESERVE_AHEAD` (the key's time moves on, as if taken); the task then carries
+  :data:`H_RATE_TOKEN` and is waited for in this process (``Intake.hold_op``: the delivery
+  stays unacked, no thread is taken, and the claim takes another delivery beside it with
+  ``basic.get``, so the process keeps running tasks meanwhile). A token further off is not
+  reserved: the task is parked and takes a place in the key's *line* of waiters (one token
+  apart, after the last), coming back about when its place is due, in whole seconds rounded
+  down and at most :data:`RATE_RECHECK` at a time, or longer with many waiting (see
+  :data:`RATE_LOOKS`); back early it keeps its place. Why not
+  reserve further: a parked task comes back at the tail of its queue, possibly behind a
+  backlog, and a token spent late starts in a burst with the current ones (every 1 s window
+  must hold at most rate + burst starts). For the same reason a held token spent more than
+  a burst's worth of tokens after its time (the process stalled) is given up for a fresh
+  one. A rate set at run time starts a new generation, and a task coming back with a
+  token of an older one takes a fresh one. Each parked try is one publish.
 """
 
 from __future__ import annotations
@@ -59,8 +67,21 @@ SLOT_WAIT = 1
 #: Header of a parked task that holds a reserved rate token: ``[key, due ms, generation]``.
 H_RATE_TOKEN = "x-potatoq-rate-token"
 #: Seconds a task waiting for a rate token stays parked at most before it looks again, so
-#: that a rate set at run time reaches tasks already waiting (see ``rate_set.lua``).
+#: that a rate set at run time reaches tasks already waiting (see ``rate_set.lua``) ...
 RATE_RECHECK = 10.0
+#: ... unless more than ``RATE_LOOKS x RATE_RECHECK`` wait on the key: then their number ÷
+#: RATE_LOOKS seconds, so that a key's waiting tasks look again (one publish each) at most
+#: RATE_LOOKS times a second in all.
+RATE_LOOKS = 10
+#: Seconds ahead a claim reserves a rate token, to wait for it in the process (less than the
+#: cascade's one-second step); a task whose token is further off reserves nothing and is
+#: parked: it would come back at the tail of its queue, maybe late behind a backlog, and a
+#: token spent late would start in a burst with the current ones.
+RESERVE_AHEAD = 1.0
+#: Seconds late a reserved token may still be spent (at least: half the burst's tolerance
+#: when larger, see ``rate_take.lua``); later, its process stalled and the task takes a
+#: fresh token, so that the tokens of a stall don't all start at once when it ends.
+STALE_AFTER = 0.025
 #: How long (ms) past its return a parked task is still listed as waiting, should it never
 #: come back (purged, or its queue deleted).
 _LISTED_MS = 30_000
@@ -195,13 +216,20 @@ class RabbitMQLimits(Broker):
         if rate is not None:
             key, per_second, burst = rate
             due, gen = ("", "") if token is None else (token[1], token[2])
+            horizon, longest = int(RESERVE_AHEAD * 1000), int(RATE_RECHECK * 1000)
             args = [key, repr(1000.0 / per_second), burst, delivery.id, _LISTED_MS, due, gen]
+            args += [horizon, longest, int(STALE_AFTER * 1000), RATE_LOOKS]
             reply = store.run("rate_take", args)
             if int(reply[0]) > 0:
                 if slot is not None:
                     store.run("slot_release", [slot[0], delivery.token])
-                wait = min(float(reply[0]) / 1000.0, RATE_RECHECK)
-                return wait, [key, int(reply[1]), int(reply[2])]
+                wait = float(reply[0]) / 1000.0  # cut by the script (RATE_RECHECK, RATE_LOOKS)
+                if int(reply[1]) == 0:
+                    # Nothing reserved: parked until about its place in the key's line, in
+                    # whole seconds rounded down (early, it keeps its place and holds the
+                    # token once due within RESERVE_AHEAD; late, the token may pass unused).
+                    return float(max(1, int(wait))), None
+                return min(wait, RATE_RECHECK), [key, int(reply[1]), int(reply[2])]
         if slot is not None:
             self._lease_book(store).add(delivery.token, slot[0])
         return None

@@ -115,7 +115,18 @@ class SQLStore(LimitStore):
         return 0
 
     def rate_take(
-        self, key: str, step: str, burst: int, task: str, listed: int, due: int | str, gen: int | str
+        self,
+        key: str,
+        step: str,
+        burst: int,
+        task: str,
+        listed: int,
+        due: int | str,
+        gen: int | str,
+        horizon: int = 1000,
+        longest: int = 10_000,
+        slack: int = 25,
+        looks: int = 10,
     ) -> list[int]:
         def take(q: Query) -> list[int]:
             row = q("rate_lock", key=key, step=float(step), burst=int(burst), now=self._now())[0]
@@ -133,13 +144,24 @@ class SQLStore(LimitStore):
                 )
                 return [due_ms - now, due_ms, current] if waits else [0]
 
-            if due != "" and int(gen) == current:  # its own token, reserved in this generation
-                return answer(int(due), None)
             per, size = float(step), int(burst)
             if set_step is not None:
                 per, size = float(set_step), int(set_burst)
+            stale = max(size * per, int(slack))
+            if due != "" and int(gen) == current and int(due) + stale >= now:
+                return answer(int(due), None)  # its own token, reserved in this generation
             start = max(tat, float(now))
-            return answer(max(now, math.ceil(start - (size - 1) * per)), round(start + per, 3))
+            due_ms = max(now, math.ceil(start - (size - 1) * per))
+            if due_ms - now < int(horizon):
+                return answer(due_ms, round(start + per, 3))
+            # Nothing reserved: a place in the key's line of waiters (see lua/rate_take.lua).
+            mine, last, count = q("rate_line", key=key, task=task, now=now)[0]
+            place = -1 if mine is None else int(mine) - int(listed)
+            if place <= now:
+                place = due_ms if last is None else max(due_ms, math.ceil(int(last) - int(listed) + per))
+                q("rate_answer", key=key, task=task, tat=None, now=now, listed=place + int(listed))
+            cap = max(int(longest), int(count) * 1000 / int(looks))
+            return [int(min(place - now, cap)), 0, current]
 
         return self._atomic(take)
 

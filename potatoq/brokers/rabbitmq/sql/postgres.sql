@@ -138,6 +138,13 @@ WITH moved AS (
 )
 SELECT 1;
 
+-- name: rate_line
+-- The key's line of waiters, for a task that reserves no token (see lua/rate_take.lua):
+-- (the task's own listing or NULL, the last listing or NULL, how many are listed).
+SELECT (SELECT until FROM {schema}.potatoq_rmq_waits WHERE kind = 'r' AND key = %(key)s AND task = %(task)s AND until > %(now)s),
+       (SELECT max(until) FROM {schema}.potatoq_rmq_waits WHERE kind = 'r' AND key = %(key)s AND until > %(now)s),
+       (SELECT count(*) FROM {schema}.potatoq_rmq_waits WHERE kind = 'r' AND key = %(key)s AND until > %(now)s);
+
 -- name: rate_usage
 -- (key, ms per token, burst, tat, waiting, overridden, now) of each key with waiting tasks,
 -- tokens in use or an override. Idle keys of generation 0 are forgotten (a key that had a

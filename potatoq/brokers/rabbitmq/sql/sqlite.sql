@@ -88,6 +88,13 @@ SELECT 'r', :key, :task, :listed WHERE :listed IS NOT NULL
 ON CONFLICT (kind, key, task) DO UPDATE SET until = excluded.until;
 SELECT 1;
 
+-- name: rate_line
+-- The key's line of waiters, for a task that reserves no token (see lua/rate_take.lua):
+-- (the task's own listing or NULL, the last listing or NULL, how many are listed).
+SELECT (SELECT until FROM potatoq_rmq_waits WHERE kind = 'r' AND key = :key AND task = :task AND until > :now),
+       (SELECT max(until) FROM potatoq_rmq_waits WHERE kind = 'r' AND key = :key AND until > :now),
+       (SELECT count(*) FROM potatoq_rmq_waits WHERE kind = 'r' AND key = :key AND until > :now);
+
 -- name: rate_usage
 -- (key, ms per token, burst, tat, waiting, overridden, now) of each key with waiting tasks,
 -- tokens in use or an override. Idle keys of generation 0 are forgotten (a key that had a
