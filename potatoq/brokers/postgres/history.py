@@ -26,7 +26,7 @@ from ..history_sql import column_values, page_from_rows, query_params
 from . import statements
 
 
-class PostgresHistory(HeldHistory, Broker):
+class PostgresHistory(HeldHistory[HistoryRecord], Broker):
     """Mixin of :class:`PostgresBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:

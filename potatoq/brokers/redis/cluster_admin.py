@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from potatoq.brokers.base import (
     DeadLetterRecord,
@@ -27,7 +27,7 @@ class ClusterAdmin(ClusterParts):
 
     if TYPE_CHECKING:
 
-        def _history_buffer(self) -> HistoryBuffer: ...
+        def _history_buffer(self) -> HistoryBuffer[Any]: ...
         def _queued(self, task_id: str, values: Sequence[bytes | None]) -> QueuedTask | None: ...
         def _dead_record(
             self, task_id: bytes, score: float, raw: bytes | None, info: bytes | None

@@ -47,6 +47,7 @@ from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
 from ..history_buffer import HeldHistory
+from ..history_compact import CompactRecord, for_settle_compact, record_of
 from .keys import Keys
 from .packing import _pack
 from .scripts import SCRIPTS
@@ -59,8 +60,11 @@ APPEND_LAG = 3600.0  # seconds a record may wait in its thread's buffer (one tas
 #                      be found by a time range that ends before it was appended
 _BATCH = 500
 
+#: What a thread holds to append: full records, or compact ones (history_compact).
+Held = HistoryRecord | CompactRecord
 
-class RedisHistory(HeldHistory, Broker):
+
+class RedisHistory(HeldHistory[Held], Broker):
     """Mixin of :class:`RedisBroker`: writing and reading the history stream."""
 
     if TYPE_CHECKING:
@@ -73,10 +77,11 @@ class RedisHistory(HeldHistory, Broker):
         def _run(self, name: str, args: Sequence[str | bytes | int]) -> Any: ...
 
     def _history_settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        """Hold the record of a settle that applied (sent with a later round trip)."""
-        self._history_buffer().add(hist.for_settle(delivery, outcome, time.time(), self.config.history))
+        """Hold the record of a settle that applied (sent with a later round trip): a
+        compact one when it can be (history_compact)."""
+        self._history_buffer().add(for_settle_compact(delivery, outcome, time.time(), self.config.history))
 
-    def _history_commands(self, records: Sequence[HistoryRecord]) -> list[tuple[Any, ...]]:
+    def _history_commands(self, records: Sequence[Held]) -> list[tuple[Any, ...]]:
         """One ``history_append`` call for ``records`` (none for no records)."""
         if not records:
             return []
@@ -85,10 +90,13 @@ class RedisHistory(HeldHistory, Broker):
         oldest_ms = int((time.time() - settings.max_age) * 1000) if trim else 0
         args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms]
         for r in records:
-            args += [r.name or "", r.state, r.queue, r.encode()]
+            if isinstance(r, HistoryRecord):
+                args += (r.name or "", r.state, r.queue, "r", r.encode())
+            else:  # a CompactRecord: already in the script's order
+                args += r
         return [_evalsha(self, "history_append", args)]
 
-    def _pipelined(self, pending: Sequence[HistoryRecord], *tail: tuple[Any, ...]) -> list[Any]:
+    def _pipelined(self, pending: Sequence[Held], *tail: tuple[Any, ...]) -> list[Any]:
         """Send ``pending`` records, then the ``tail`` commands, in one round trip on the
         script connection; the tail's replies. A tail EVALSHA refused with NOSCRIPT is
         loaded and run again."""
@@ -222,19 +230,31 @@ class RedisHistory(HeldHistory, Broker):
         """Entries from ``top`` down to ``bottom`` (XREVRANGE bounds): of the whole stream,
         or those the index (key suffix) ``index`` lists, None for one trimmed meanwhile."""
         client = self._client()
+        settings = self.config.history
         while True:
             if index is None:
                 with self._errors():
                     entries = client.xrevrange(self.keys.history, max=top, min=bottom, count=_BATCH)
-                pairs = [(raw_id, fields[b"r"]) for raw_id, fields in entries]
+                pairs = [(raw_id, fields) for raw_id, fields in entries]
             else:
-                pairs = self._run("history_read", [index, top, bottom, _BATCH])
-            for raw_id, data in pairs:
+                pairs = [
+                    (raw_id, dict(zip(flat[::2], flat[1::2], strict=True)) if flat else None)
+                    for raw_id, flat in self._run("history_read", [index, top, bottom, _BATCH])
+                ]
+            for raw_id, fields in pairs:
                 entry_id = raw_id.decode()
-                yield entry_id, HistoryRecord.decode(data, cursor=entry_id) if data else None
+                yield entry_id, _entry_record(fields, settings, entry_id) if fields else None
             if len(pairs) < _BATCH:
                 return
             top = f"({pairs[-1][0].decode()}"
+
+
+def _entry_record(fields: dict[bytes, bytes], settings: hist.HistorySettings, cursor: str) -> HistoryRecord:
+    """The record a stream entry holds: a full one as JSON (field ``r``) or a compact one."""
+    data = fields.get(b"r")
+    if data is not None:
+        return HistoryRecord.decode(data, cursor=cursor)
+    return record_of(fields, settings, cursor)
 
 
 def _index_of(query: HistoryQuery) -> str | None:

@@ -23,7 +23,7 @@ from ..history_sql import page_from_rows, query_params, row_values
 from .setup import SQL
 
 
-class SQLiteHistory(HeldHistory, Broker):
+class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
     """Mixin of :class:`SQLiteBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:

@@ -1,0 +1,135 @@
+"""Compact task-history records: what a settle knows, plus the task's own payload (issue 31).
+
+A full :class:`~potatoq.brokers.history.HistoryRecord` costs a worker 10 to 20 µs per
+task to build and encode (21 fields, an argument preview through ``reprlib``, JSON), most
+of what history cost on Redis, where the settle itself is only about 120 µs of CPU. Most
+of those fields are already in the bytes the worker received: the payload carries the
+task's name, arguments, eta, retries and its ``sent_at``, ``parent_id``, ``root_id`` and
+``group_id`` headers. So a broker that can store bytes as they are (Redis) holds a
+:data:`CompactRecord` instead: a plain tuple of the payload and the few facts only the
+settle knows. :func:`record_of` builds the full record from it when history is *read*,
+argument preview included, with the reader's ``task_history_redact`` applied.
+
+Secrets never rest in the history store in the clear: a payload with a keyword argument
+named in the writer's ``task_history_redact`` is recorded the full way (preview redacted
+before it is written), as is one over :data:`RAW_MAX` bytes (so a large argument doesn't
+make a large history entry), one that couldn't be decoded, and any record with previews
+turned off.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .. import states
+from ..exceptions import MessageDecodeError
+from ..message import Message
+from .history import (
+    HistoryRecord,
+    HistorySettings,
+    _float,
+    _outcome_fields,
+    args_preview,
+    for_settle,
+)
+from .records import Complete, Delivery, Outcome, Requeue
+
+__all__ = ["RAW_MAX", "CompactRecord", "for_settle_compact", "record_of"]
+
+#: Payloads up to this many bytes are kept as they are in a compact record.
+RAW_MAX = 2048
+
+#: (name, state, queue, ``"c"``, payload, finished_at and started_at in microseconds,
+#: deliveries, worker node, pid, extra): ``extra`` is ``""`` or a JSON object of the
+#: exception type and message and the result preview, those that are set. The order is
+#: that of ``history_append.lua``'s arguments (``"c"``: this kind of record), so a batch is
+#: packed without touching them.
+CompactRecord = tuple[str, str, str, str, bytes, int, int, int, str, int, str]
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
+
+def for_settle_compact(
+    delivery: Delivery, outcome: Outcome, now: float, settings: HistorySettings
+) -> CompactRecord | HistoryRecord | None:
+    """What a settle of ``delivery`` with ``outcome`` leaves to write: a compact record
+    when it can be one, else the full record of :func:`~potatoq.brokers.history.for_settle`
+    (None: no record)."""
+    if not settings.enabled or type(outcome) is Requeue:
+        return None
+    message = delivery.message
+    if message is None or not settings.previews or len(delivery.raw) > RAW_MAX:
+        return for_settle(delivery, outcome, now, settings)
+    kwargs = message.kwargs
+    if kwargs and not settings.redacted.isdisjoint([str(k).lower() for k in kwargs]):
+        return for_settle(delivery, outcome, now, settings)  # redacted before it is stored
+    if type(outcome) is Complete and outcome.result is None and outcome.error is None:
+        state, extra = states.SUCCESS, ""  # a task that returned, without a stored result
+    else:
+        state, exc_type, exc_message, result_preview = _outcome_fields(outcome, settings)
+        shown = {
+            k: v
+            for k, v in (
+                ("exc_type", exc_type),
+                ("exc_message", exc_message),
+                ("result_preview", result_preview),
+            )
+            if v is not None
+        }
+        extra = _ENCODER.encode(shown) if shown else ""
+    worker = delivery.worker
+    return (
+        message.task,
+        state,
+        delivery.queue,
+        "c",
+        delivery.raw,
+        # whole microseconds: hiredis packs an int in a fraction of a float's time
+        int(now * 1e6),
+        round(delivery.claimed_at * 1e6),
+        delivery.deliveries,
+        worker.node,
+        worker.pid,
+        extra,
+    )
+
+
+def record_of(
+    fields: Mapping[bytes, bytes], settings: HistorySettings, cursor: str | None = None
+) -> HistoryRecord:
+    """The full record of a compact one as stored (``history_append.lua``'s fields: ``p``
+    payload, ``s`` state, ``q`` queue, ``f`` finished and ``t`` started (µs), ``d`` deliveries,
+    ``w`` worker, ``i`` pid, ``x`` extra), its argument preview redacted by ``settings``."""
+    finished = int(fields[b"f"]) / 1e6
+    started = int(fields[b"t"]) / 1e6
+    extra: dict[str, Any] = json.loads(fields[b"x"]) if fields.get(b"x") else {}
+    try:
+        message: Message | None = Message.decode(fields[b"p"])
+    except MessageDecodeError:  # decoded when written; kept readable whatever happens
+        message = None
+    headers: Mapping[str, Any] = message.headers if message is not None else {}
+    return HistoryRecord(
+        task_id=message.id if message is not None else "",
+        name=message.task if message is not None else None,
+        queue=fields[b"q"].decode(),
+        state=fields[b"s"].decode(),
+        finished_at=finished,
+        started_at=started,
+        enqueued_at=_float(headers.get("sent_at")),
+        due_at=message.eta if message is not None else None,
+        runtime=max(0.0, finished - started),
+        worker=fields[b"w"].decode(),
+        pid=int(fields[b"i"]),
+        deliveries=int(fields[b"d"]),
+        retries=message.retries if message is not None else 0,
+        exc_type=extra.get("exc_type"),
+        exc_message=extra.get("exc_message"),
+        args_preview=args_preview(message, settings),
+        result_preview=extra.get("result_preview"),
+        parent_id=headers.get("parent_id"),
+        root_id=headers.get("root_id"),
+        group_id=headers.get("group_id"),
+        cursor=cursor,
+    )
