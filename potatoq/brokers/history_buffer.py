@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar, cast
 
 from .base import Broker
-from .history import HistoryRecord, HistorySettings
+from .history import HistoryRecord, HistorySettings, for_settle
+from .records import Delivery, Outcome
 
 __all__ = ["HeldHistory", "HistoryBuffer"]
 
@@ -130,6 +131,20 @@ class HeldHistory(Broker, Generic[R]):
     def _history_take(self) -> list[R]:
         """Every record held (to write now: idle, a history read, close)."""
         return self._history_buffer().take()
+
+    def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> R | None:
+        """What this broker holds for a settle: the full record (Redis: a compact one)."""
+        return cast("R | None", for_settle(delivery, outcome, now, self.config.history))
+
+    def hold_settled(self, delivery: Delivery, outcome: Outcome) -> None:
+        """Hold the record of a settle another broker applied (RabbitMQ, whose history lives
+        in its result store), in this broker's own form; written once due."""
+        record = self._history_record(delivery, outcome, time.time())
+        if record is not None:
+            buffer = self._history_buffer()
+            buffer.add(record)
+            if buffer.due(self.config.history):
+                self._history_flush()
 
     def hold_history(self, records: Sequence[HistoryRecord]) -> None:
         # R includes HistoryRecord in every broker that holds records (mixed in below)

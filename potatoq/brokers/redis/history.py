@@ -81,6 +81,9 @@ class RedisHistory(HeldHistory[Held], Broker):
         compact one when it can be (history_compact)."""
         self._history_buffer().add(for_settle_compact(delivery, outcome, time.time(), self.config.history))
 
+    def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> Held | None:
+        return for_settle_compact(delivery, outcome, now, self.config.history)
+
     def _history_commands(self, records: Sequence[Held]) -> list[tuple[Any, ...]]:
         """One ``history_append`` call for ``records`` (none for no records)."""
         if not records:

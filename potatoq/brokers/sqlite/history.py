@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import history as hist
@@ -30,7 +30,9 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
         clock: Callable[[], float]
 
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
-        def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+        def _write(
+            self, rings: Collection[str] | None = None
+        ) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
     @contextlib.contextmanager
     def _write_with_history(self, now: float) -> Iterator[sqlite3.Connection]:
@@ -51,7 +53,7 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
         if not pending:
             return
         try:
-            with self._write() as conn:
+            with self._write(rings=()) as conn:  # frees no work: no waiter to wake
                 self._history_rows_in(conn, pending, self.clock())
         except BaseException:
             self._history_buffer().restore(pending)
