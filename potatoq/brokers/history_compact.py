@@ -36,7 +36,7 @@ from .history import (
 )
 from .records import Complete, Delivery, Outcome, Requeue
 
-__all__ = ["RAW_MAX", "CompactRecord", "for_settle_compact", "record_of"]
+__all__ = ["RAW_MAX", "CompactRecord", "for_settle_compact", "preview_of", "record_of"]
 
 #: Payloads up to this many bytes are kept as they are in a compact record.
 RAW_MAX = 2048
@@ -97,11 +97,17 @@ def for_settle_compact(
 
 
 def record_of(
-    fields: Mapping[bytes, bytes], settings: HistorySettings, cursor: str | None = None
+    fields: Mapping[bytes, bytes],
+    settings: HistorySettings,
+    cursor: str | None = None,
+    *,
+    preview: bool = True,
 ) -> HistoryRecord:
     """The full record of a compact one as stored (``history_append.lua``'s fields: ``p``
     payload, ``s`` state, ``q`` queue, ``f`` finished and ``t`` started (µs), ``d`` deliveries,
-    ``w`` worker, ``i`` pid, ``x`` extra), its argument preview redacted by ``settings``."""
+    ``w`` worker, ``i`` pid, ``x`` extra), its argument preview redacted by ``settings``
+    (``preview=False``: left None, for a reader that builds it only for the records it
+    keeps, with :func:`preview_of`)."""
     finished = int(fields[b"f"]) / 1e6
     started = int(fields[b"t"]) / 1e6
     extra: dict[str, Any] = json.loads(fields[b"x"]) if fields.get(b"x") else {}
@@ -126,10 +132,18 @@ def record_of(
         retries=message.retries if message is not None else 0,
         exc_type=extra.get("exc_type"),
         exc_message=extra.get("exc_message"),
-        args_preview=args_preview(message, settings),
+        args_preview=args_preview(message, settings) if preview else None,
         result_preview=extra.get("result_preview"),
         parent_id=headers.get("parent_id"),
         root_id=headers.get("root_id"),
         group_id=headers.get("group_id"),
         cursor=cursor,
     )
+
+
+def preview_of(payload: bytes, settings: HistorySettings) -> str | None:
+    """The argument preview of a compact record's payload, redacted by ``settings``."""
+    try:
+        return args_preview(Message.decode(payload), settings)
+    except MessageDecodeError:
+        return None

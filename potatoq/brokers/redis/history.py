@@ -1,10 +1,16 @@
 """Task history on Redis and Valkey: a capped stream per deployment (see
 :mod:`potatoq.brokers.history`).
 
-``<prefix>:history`` is a STREAM with one entry per record (field ``r``: the record as
-JSON), capped by ``MAXLEN ~ max_count``; about one append in ``trim_every`` also trims
-exactly to ``max_count`` and drops entries older than ``max_age`` (``XTRIM MINID``: stream
-ids are milliseconds).
+``<prefix>:history`` is a STREAM with one entry per record, capped by ``MAXLEN ~
+max_count``. A settle's record is usually *compact* (:mod:`~potatoq.brokers.history_compact`):
+the task's payload as delivered (field ``p``) and what only the settle knows (``s`` state,
+``q`` queue, ``f`` / ``t`` finish and start in µs, ``d`` deliveries, ``w`` / ``i`` worker and
+pid, ``x`` the exception and result preview as JSON, when set), and the full record,
+argument preview and redaction included, is built when read. Others (revokes, crash
+recovery, a payload over ``RAW_MAX`` bytes or with a keyword argument to redact) are
+stored whole (field ``r``: the record as JSON). About one append in ``trim_every`` also
+trims exactly to ``max_count`` and drops entries older than ``max_age`` (``XTRIM MINID``:
+stream ids are milliseconds).
 
 Every state change is one round trip (one EVALSHA), and whether a settle applied is known
 only from its reply. So a settle's record goes to this thread's
@@ -47,7 +53,7 @@ from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
 from ..history_buffer import HeldHistory
-from ..history_compact import CompactRecord, for_settle_compact, record_of
+from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of
 from .keys import Keys
 from .packing import _pack
 from .scripts import SCRIPTS
@@ -216,9 +222,11 @@ class RedisHistory(HeldHistory[Held], Broker):
         cutoff = time.time() - self.config.history.max_age
         top, bottom = _id_bounds(query, cutoff)
         entries = self._newest_first(_index_of(query), top, bottom)
-        for scanned, (entry_id, record) in enumerate(entries, 1):
+        for scanned, (entry_id, record, payload) in enumerate(entries, 1):
             last = entry_id
             if record is not None and record.finished_at >= cutoff and hist.matches(record, query):
+                if payload is not None:  # compact: its preview is built for the records shown only
+                    record.args_preview = preview_of(payload, self.config.history)
                 found.append(record)
                 if len(found) > query.limit:
                     found.pop()
@@ -229,9 +237,10 @@ class RedisHistory(HeldHistory[Held], Broker):
 
     def _newest_first(
         self, index: str | None, top: str, bottom: str
-    ) -> Iterator[tuple[str, HistoryRecord | None]]:
+    ) -> Iterator[tuple[str, HistoryRecord | None, bytes | None]]:
         """Entries from ``top`` down to ``bottom`` (XREVRANGE bounds): of the whole stream,
-        or those the index (key suffix) ``index`` lists, None for one trimmed meanwhile."""
+        or those the index (key suffix) ``index`` lists, None for one trimmed meanwhile;
+        with the payload of a compact record (its ``args_preview`` is left unset)."""
         client = self._client()
         settings = self.config.history
         while True:
@@ -246,18 +255,15 @@ class RedisHistory(HeldHistory[Held], Broker):
                 ]
             for raw_id, fields in pairs:
                 entry_id = raw_id.decode()
-                yield entry_id, _entry_record(fields, settings, entry_id) if fields else None
+                if not fields:
+                    yield entry_id, None, None
+                elif b"r" in fields:
+                    yield entry_id, HistoryRecord.decode(fields[b"r"], cursor=entry_id), None
+                else:
+                    yield entry_id, record_of(fields, settings, entry_id, preview=False), fields[b"p"]
             if len(pairs) < _BATCH:
                 return
             top = f"({pairs[-1][0].decode()}"
-
-
-def _entry_record(fields: dict[bytes, bytes], settings: hist.HistorySettings, cursor: str) -> HistoryRecord:
-    """The record a stream entry holds: a full one as JSON (field ``r``) or a compact one."""
-    data = fields.get(b"r")
-    if data is not None:
-        return HistoryRecord.decode(data, cursor=cursor)
-    return record_of(fields, settings, cursor)
 
 
 def _index_of(query: HistoryQuery) -> str | None:
