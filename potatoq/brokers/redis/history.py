@@ -3,14 +3,13 @@
 
 ``<prefix>:history`` is a STREAM with one entry per record, capped by ``MAXLEN ~
 max_count``. A settle's record is usually *compact* (:mod:`~potatoq.brokers.history_compact`):
-the task's payload as delivered (field ``p``) and what only the settle knows (``s`` state,
-``q`` queue, ``f`` / ``t`` finish and start in µs, ``d`` deliveries, ``w`` / ``i`` worker and
-pid, ``x`` the exception and result preview as JSON, when set), and the full record,
-argument preview and redaction included, is built when read. Others (revokes, crash
-recovery, a payload over ``RAW_MAX`` bytes or with a keyword argument to redact) are
-stored whole (field ``r``: the record as JSON). About one append in ``trim_every`` also
-trims exactly to ``max_count`` and drops entries older than ``max_age`` (``XTRIM MINID``:
-stream ids are milliseconds).
+the task's payload as delivered (field ``p``) and what only the settle knows (field ``m``:
+name, state, queue, times, deliveries, worker, pid and the exception or result preview,
+joined by NULs), and the full record, argument preview and redaction included, is built
+when read. Others (revokes, crash recovery, a payload over ``RAW_MAX`` bytes or with a
+keyword argument to redact) are stored whole (field ``r``: the record as JSON). About one
+append in ``trim_every`` also trims exactly to ``max_count`` and drops entries older than
+``max_age`` (``XTRIM MINID``: stream ids are milliseconds).
 
 Every state change is one round trip (one EVALSHA), and whether a settle applied is known
 only from its reply. So a settle's record goes to this thread's
@@ -100,7 +99,7 @@ class RedisHistory(HeldHistory[Held], Broker):
         args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms]
         for r in records:
             if isinstance(r, HistoryRecord):
-                args += (r.name or "", r.state, r.queue, "r", r.encode())
+                args += ("r", r.name or "", r.state, r.queue, r.encode())
             else:  # a CompactRecord: already in the script's order
                 args += r
         return [_evalsha(self, "history_append", args)]

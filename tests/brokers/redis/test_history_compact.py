@@ -15,6 +15,7 @@ from potatoq.brokers.base import (
     DeadLetter,
     HistoryQuery,
     HistorySettings,
+    Outcome,
     ResultRecord,
     RetryLater,
     WorkerRef,
@@ -44,7 +45,7 @@ def _entries(broker: RedisBroker) -> list[dict[bytes, bytes]]:
 
 
 def test_a_compact_record_reads_back_as_the_full_record(broker: RedisBroker) -> None:
-    outcomes = [
+    outcomes: list[Outcome] = [
         Complete(),
         Complete(result=ResultRecord(task_id="x", state=SUCCESS, result={"total": 5})),
         Complete(error=("KeyError", "'a'")),
@@ -71,12 +72,12 @@ def test_a_compact_record_reads_back_as_the_full_record(broker: RedisBroker) -> 
 
     entries = _entries(broker)
     assert len(entries) == len(expected)
-    assert all(b"p" in fields and b"r" not in fields for fields in entries), "not stored compact"
+    assert all(b"p" in fields and b"m" in fields and b"r" not in fields for fields in entries), "not compact"
     records = broker.history(HistoryQuery(queue="compact")).records[::-1]  # oldest first
     for got, want in zip(records, expected, strict=True):
         # the times are the settle's, not ours: compared apart
         assert abs(got.finished_at - want.finished_at) < 5 and got.started_at == want.started_at
-        got.finished_at = want.finished_at = got.runtime = want.runtime = 0.0  # type: ignore[assignment]
+        got.finished_at = want.finished_at = got.runtime = want.runtime = 0.0
         got.cursor = None
         assert got == want
     assert records[-1].state == RETRY and records[-1].exc_type == "TimeoutError"

@@ -1,11 +1,10 @@
 -- history_append: task-history records into the capped stream and its filter indexes.
 -- KEYS: none (history, history:n:<name>, history:s:<state>, history:q:<queue>, history:indexes)
 -- ARGV: [1] prefix, [2] max_count, [3] '1' to trim exactly now, [4] oldest ms kept (by age),
---       then per record: name ('' for none), state, queue, kind, and by kind
---       'r': the encoded record (1 argument; stored as field r), or
---       'c': a compact record (history_compact.py; 7 arguments): payload, finished,
---            started (both in µs), deliveries, worker node, pid, extra ('' for none), stored as the
---            fields p, f, t, d, w, i and x, with s (state) and q (queue).
+--       then per record its kind and
+--       'r': name ('' for none), state, queue, the encoded record (stored as field r), or
+--       'c': a compact record (history_compact.py): its meta string (name, state, queue,
+--            ... joined by NULs; stored as field m) and the task's payload (field p).
 -- Each index is a STREAM whose entry ids are the ids of the main stream's entries it
 -- covers (field 'i', empty): a filtered read walks it instead of the whole stream. The
 -- indexes are trimmed with the main stream: never older than its oldest entry.
@@ -17,19 +16,17 @@ local n = 0
 local registered = {}  -- index keys already added to the registry by this call
 local i = 5
 while i <= #ARGV do
-  local name, state, queue = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local id
-  if ARGV[i + 3] == 'c' then
-    local f = {'XADD', hk, 'MAXLEN', '~', maxc, '*', 'p', ARGV[i + 4], 's', state, 'q', queue,
-               'f', ARGV[i + 5], 't', ARGV[i + 6], 'd', ARGV[i + 7], 'w', ARGV[i + 8],
-               'i', ARGV[i + 9]}
-    if ARGV[i + 10] ~= '' then
-      f[#f + 1] = 'x'
-      f[#f + 1] = ARGV[i + 10]
-    end
-    id = redis.call(unpack(f))
-    i = i + 11
+  local name, state, queue, id
+  if ARGV[i] == 'c' then
+    local meta = ARGV[i + 1]
+    local a = string.find(meta, '\0', 1, true)
+    local b = string.find(meta, '\0', a + 1, true)
+    local c = string.find(meta, '\0', b + 1, true)
+    name, state, queue = string.sub(meta, 1, a - 1), string.sub(meta, a + 1, b - 1), string.sub(meta, b + 1, c - 1)
+    id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'm', meta, 'p', ARGV[i + 2])
+    i = i + 3
   else
+    name, state, queue = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 4])
     i = i + 5
   end
