@@ -40,6 +40,7 @@ CONTRACT = (
     "potatoq.brokers.sqlfiles",
     "potatoq.brokers.history_sql",
     "potatoq.brokers.history_buffer",
+    "potatoq.brokers.history_compact",
 )
 BOTTOM = ("potatoq.message", "potatoq.serialization", "potatoq.exceptions", "potatoq.states", "potatoq.utils")
 CORE = (
