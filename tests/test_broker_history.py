@@ -26,10 +26,12 @@ from potatoq.brokers.base import (
 )
 from potatoq.brokers.history import DEAD
 from potatoq.brokers.history_buffer import HeldHistory
+from potatoq.brokers.redis import RedisBroker
 from potatoq.message import Message
 from potatoq.states import FAILURE, RETRY, REVOKED, SUCCESS
 
 from .conftest import BrokerMaker
+from .factories.rabbitmq import with_redis_backend
 from .test_brokers import WORKER_A, claim_soon
 
 TASK = "tests.history"
@@ -195,6 +197,23 @@ def test_a_thread_holds_its_records_until_its_batch_is_full(make_broker: BrokerM
         assert [r.task_id for r in records(broker)][-3:] == done[2::-1]
         worker_thread.submit(broker.flush_history).result()
     assert [r.task_id for r in records(broker)] == done[::-1]
+
+
+def test_a_redis_result_store_holds_a_settles_record_compact(make_broker: BrokerMaker) -> None:
+    # RabbitMQ hands its settles to the result store, which keeps them in its own form: on
+    # Redis a compact record (history_compact), read back with its details all the same.
+    broker = with_redis_backend(make_broker)()
+    store = getattr(broker, "backend", broker)
+    if not isinstance(store, RedisBroker):
+        pytest.skip("history lives in neither Redis nor a Redis result store")
+    send(broker, args=(2, 3), kwargs={"x": 1})
+    task_id = run(broker)
+    broker.flush_history()
+    [record] = records(broker, task_id=task_id)
+    assert (record.name, record.state, record.args_preview) == (TASK, SUCCESS, "((2, 3), {'x': 1})")
+    assert record.result_preview == "{'total': 5}" and record.worker == WORKER_A.node
+    entries = store._client().xrange(store.keys.history)
+    assert [sorted(fields) for _, fields in entries] == [[b"m", b"p"]]
 
 
 def test_retention_keeps_the_newest_max_count(make_broker: BrokerMaker) -> None:

@@ -42,6 +42,7 @@ CONTRACT = (
     "potatoq.brokers.history_sql",
     "potatoq.brokers.history_buffer",
     "potatoq.brokers.estimates",
+    "potatoq.brokers.history_compact",
 )
 BOTTOM = ("potatoq.message", "potatoq.serialization", "potatoq.exceptions", "potatoq.states", "potatoq.utils")
 CORE = (

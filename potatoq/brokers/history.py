@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import states
 from ..exceptions import ImproperlyConfigured
+from ..message import Message
 from .records import Complete, DeadLetter, Delivery, Outcome, Requeue, RetryLater
 
 __all__ = [
@@ -311,7 +312,12 @@ def _plain_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
 
 
 def _args_preview(delivery: Delivery, settings: HistorySettings) -> str | None:
-    message = delivery.message
+    return args_preview(delivery.message, settings)
+
+
+def args_preview(message: Message | None, settings: HistorySettings) -> str | None:
+    """The preview of ``message``'s arguments, keyword arguments named in
+    ``settings.redact_kwargs`` shown as ``[redacted]``; None with previews off."""
     if message is None or not settings.previews:
         return None
     kwargs: Mapping[str, Any] = message.kwargs
@@ -344,14 +350,11 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def for_settle(
-    delivery: Delivery, outcome: Outcome, now: float, settings: HistorySettings
-) -> HistoryRecord | None:
-    """The record a settle of ``delivery`` with ``outcome`` leaves; None when it leaves none
-    (history off, or a :class:`Requeue`: the task isn't finished)."""
-    if not settings.enabled or isinstance(outcome, Requeue):
-        return None
-    message = delivery.message
+def _outcome_fields(
+    outcome: Outcome, settings: HistorySettings
+) -> tuple[str, str | None, str | None, str | None]:
+    """The state, exception type and message, and result preview a settle with ``outcome``
+    records."""
     result = getattr(outcome, "result", None)
     exc_type: str | None = None
     exc_message: str | None = None
@@ -380,6 +383,18 @@ def for_settle(
             exc_type, exc_message = _exception(result.result)
     else:
         raise TypeError(f"unknown outcome {outcome!r}")
+    return state, exc_type, exc_message, result_preview
+
+
+def for_settle(
+    delivery: Delivery, outcome: Outcome, now: float, settings: HistorySettings
+) -> HistoryRecord | None:
+    """The record a settle of ``delivery`` with ``outcome`` leaves; None when it leaves none
+    (history off, or a :class:`Requeue`: the task isn't finished)."""
+    if not settings.enabled or isinstance(outcome, Requeue):
+        return None
+    message = delivery.message
+    state, exc_type, exc_message, result_preview = _outcome_fields(outcome, settings)
     headers: Mapping[str, Any] = message.headers if message is not None else {}
     return HistoryRecord(
         task_id=delivery.id,

@@ -46,7 +46,7 @@ _BLOCKS = (
 _SHAPED: dict[tuple[str, Shape], tuple[statements.Statement, statements.Statement]] = {}
 
 
-class PostgresHistory(HeldHistory, Broker):
+class PostgresHistory(HeldHistory[HistoryRecord], Broker):
     """Mixin of :class:`PostgresBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..history_buffer import HeldHistory
 
 
 class RabbitMQHistory(Broker):
@@ -24,11 +25,17 @@ class RabbitMQHistory(Broker):
         backend: Broker | None
 
     def _history_settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        if self.backend is None:
+        backend = self.backend
+        if backend is None or not self.config.history.enabled:
+            return
+        if isinstance(backend, HeldHistory):
+            # written with the backend's next batch (history_buffer), in the backend's own
+            # form: a Redis result store holds a compact record (history_compact)
+            backend.hold_settled(delivery, outcome)
             return
         record = hist.for_settle(delivery, outcome, time.time(), self.config.history)
-        if record is not None:  # written with the backend's next batch (history_buffer)
-            self.backend.hold_history([record])
+        if record is not None:
+            backend.hold_history([record])
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
         if self.backend is not None and records:

@@ -29,7 +29,8 @@ same names inside the scripts)::
     queues              SET   every queue name ever used (stats, recovery)
     seq                 STRING  the ready-order counter (below 2^40: renumbered at the limit)
     wake:<pid>:<id>:<thread>  ZSET  private per waiting thread, for :meth:`interrupt`
-    history             STREAM  task-history records (field r: JSON), MAXLEN ~ task_history_max_count
+    history             STREAM  task-history records (compact: payload p + settle fields, or r: JSON;
+                                  history.py), MAXLEN ~ task_history_max_count
     history:n:<name>    STREAM  index: the ids of history entries of that task name (field i, empty)
     history:s:<state>   STREAM  index by state;  history:q:<queue>  STREAM  index by queue
     history:indexes     SET   every index key (trimmed to history's oldest id with it: history.py)

@@ -1,10 +1,15 @@
 """Task history on Redis and Valkey: a capped stream per deployment (see
 :mod:`potatoq.brokers.history`).
 
-``<prefix>:history`` is a STREAM with one entry per record (field ``r``: the record as
-JSON), capped by ``MAXLEN ~ max_count``; about one append in ``trim_every`` also trims
-exactly to ``max_count`` and drops entries older than ``max_age`` (``XTRIM MINID``: stream
-ids are milliseconds).
+``<prefix>:history`` is a STREAM with one entry per record, capped by ``MAXLEN ~
+max_count``. A settle's record is usually *compact* (:mod:`~potatoq.brokers.history_compact`):
+the task's payload as delivered (field ``p``) and what only the settle knows (field ``m``:
+name, state, queue, times, deliveries, worker, pid and the exception or result preview,
+joined by NULs), and the full record, argument preview and redaction included, is built
+when read. Others (revokes, crash recovery, a payload over ``RAW_MAX`` bytes or with a
+keyword argument to redact) are stored whole (field ``r``: the record as JSON). About one
+append in ``trim_every`` also trims exactly to ``max_count`` and drops entries older than
+``max_age`` (``XTRIM MINID``: stream ids are milliseconds).
 
 Every state change is one round trip (one EVALSHA), and whether a settle applied is known
 only from its reply. So a settle's record goes to this thread's
@@ -25,9 +30,9 @@ Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its curso
 batches (``history_read.lua``). A query by state, name or queue walks that index (index
 ids, then each record by id): a state other than SUCCESS first (rare in a working
 deployment), then name, queue, SUCCESS. The other filters are checked while reading: the
-script sends back only the records whose JSON holds each other filter's field as written
-(and, for exception text it can match so, the text), and :func:`hist.matches` checks those
-exactly. A time range bounds the ids read (ids are append times: since less
+script sends back only the entries that hold each other filter's field (a full record's JSON
+holds it as written, a compact entry's meta or payload holds its value) and, for exception
+text it can match so, the text; :func:`hist.matches` checks those exactly. A time range bounds the ids read (ids are append times: since less
 ``CLOCK_SKEW``, until plus ``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
 when a filter without an index (exception text, task id, a second filter) finds fewer
 matches than asked within them, the page comes back short with a cursor to read on from.
@@ -51,6 +56,7 @@ from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
 from ..history_buffer import HeldHistory
+from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of
 from .keys import Keys
 from .packing import _pack
 from .scripts import SCRIPTS
@@ -63,8 +69,11 @@ APPEND_LAG = 3600.0  # seconds a record may wait in its thread's buffer (one tas
 #                      be found by a time range that ends before it was appended
 _BATCH = 500
 
+#: What a thread holds to append: full records, or compact ones (history_compact).
+Held = HistoryRecord | CompactRecord
 
-class RedisHistory(HeldHistory, Broker):
+
+class RedisHistory(HeldHistory[Held], Broker):
     """Mixin of :class:`RedisBroker`: writing and reading the history stream."""
 
     if TYPE_CHECKING:
@@ -77,10 +86,14 @@ class RedisHistory(HeldHistory, Broker):
         def _run(self, name: str, args: Sequence[str | bytes | int]) -> Any: ...
 
     def _history_settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        """Hold the record of a settle that applied (sent with a later round trip)."""
-        self._history_buffer().add(hist.for_settle(delivery, outcome, time.time(), self.config.history))
+        """Hold the record of a settle that applied (sent with a later round trip): a
+        compact one when it can be (history_compact)."""
+        self._history_buffer().add(for_settle_compact(delivery, outcome, time.time(), self.config.history))
 
-    def _history_commands(self, records: Sequence[HistoryRecord]) -> list[tuple[Any, ...]]:
+    def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> Held | None:
+        return for_settle_compact(delivery, outcome, now, self.config.history)
+
+    def _history_commands(self, records: Sequence[Held]) -> list[tuple[Any, ...]]:
         """One ``history_append`` call for ``records`` (none for no records)."""
         if not records:
             return []
@@ -89,10 +102,13 @@ class RedisHistory(HeldHistory, Broker):
         oldest_ms = int((time.time() - settings.max_age) * 1000) if trim else 0
         args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms]
         for r in records:
-            args += [r.name or "", r.state, r.queue, r.encode()]
+            if isinstance(r, HistoryRecord):
+                args += ("r", r.name or "", r.state, r.queue, r.encode())
+            else:  # a CompactRecord: already in the script's order
+                args += r
         return [_evalsha(self, "history_append", args)]
 
-    def _pipelined(self, pending: Sequence[HistoryRecord], *tail: tuple[Any, ...]) -> list[Any]:
+    def _pipelined(self, pending: Sequence[Held], *tail: tuple[Any, ...]) -> list[Any]:
         """Send ``pending`` records, then the ``tail`` commands, in one round trip on the
         script connection; the tail's replies. A tail EVALSHA refused with NOSCRIPT is
         loaded and run again."""
@@ -210,18 +226,29 @@ class RedisHistory(HeldHistory, Broker):
         high = math.inf if query.until is None else query.until
         top, bottom = _id_bounds(query, cutoff)
         index = _index_of(query)
-        lower, exact = _needles(query, index)
+        lower, exact, raw = _needles(query, index)
+        settings = self.config.history
         scanned = 0
         count = query.limit + 1  # a first page often needs no more; then batches
         while scanned < SCAN_MAX:
             count = min(count, SCAN_MAX - scanned)
-            read, last, pairs = self._read_batch(index, top, bottom, count, lower, exact)
+            read, last, pairs = self._read_batch(index, top, bottom, count, lower, exact, raw)
             scanned += read
-            for raw_id, data in pairs:
-                if not low <= _finished_at(data) < high:  # a time range: no JSON decoded
-                    continue
-                record = HistoryRecord.decode(data, cursor=raw_id.decode())
+            for raw_id, fields in pairs:
+                entry_id = raw_id.decode()
+                payload = fields.get(b"p") if b"r" not in fields else None
+                if payload is None:
+                    data = fields[b"r"]
+                    if not low <= _finished_at(data) < high:  # a time range: no JSON decoded
+                        continue
+                    record = HistoryRecord.decode(data, cursor=entry_id)
+                else:
+                    record = record_of(fields, settings, entry_id, preview=False)
+                    if not low <= record.finished_at < high:
+                        continue
                 if hist.matches(record, query):
+                    if payload is not None:  # compact: its preview is built for the records shown only
+                        record.args_preview = preview_of(payload, settings)
                     found.append(record)
                     if len(found) > query.limit:
                         found.pop()
@@ -233,14 +260,36 @@ class RedisHistory(HeldHistory, Broker):
         return HistoryPage(found, top[1:])
 
     def _read_batch(
-        self, index: str | None, top: str, bottom: str, count: int, lower: Sequence[str], exact: Sequence[str]
-    ) -> tuple[int, str | None, list[tuple[bytes, bytes]]]:
+        self,
+        index: str | None,
+        top: str,
+        bottom: str,
+        count: int,
+        lower: Sequence[str],
+        exact: Sequence[str],
+        raw: Sequence[str],
+    ) -> tuple[int, str | None, list[tuple[bytes, dict[bytes, bytes]]]]:
         """Up to ``count`` entries from ``top`` down to ``bottom`` (XREVRANGE bounds), of the
         whole stream or of the index (key suffix) ``index``, read by ``history_read.lua``:
-        (entries read, the last one's id, (id, record) of those holding the needles)."""
-        reply = self._run("history_read", [index or "", top, bottom, count, len(lower), *lower, *exact])
+        (entries read, the last one's id, (id, fields) of those holding the needles)."""
+        args: list[str | int] = [
+            index or "",
+            top,
+            bottom,
+            count,
+            len(lower),
+            len(exact),
+            *lower,
+            *exact,
+            *raw,
+        ]
+        reply = self._run("history_read", args)
         read, last = int(reply[0]), reply[1].decode() if reply[1] else None
-        return read, last, [(reply[i], reply[i + 1]) for i in range(2, len(reply), 2)]
+        pairs = [
+            (reply[i], dict(zip(reply[i + 1][::2], reply[i + 1][1::2], strict=True)))
+            for i in range(2, len(reply), 2)
+        ]
+        return read, last, pairs
 
 
 def _finished_at(data: bytes) -> float:
@@ -253,22 +302,26 @@ def _finished_at(data: bytes) -> float:
         return float(HistoryRecord.decode(data).finished_at)
 
 
-def _needles(query: HistoryQuery, index: str | None) -> tuple[list[str], list[str]]:
-    """``history_read.lua``'s needles for ``query``: (lower-case, exact) texts a matching
-    record's JSON surely holds (so the script sends back only likely matches).
+def _needles(query: HistoryQuery, index: str | None) -> tuple[list[str], list[str], list[str]]:
+    """``history_read.lua``'s needles for ``query``: (lower-case, exact, raw) texts a matching
+    entry surely holds (so the script sends back only likely matches).
 
-    An equality filter is its field as the record's encoder writes it. Of exception text,
+    An equality filter is its field as the record's encoder writes it (exact, for a full
+    record's JSON) and its value as is (raw, for a compact entry's meta and payload). Of
+    exception text,
     each word (a match's words lie whole in the type or the message) that JSON writes as
     is (printable ASCII, no quote or backslash), looked for in the lower-cased JSON; the
     records that hold them all go back, and :func:`hist.matches` decides."""
-    exact = [
-        f'"{field}":{json.dumps(value)}'
+    filters = [
+        (field, value)
         for field in ("task_id", "name", "state", "queue")
         if (value := getattr(query, field)) is not None and index != _INDEX_PREFIX[field] + value
     ]
+    exact = [f'"{field}":{json.dumps(value)}' for field, value in filters]
+    raw = [value for _, value in filters]
     words = (query.text or "").lower().split(" ")
     lower = [w for w in words if w and w.isascii() and w.isprintable() and '"' not in w and "\\" not in w]
-    return lower, exact
+    return lower, exact, raw
 
 
 _INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}  # no task index

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import history as hist
@@ -39,7 +39,7 @@ def _shaped(shape: Shape) -> tuple[str, str]:
     return compose(SQL, shape)
 
 
-class SQLiteHistory(HeldHistory, Broker):
+class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
     """Mixin of :class:`SQLiteBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:
@@ -47,7 +47,9 @@ class SQLiteHistory(HeldHistory, Broker):
 
         def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]: ...
         def _read_sql(self, sql: str, params: Mapping[str, Any]) -> list[Any]: ...
-        def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+        def _write(
+            self, rings: Collection[str] | None = None
+        ) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
     @contextlib.contextmanager
     def _write_with_history(self, now: float) -> Iterator[sqlite3.Connection]:
@@ -68,7 +70,7 @@ class SQLiteHistory(HeldHistory, Broker):
         if not pending:
             return
         try:
-            with self._write() as conn:
+            with self._write(rings=()) as conn:  # frees no work: no waiter to wake
                 self._history_rows_in(conn, pending, self.clock())
         except BaseException:
             self._history_buffer().restore(pending)

@@ -1,7 +1,10 @@
 -- history_append: task-history records into the capped stream and its filter indexes.
 -- KEYS: none (history, history:n:<name>, history:s:<state>, history:q:<queue>, history:indexes)
 -- ARGV: [1] prefix, [2] max_count, [3] '1' to trim exactly now, [4] oldest ms kept (by age),
---       then per record: name ('' for none), state, queue, the encoded record.
+--       then per record its kind and
+--       'r': name ('' for none), state, queue, the encoded record (stored as field r), or
+--       'c': a compact record (history_compact.py): its meta string (name, state, queue,
+--            ... joined by NULs; stored as field m) and the task's payload (field p).
 -- Each index is a STREAM whose entry ids are the ids of the main stream's entries it
 -- covers (field 'i', empty): a filtered read walks it instead of the whole stream. The
 -- indexes are trimmed with the main stream: never older than its oldest entry.
@@ -11,10 +14,24 @@ local reg = hk .. ':indexes'
 local maxc = ARGV[2]
 local n = 0
 local registered = {}  -- index keys already added to the registry by this call
-for i = 5, #ARGV - 3, 4 do
-  local id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 3])
-  local idx = {hk .. ':s:' .. ARGV[i + 1], hk .. ':q:' .. ARGV[i + 2]}
-  if ARGV[i] ~= '' then idx[3] = hk .. ':n:' .. ARGV[i] end
+local i = 5
+while i <= #ARGV do
+  local name, state, queue, id
+  if ARGV[i] == 'c' then
+    local meta = ARGV[i + 1]
+    local a = string.find(meta, '\0', 1, true)
+    local b = string.find(meta, '\0', a + 1, true)
+    local c = string.find(meta, '\0', b + 1, true)
+    name, state, queue = string.sub(meta, 1, a - 1), string.sub(meta, a + 1, b - 1), string.sub(meta, b + 1, c - 1)
+    id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'm', meta, 'p', ARGV[i + 2])
+    i = i + 3
+  else
+    name, state, queue = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 4])
+    i = i + 5
+  end
+  local idx = {hk .. ':s:' .. state, hk .. ':q:' .. queue}
+  if name ~= '' then idx[3] = hk .. ':n:' .. name end
   for j = 1, #idx do
     -- pcall: an index holding a higher id (stream deleted, server clock set back) refuses
     -- this one; the record is kept anyway
