@@ -32,8 +32,9 @@ ids, then each record by id): a state other than SUCCESS first (rare in a workin
 deployment), then name, queue, SUCCESS. The other filters are checked while reading: the
 script sends back only the entries that hold each other filter's field (a full record's JSON
 holds it as written, a compact entry's meta or payload holds its value) and, for exception
-text it can match so, the text; :func:`hist.matches` checks those exactly. A time range bounds the ids read (ids are append times: since less
-``CLOCK_SKEW``, until plus ``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
+text it can match so, the text; :func:`hist.matches` checks those exactly. A time range
+bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
+``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
 when a filter without an index (exception text, task id, a second filter) finds fewer
 matches than asked within them, the page comes back short with a cursor to read on from.
 """
