@@ -33,6 +33,7 @@ __all__ = [
     "rate_columns",
     "rate_of",
     "rate_of_raw",
+    "rate_usage_reply",
     "rate_usage_row",
     "tokens_left",
     "usage_row",
@@ -199,6 +200,25 @@ def gcra_next(tat: float, interval: float, burst: int) -> float:
 def tokens_left(tat: float, now: float, interval: float, burst: int) -> float:
     """Tokens a key has at ``now`` (0 to ``burst``; fractions are a token on its way)."""
     return max(0.0, min(float(burst), burst - max(0.0, tat - now) / interval))
+
+
+def rate_usage_reply(reply_row: Sequence[Any]) -> RateUsage:
+    """A row of ``rate_usage.lua``'s reply (the RabbitMQ store's scripts, also loaded by the
+    Redis Cluster broker): ``(key, ms per token, burst, tat ms, waiting, overridden, now ms)``,
+    values as Redis returns them (bytes or numbers)."""
+    key, step, burst, tat, waiting, overridden, now = (
+        value.decode() if isinstance(value, bytes) else value for value in reply_row
+    )
+    per_ms, count = str(step), str(burst)
+    row = (
+        str(key),
+        1000.0 / float(per_ms) if per_ms else None,
+        int(float(count)) if count else None,
+        float(str(tat)) / 1000.0,
+        int(waiting),
+        int(overridden),
+    )
+    return rate_usage_row(row, int(now) / 1000.0)
 
 
 def rate_usage_row(row: Sequence[Any], now: float) -> RateUsage:

@@ -44,7 +44,7 @@ from potatoq.brokers.limits import (
     RateUsage,
     concurrency_of,
     rate_of,
-    rate_usage_row,
+    rate_usage_reply,
     usage_row,
     validate_limit,
     validate_rate,
@@ -168,20 +168,7 @@ class RabbitMQLimits(Broker):
     def rates(self) -> list[RateUsage]:
         if not has_store(self.backend):  # nothing can be limited then (refused at send)
             return []
-        found = []
-        for key, step, burst, tat, waiting, overridden, now in self._store().run("rate_usage", []):
-            per_ms = _text(step)
-            count = _text(burst)
-            row = (
-                _text(key),
-                1000.0 / float(per_ms) if per_ms else None,
-                int(float(count)) if count else None,
-                float(_text(tat)) / 1000.0,
-                int(waiting),
-                int(overridden),
-            )
-            found.append(rate_usage_row(row, int(now) / 1000.0))
-        return found
+        return [rate_usage_reply(row) for row in self._store().run("rate_usage", [])]
 
     # ------------------------------------------------------------------ claim and settle
 

@@ -58,7 +58,7 @@ from potatoq.brokers.limits import (
     RateUsage,
     concurrency_of,
     rate_of,
-    rate_usage_row,
+    rate_usage_reply,
     usage_row,
     validate_limit,
     validate_rate,
@@ -180,22 +180,12 @@ class ClusterLimits(ClusterParts):
         self._wake_all("r", key)  # they wait for tokens of the old rate
 
     def rates(self) -> list[RateUsage]:
-        found = []
+        found: list[RateUsage] = []
         for key, last_used in self._seen_keys("r"):
             rows = self._at_key(key, "rate_usage", [])
             if not rows:
                 self._forget_idle(f"r:{key}", last_used)
-            for name, step, burst, tat, waiting, overridden, now in rows:
-                per_ms, count = _text(step), _text(burst)
-                row = (
-                    _text(name),
-                    1000.0 / float(per_ms) if per_ms else None,
-                    int(float(count)) if count else None,
-                    float(_text(tat)) / 1000.0,
-                    int(waiting),
-                    int(overridden),
-                )
-                found.append(rate_usage_row(row, int(now) / 1000.0))
+            found.extend(rate_usage_reply(row) for row in rows)
         return sorted(found, key=lambda u: u.key)
 
     def _wake_all(self, kind: str, key: str) -> None:
