@@ -5,13 +5,16 @@ broker."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import time
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
 from potatoq import Potatoq
+from potatoq.brokers.records import Delivery, WorkerRef
 from potatoq.dashboard import create_app
 
 
@@ -43,6 +46,18 @@ def _limited_tasks(app: Potatoq) -> None:
         return None
 
 
+def _claim_one(app: Potatoq, name: str) -> Delivery:
+    """Claim the first task of ``name`` as a worker would, so its key has one running."""
+    deadline = time.monotonic() + 10  # a timeout only: RabbitMQ's consumer fills in the background
+    while time.monotonic() < deadline:
+        delivery = app.broker.claim(["default"], WorkerRef("dash-limits", os.getpid()))
+        if delivery is not None:
+            assert delivery.message is not None and delivery.message.task == name
+            return delivery
+        app.broker.wait(["default"], 0.2)
+    raise AssertionError(f"no {name} claimed")
+
+
 def test_the_page_lists_limits_and_their_usage(any_app: Potatoq) -> None:
     app = any_app
     _limited_tasks(app)
@@ -53,12 +68,13 @@ def test_the_page_lists_limits_and_their_usage(any_app: Potatoq) -> None:
     # them), so the keys are also overridden: every broker lists an overridden key.
     app.broker.set_limit("demo.export", 1)
     app.broker.set_rate("demo.call_api", "10/s", burst=3)
+    _claim_one(app, "demo.export")
     with TestClient(create_app(app, sample_every=0), base_url="http://127.0.0.1:5555") as client:
         page = client.get("/limits")
         assert page.status_code == 200, page.text
         assert '<a href="http://127.0.0.1:5555/limits">Limits</a>' in page.text  # in the nav
         limits = {u.key: u for u in app.broker.limits()}
-        assert limits["demo.export"].limit == 1
+        assert (limits["demo.export"].limit, limits["demo.export"].running) == (1, 1)
         for key, usage in limits.items():  # the page shows what `potatoq limits` shows
             row = _row(page.text, "limits", key)
             assert _cell(row, "limit").startswith(str(usage.limit))
