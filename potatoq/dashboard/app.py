@@ -305,9 +305,7 @@ class Dashboard:
         try:
             done = await run_in_threadpool(lim.apply, self.app.broker, form)
         except ValueError as exc:  # the page again, with what is wrong above the form
-            return await run_in_threadpool(
-                self._limits_page, request, error=str(exc), form=form, status=400
-            )
+            return await run_in_threadpool(self._limits_page, request, error=str(exc), form=form, status=400)
         url = URL(str(request.url_for("limits"))).include_query_params(done=done)
         return RedirectResponse(str(url), status_code=303)
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..brokers.limits import LimitUsage, RateUsage, parse_rate
-from ..cli_ops.limits import format_rate
+from ..brokers.limits import LimitUsage, RateUsage, format_rate, parse_rate
 from ..exceptions import OperationalError
 
 __all__ = ["LimitsView", "apply", "format_rate", "read"]

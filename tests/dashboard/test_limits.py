@@ -110,7 +110,8 @@ def test_setting_and_clearing_through_the_form(any_app: Potatoq) -> None:
         assert (rate.rate, rate.burst, rate.override) == (100, 5, True)
         assert _cell(_row(done.text, "rates", "demo.add"), "burst") == "5"
 
-        done = client.post("/limits/set", data={"csrf": _token(done.text), "action": "clear", "key": "demo.add"})
+        clear = {"csrf": _token(done.text), "action": "clear", "key": "demo.add"}
+        done = client.post("/limits/set", data=clear)
         assert done.status_code == 200 and "demo.add: override cleared" in done.text
         assert not any(u.key == "demo.add" and u.override for u in app.broker.limits())
         assert not any(u.key == "demo.add" and u.override for u in app.broker.rates())
@@ -159,7 +160,8 @@ def test_a_broker_without_limits_gets_a_note(app: Any, board: Any) -> None:
     # The brokers in the tree all enforce limits: take them away from this instance's
     # capabilities to see what a third-party broker without them gets.
     broker = app.broker
-    broker.capabilities = dataclasses.replace(broker.capabilities, concurrency_limits=False, rate_limits=False)
+    without = dataclasses.replace(broker.capabilities, concurrency_limits=False, rate_limits=False)
+    broker.capabilities = without
     client = board()
     page = client.get("/limits")
     assert page.status_code == 200
