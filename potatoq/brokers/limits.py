@@ -27,6 +27,7 @@ __all__ = [
     "RateUsage",
     "concurrency_of",
     "concurrency_of_raw",
+    "format_rate",
     "gcra_next",
     "limit_columns",
     "parse_rate",
@@ -132,6 +133,18 @@ class RateUsage:
     tokens: float  # tokens left now (``burst`` when idle)
     waiting: int  # tasks of this key not yet delivered (ready, or waiting for their token)
     override: bool
+
+
+def format_rate(per_second: float | None) -> str:
+    """Tasks per second as the shortest of ``N/s``, ``N/m``, ``N/h`` (the inverse of
+    :func:`parse_rate`, for the CLI and the dashboard)."""
+    if per_second is None:
+        return "-"
+    if per_second >= 1:
+        return f"{per_second:g}/s"
+    if per_second * 60 >= 1:
+        return f"{per_second * 60:g}/m"
+    return f"{per_second * 3600:g}/h"
 
 
 def parse_rate(rate: str | float | int, what: str = "rate limit") -> float:

@@ -8,23 +8,12 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from potatoq.brokers.limits import LimitUsage, RateUsage, parse_rate
+from potatoq.brokers.limits import LimitUsage, RateUsage, format_rate, parse_rate
 
 from .output import Cell, Style, table
 from .session import CliError, Exit, Registrar, Session, guarded
 
 __all__ = ["format_rate", "limits_json", "limits_table", "rates_json", "rates_table", "register"]
-
-
-def format_rate(per_second: float | None) -> str:
-    """Tasks per second as the shortest of ``N/s``, ``N/m``, ``N/h``."""
-    if per_second is None:
-        return "-"
-    if per_second >= 1:
-        return f"{per_second:g}/s"
-    if per_second * 60 >= 1:
-        return f"{per_second * 60:g}/m"
-    return f"{per_second * 3600:g}/h"
 
 
 def limits_json(usage: Sequence[LimitUsage]) -> list[dict[str, Any]]:

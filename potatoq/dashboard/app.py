@@ -34,6 +34,7 @@ from .. import metrics
 from ..exceptions import ImproperlyConfigured, InvalidName
 from . import data
 from . import history as hist
+from . import limits as lim
 from .app_format import duration as _duration
 from .chart import throughput_svg
 from .guard import Guard, HostCheck, SecurityHeaders
@@ -91,7 +92,7 @@ class Dashboard:
         self.throughput = data.Throughput(lambda: self.app.broker, every=sample_every)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         env = self.templates.env
-        env.filters.update(duration=_duration, when=_when, ago=_ago, until=_in)
+        env.filters.update(duration=_duration, when=_when, ago=_ago, until=_in, rate=lim.format_rate)
         env.globals.update(read_only=read_only, csrf_token=self.csrf.token, task_url=_task_url)
 
     def render(self, request: Request, name: str, title: str, **context: Any) -> Response:
@@ -207,6 +208,25 @@ class Dashboard:
         rows = data.schedule_rows(conf.beat_schedule or {}, timezone, last_runs=last_runs)
         return self.render(request, "schedules.html", "Periodic tasks", live=True, rows=rows)
 
+    def limits(self, request: Request) -> Response:
+        return self._limits_page(request, done=request.query_params.get("done"))
+
+    def _limits_page(
+        self,
+        request: Request,
+        *,
+        done: str | None = None,
+        error: str | None = None,
+        form: dict[str, str] | None = None,
+        status: int = 200,
+    ) -> Response:
+        view = lim.read(self.app.broker)
+        response = self.render(
+            request, "limits.html", "Limits", view=view, done=done, error=error, form=form or {}
+        )
+        response.status_code = status
+        return response
+
     # -- actions (POST + CSRF, refused in read-only mode) --------------------------------------
 
     async def _checked_form(self, request: Request) -> dict[str, str] | Response:
@@ -275,6 +295,20 @@ class Dashboard:
             return PlainTextResponse(str(exc), status_code=400)
         return RedirectResponse(str(request.url_for("overview")), status_code=303)
 
+    async def set_limit(self, request: Request) -> Response:
+        """Set or clear a run-time override, as ``potatoq limits set|clear`` does."""
+        form = await self._checked_form(request)
+        if isinstance(form, Response):
+            return form
+        from starlette.concurrency import run_in_threadpool
+
+        try:
+            done = await run_in_threadpool(lim.apply, self.app.broker, form)
+        except ValueError as exc:  # the page again, with what is wrong above the form
+            return await run_in_threadpool(self._limits_page, request, error=str(exc), form=form, status=400)
+        url = URL(str(request.url_for("limits"))).include_query_params(done=done)
+        return RedirectResponse(str(url), status_code=303)
+
     # -- machine endpoints ---------------------------------------------------------------------
 
     def metrics(self, request: Request) -> Response:
@@ -322,6 +356,8 @@ def create_app(
         Route("/dead/purge", board.purge, methods=["POST"], name="purge"),
         Route("/queues/pause", board.pause, methods=["POST"], name="pause"),
         Route("/schedules", board.schedules, name="schedules"),
+        Route("/limits", board.limits, name="limits"),
+        Route("/limits/set", board.set_limit, methods=["POST"], name="set_limit"),
         Route("/metrics", board.metrics, name="metrics"),
         Route("/healthz", board.healthz, name="healthz"),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),

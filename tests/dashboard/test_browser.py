@@ -89,14 +89,33 @@ def test_purge_asks_in_the_browser_first(app: Potatoq) -> None:
         console.assert_none("purge")
 
 
+def test_set_a_limit_from_the_limits_page(app: Potatoq) -> None:
+    require_chromium()
+    with serve(create_app(app, sample_every=0)) as url, browser() as chromium:
+        page = chromium.new_page()
+        console = ConsoleProblems(page)
+        page.goto(f"{url}/limits")
+        page.fill("#set-limit input[name=key]", "demo.add")
+        page.fill("#set-limit input[name=limit]", "20/m")
+        page.fill("#set-limit input[name=burst]", "4")
+        page.click("#set")
+        page.wait_for_selector("text=demo.add: at most 20/m, 4 at once")
+        (usage,) = app.broker.rates()
+        assert (usage.key, round(usage.rate * 60, 6), usage.burst) == ("demo.add", 20, 4)
+        console.assert_none("set a rate")
+
+
 def test_no_page_logs_a_console_error_or_csp_violation(app: Potatoq) -> None:
     require_chromium()
     (slashed,) = _dead_letters(app, "user/42/report")
+    app.broker.set_limit("demo.add", 2)  # the Limits page with both tables
+    app.broker.set_rate("demo.add", "5/s")
     pages = [
         "/",
         "/workers",
         "/dead",
         "/schedules",
+        "/limits",
         "/history",
         f"/tasks/{quote(slashed, safe='')}",
         "/no-such-page",
