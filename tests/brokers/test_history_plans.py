@@ -18,18 +18,13 @@ import json
 import re
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig, HistoryQuery
 from potatoq.brokers.history_sql import DRIVERS, Shape, buckets_params
-from tests import services
-from tests.factories.postgres import drop_schema
 
 NOW = time.time()
 INDEX_OF = {"task_id": "potatoq_history_task", "name": "potatoq_history_name",
@@ -132,14 +127,6 @@ def _pg_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", ()):
         yield from _pg_nodes(child)
-
-
-@pytest.fixture
-def pg_schema() -> Iterator[tuple[str, str]]:
-    url = services.require("postgres")
-    schema = f"pq_{uuid.uuid4().hex[:12]}"
-    yield url, schema
-    drop_schema(url, schema)
 
 
 def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) -> None:

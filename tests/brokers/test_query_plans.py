@@ -25,8 +25,6 @@ import pytest
 
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig
-from tests import services
-from tests.factories.postgres import drop_schema
 
 GUARDED = ("potatoq_jobs", "potatoq_results")
 NOW = time.time()
@@ -114,14 +112,6 @@ def _pg_seq_scans(node: dict[str, Any]) -> Iterator[str]:
         yield node["Relation Name"]
     for child in node.get("Plans", ()):
         yield from _pg_seq_scans(child)
-
-
-@pytest.fixture
-def pg_schema() -> Iterator[tuple[str, str]]:
-    url = services.require("postgres")
-    schema = f"pq_{uuid.uuid4().hex[:12]}"
-    yield url, schema
-    drop_schema(url, schema)
 
 
 def test_no_postgres_statement_scans_the_jobs_or_results_table(pg_schema: tuple[str, str]) -> None:
