@@ -29,17 +29,7 @@ WORKER = WorkerRef("cluster-test", 1)
 
 @pytest.fixture
 def broker() -> Iterator[RedisClusterBroker]:
-    target = factory.url()
-    prefix = f"pqtest:c{uuid.uuid4().hex[:10]}"
-    made = create_broker(
-        BrokerConfig(url=target, transport_options={"global_keyprefix": prefix}, dead_after=0.2)
-    )
-    assert isinstance(made, RedisClusterBroker)
-    try:
-        yield made
-    finally:
-        made.close()
-        factory.delete_prefix(target, prefix)
+    yield from factory.private_broker(dead_after=0.2)
 
 
 def msg(queue: str, task_id: str | None = None) -> Message:

@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from potatoq.brokers import create_broker
-from potatoq.brokers.base import BrokerConfig, Complete, WorkerRef
+from potatoq.brokers.base import Complete, WorkerRef
 from potatoq.brokers.limits import HEADER as LIMIT
 from potatoq.brokers.redis.cluster import RedisClusterBroker
 from potatoq.brokers.unique import HEADER as UNIQUE
@@ -30,28 +29,14 @@ from tests.factories import redis_cluster as factory
 WORKER = WorkerRef("cluster-limits-test", 1)
 
 
-def make(dead_after: float) -> Iterator[RedisClusterBroker]:
-    target = factory.url()
-    prefix = f"pqtest:c{uuid.uuid4().hex[:10]}"
-    made = create_broker(
-        BrokerConfig(url=target, transport_options={"global_keyprefix": prefix}, dead_after=dead_after)
-    )
-    assert isinstance(made, RedisClusterBroker)
-    try:
-        yield made
-    finally:
-        made.close()
-        factory.delete_prefix(target, prefix)
-
-
 @pytest.fixture
 def broker() -> Iterator[RedisClusterBroker]:
-    yield from make(30.0)
+    yield from factory.private_broker(dead_after=30.0)
 
 
 @pytest.fixture
 def short_lease() -> Iterator[RedisClusterBroker]:
-    yield from make(1.0)
+    yield from factory.private_broker(dead_after=1.0)
 
 
 def msg(headers: dict[str, Any] | None = None, queue: str = "default") -> Message:

@@ -9,6 +9,7 @@ import atexit
 import os
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -85,3 +86,22 @@ def inject_raw(broker: Broker, queue: str, raw: bytes) -> str:
     pipe.zadd(keys.marker(queue), {"m": 0})
     pipe.execute()
     return task_id
+
+
+def private_broker(dead_after: float) -> Iterator[Any]:
+    """A :class:`RedisClusterBroker` with a key prefix of its own (``yield from`` it in a
+    fixture); its keys are deleted afterwards."""
+    from potatoq.brokers import create_broker
+    from potatoq.brokers.redis.cluster import RedisClusterBroker
+
+    target = url()
+    prefix = f"pqtest:c{uuid.uuid4().hex[:10]}"
+    made = create_broker(
+        BrokerConfig(url=target, transport_options={"global_keyprefix": prefix}, dead_after=dead_after)
+    )
+    assert isinstance(made, RedisClusterBroker)
+    try:
+        yield made
+    finally:
+        made.close()
+        delete_prefix(target, prefix)
