@@ -366,33 +366,24 @@ def main() -> None:
     wanted = args.brokers.split(",")
     log(f"history scale: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
         f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
-    if "sqlite" in wanted:
-        run_broker(
+    targets = {
+        "sqlite": lambda: (
             f"SQLite, {args.rows:,} records",
             sqlite_app(args.sqlite_path, args.rows, args.refill),
-            args.repeat,
-            args.slow_ms,
-            args.fill_only,
-            args.dashboard_only,
-        )
-    if "postgres" in wanted:
-        run_broker(
+        ),
+        "postgres": lambda: (
             f"PostgreSQL, {args.rows:,} records",
             postgres_app(args.postgres_url, args.rows, args.refill),
-            args.repeat,
-            args.slow_ms,
-            args.fill_only,
-            args.dashboard_only,
-        )
-    if "redis" in wanted:
-        run_broker(
+        ),
+        "redis": lambda: (
             f"Redis, {args.redis_rows:,} records",
             redis_app(args.redis_url, args.redis_rows, args.refill),
-            args.repeat,
-            args.slow_ms,
-            args.fill_only,
-            args.dashboard_only,
-        )
+        ),
+    }
+    for name, target in targets.items():  # in this order, whatever order --brokers gives
+        if name in wanted:
+            title, app = target()  # the fill runs here, one broker at a time
+            run_broker(title, app, args.repeat, args.slow_ms, args.fill_only, args.dashboard_only)
 
 
 if __name__ == "__main__":
