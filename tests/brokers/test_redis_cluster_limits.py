@@ -36,7 +36,7 @@ def broker() -> Iterator[RedisClusterBroker]:
 
 @pytest.fixture
 def short_lease() -> Iterator[RedisClusterBroker]:
-    yield from factory.private_broker(dead_after=1.0)
+    yield from factory.private_broker(dead_after=2.0)
 
 
 def msg(headers: dict[str, Any] | None = None, queue: str = "default") -> Message:
@@ -70,9 +70,11 @@ def test_an_extended_task_keeps_its_slot(short_lease: RedisClusterBroker) -> Non
     broker.enqueue([msg({LIMIT: ["one", 1]}), msg({LIMIT: ["one", 1]})])
     holder = broker.claim(["default"], WORKER)
     assert holder is not None
-    ends = time.monotonic() + 2.5  # 2.5 leases: the slot would have run out twice
+    # 2.5 leases: the slot would have run out twice. Extends 0.2 s apart against a 2 s lease:
+    # a loaded machine would have to stall this loop for 1.8 s to lose the slot.
+    ends = time.monotonic() + 5.0
     while time.monotonic() < ends:
-        broker.extend([holder], 1.0)  # what the supervisor does for a running task
+        broker.extend([holder], 2.0)  # what the supervisor does for a running task
         assert broker.claim(["default"], WORKER) is None
         time.sleep(0.2)  # the supervisor's extend interval (dead_after / 3 at most)
     assert running_of(broker, "one") == 1
