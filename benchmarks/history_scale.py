@@ -288,7 +288,8 @@ def redis_app(url: str, rows: int, refill: bool) -> Iterator[tuple[Potatoq, None
             client.delete(*keys[i : i + 500])
         before = client.info("memory")["used_memory"]
         log(f"Redis: appending {rows:,} records to {hk}")
-        fill.fill_redis(client, broker.keys.prefix, rows, log)
+        bucket_size = fill.task_bucket_size(broker.config.history.max_count)
+        fill.fill_redis(client, broker.keys.prefix, rows, log, bucket_size)
         used = client.info("memory")["used_memory"] - before
         log(f"Redis memory for {rows:,} records with indexes: {used / 2**20:.0f} MiB")
     try:

@@ -26,16 +26,23 @@ whose entry ids *are* the main stream's ids (one empty field), capped like it an
 exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
 the SET of index keys).
 
+It also adds the record's id to its task's field in the *task index*: HASH buckets
+``<prefix>:history:tasks:<first id>`` (task id -> its ids joined by ``,``) listed in the
+ZSET ``<prefix>:history:tasks``; a bucket is dropped by the exact trim once all it points
+at is trimmed (history_append.lua says why buckets, not a key per task).
+
 Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor, in
-batches (``history_read.lua``). A query by state, name or queue walks that index (index
-ids, then each record by id): a state other than SUCCESS first (rare in a working
-deployment), then name, queue, SUCCESS. The other filters are checked while reading: the
+batches (``history_read.lua``). A query by task id reads the task's ids from every bucket
+(records written before the task index existed, by an older version, are then looked for
+in the stream below the oldest bucket, as before). A query by state, name or queue walks
+that index (index ids, then each record by id): a state other than SUCCESS first (rare in
+a working deployment), then name, queue, SUCCESS. The other filters are checked while reading: the
 script sends back only the entries that hold each other filter's field (a full record's JSON
 holds it as written, a compact entry's meta or payload holds its value) and, for exception
 text it can match so, the text; :func:`hist.matches` checks those exactly. A time range
 bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
 ``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
-when a filter without an index (exception text, task id, a second filter) finds fewer
+when a filter without an index (exception text, a second filter) finds fewer
 matches than asked within them, the page comes back short with a cursor to read on from.
 """
 
@@ -230,10 +237,11 @@ class RedisHistory(HeldHistory[Held], Broker):
         lower, exact, raw = _needles(query, index)
         settings = self.config.history
         scanned = 0
+        unindexed = False  # reading, after a task's index, the records written before it
         count = query.limit + 1  # a first page often needs no more; then batches
         while scanned < SCAN_MAX:
             count = min(count, SCAN_MAX - scanned)
-            read, last, pairs = self._read_batch(index, top, bottom, count, lower, exact, raw)
+            read, last, pairs = self._read_batch(index, top, bottom, count, (low, high), lower, exact, raw)
             scanned += read
             for raw_id, fields in pairs:
                 entry_id = raw_id.decode()
@@ -255,10 +263,32 @@ class RedisHistory(HeldHistory[Held], Broker):
                         found.pop()
                         return HistoryPage(found, found[-1].cursor)
             if read < count or last is None:
-                return HistoryPage(found, None)  # the range holds no more entries
+                older = self._unindexed_top(top) if index is not None and index[:3] == ":t:" else None
+                if older is None or unindexed:
+                    return HistoryPage(found, None)  # the range holds no more entries
+                # records appended before the task index (an upgrade): read the stream for them
+                unindexed, index, top, count = True, None, older, _BATCH
+                lower, exact, raw = _needles(query, None)
+                continue
             top = f"({last}"
             count = _BATCH
         return HistoryPage(found, top[1:])
+
+    def _unindexed_top(self, top: str) -> str | None:
+        """Where the records not in the task index (appended before it, by an older
+        version) end, as an XREVRANGE bound at or below ``top``; None: there are none."""
+        with self._errors():
+            client = self._client()
+            oldest = client.xrange(self.keys.history, count=1)
+            bucket = client.zrange(f"{self.keys.history}:tasks", 0, 0)
+        if not oldest:
+            return None
+        if not bucket:
+            return top  # no index at all: every record
+        indexed = bucket[0].decode().rpartition(":")[2]  # the bucket's first id
+        if _stream_id(oldest[0][0].decode()) >= _stream_id(indexed):
+            return None
+        return top if _bound_key(top) <= _stream_id(indexed) else f"({indexed}"
 
     def _read_batch(
         self,
@@ -266,13 +296,16 @@ class RedisHistory(HeldHistory[Held], Broker):
         top: str,
         bottom: str,
         count: int,
+        span: tuple[float, float],
         lower: Sequence[str],
         exact: Sequence[str],
         raw: Sequence[str],
     ) -> tuple[int, str | None, list[tuple[bytes, dict[bytes, bytes]]]]:
         """Up to ``count`` entries from ``top`` down to ``bottom`` (XREVRANGE bounds), of the
         whole stream or of the index (key suffix) ``index``, read by ``history_read.lua``:
-        (entries read, the last one's id, (id, fields) of those holding the needles)."""
+        (entries read, the last one's id, (id, fields) of those holding the needles and
+        finished within ``span``: since, before)."""
+        since, before = span
         args: list[str | int] = [
             index or "",
             top,
@@ -280,6 +313,10 @@ class RedisHistory(HeldHistory[Held], Broker):
             count,
             len(lower),
             len(exact),
+            # widened by a millisecond: the script's pre-filter must not drop a record
+            # that the exact check (in Python) keeps
+            repr(since - 0.001),
+            "" if before == math.inf else repr(before + 0.001),
             *lower,
             *exact,
             *raw,
@@ -325,12 +362,15 @@ def _needles(query: HistoryQuery, index: str | None) -> tuple[list[str], list[st
     return lower, exact, raw
 
 
-_INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}  # no task index
+_INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}
 
 
 def _index_of(query: HistoryQuery) -> str | None:
-    """The index (key suffix) a query reads: by a state but SUCCESS (rare in a working
-    deployment), else name, else queue, else SUCCESS; None: the stream."""
+    """The index (key suffix) a query reads: by task id (the task index's buckets, see
+    history_append.lua), else a state but SUCCESS (rare in a working deployment), else
+    name, else queue, else SUCCESS; None: the stream."""
+    if query.task_id is not None:
+        return f":t:{query.task_id}"
     if query.state is not None and query.state != "SUCCESS":
         return f":s:{query.state}"
     if query.name is not None:
@@ -372,6 +412,22 @@ def _task_name(payload: bytes | None) -> str | None:
         return Message.decode(payload).task
     except MessageDecodeError:
         return None
+
+
+def _stream_id(text: str) -> tuple[float, float]:
+    """A stream id ``<ms>-<seq>`` as numbers, to compare."""
+    ms, _, seq = text.partition("-")
+    return float(ms), float(seq)
+
+
+def _bound_key(top: str) -> tuple[float, float]:
+    """The ids below an XREVRANGE upper bound are those under this (ms, seq)."""
+    if top == "+":
+        return math.inf, 0.0
+    if top.startswith("("):
+        return _stream_id(top[1:])
+    ms, _, seq = top.partition("-")
+    return (float(ms), float(seq) + 1) if seq else (float(ms) + 1, 0.0)
 
 
 def _is_stream_id(text: str) -> bool:

@@ -8,15 +8,43 @@
 -- Each index is a STREAM whose entry ids are the ids of the main stream's entries it
 -- covers (field 'i', empty): a filtered read walks it instead of the whole stream. The
 -- indexes are trimmed with the main stream: never older than its oldest entry.
+-- The task index: HASHes 'history:tasks:<first id>' (buckets), each mapping a task id to
+-- the ids of its records in append order joined by ',', and the ZSET 'history:tasks' of
+-- the buckets by the ms of their first id. A task's page reads its field in every bucket
+-- (a few HGETs, history_read.lua) instead of walking the stream. Per-task keys would cost
+-- a key per task (a stream key alone is 4 KiB) and outlive a count trim; a bucket goes
+-- whole, on an exact trim, once every record it points at is trimmed.
 -- Returns: the number of records appended.
 local hk = ARGV[1] .. 'history'
 local reg = hk .. ':indexes'
 local maxc = ARGV[2]
 local n = 0
 local registered = {}  -- index keys already added to the registry by this call
+-- task index: the bucket being filled and its size; a new one is started once it holds
+-- an eighth of max_count tasks (so a trim leaves at most that many stale ones), at least
+-- 1,024 and at most 65,536 (so a read of one task is at most max_count / 65,536 HGETs)
+local treg = hk .. ':tasks'
+local tcap = math.min(65536, math.max(1024, math.floor(tonumber(maxc) / 8)))
+local tkey = redis.call('ZRANGE', treg, -1, -1)[1]
+local tlen = tkey and redis.call('HLEN', tkey) or tcap
+-- The task id at the head of a JSON object ('{"v":1,"id":"' for a payload, '{"task_id":"'
+-- for a record: what potatoq writes); else decoded (an escape in it, another writer).
+local function task_of(text, head, field)
+  if string.sub(text, 1, #head) == head then
+    local stop = string.find(text, '"', #head + 1, true)
+    if stop then
+      local tid = string.sub(text, #head + 1, stop - 1)
+      if not string.find(tid, '\\', 1, true) then return tid end
+    end
+  end
+  local ok, body = pcall(cjson.decode, text)
+  if ok and type(body) == 'table' and type(body[field]) == 'string' then return body[field] end
+  return nil
+end
 local i = 5
 while i <= #ARGV do
   local name, state, queue, id
+  local tid  -- the task id, for the task index
   if ARGV[i] == 'c' then
     local meta = ARGV[i + 1]
     local a = string.find(meta, '\0', 1, true)
@@ -24,10 +52,12 @@ while i <= #ARGV do
     local c = string.find(meta, '\0', b + 1, true)
     name, state, queue = string.sub(meta, 1, a - 1), string.sub(meta, a + 1, b - 1), string.sub(meta, b + 1, c - 1)
     id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'm', meta, 'p', ARGV[i + 2])
+    tid = task_of(ARGV[i + 2], '{"v":1,"id":"', 'id')
     i = i + 3
   else
     name, state, queue = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 4])
+    tid = task_of(ARGV[i + 4], '{"task_id":"', 'task_id')
     i = i + 5
   end
   local idx = {hk .. ':s:' .. state, hk .. ':q:' .. queue}
@@ -39,6 +69,17 @@ while i <= #ARGV do
     if not registered[idx[j]] then
       registered[idx[j]] = true
       redis.call('SADD', reg, idx[j])
+    end
+  end
+  if tid and tid ~= '' then
+    if tlen >= tcap then
+      tkey, tlen = treg .. ':' .. id, 0
+      redis.call('ZADD', treg, string.match(id, '^%d+'), tkey)
+    end
+    if redis.call('HSETNX', tkey, tid, id) == 1 then
+      tlen = tlen + 1
+    else  -- a retry or another delivery of a task already in this bucket
+      redis.call('HSET', tkey, tid, redis.call('HGET', tkey, tid) .. ',' .. id)
     end
   end
   n = n + 1
@@ -54,6 +95,13 @@ if ARGV[3] == '1' then
       redis.call('DEL', key)
       redis.call('SREM', reg, key)
     end
+  end
+  -- task buckets: of those started before the first record kept, all but the newest
+  -- (which may still hold kept ones) point at trimmed records only (all when empty)
+  local old = redis.call('ZRANGEBYSCORE', treg, '-inf', first and '(' .. string.match(first[1], '^%d+') or '+inf')
+  for j = 1, #old - (first and 1 or 0) do
+    redis.call('UNLINK', old[j])
+    redis.call('ZREM', treg, old[j])
   end
 end
 return n
