@@ -75,6 +75,8 @@ SCAN_MAX = 20_000  # stream (or index) entries one history() call reads at most
 CLOCK_SKEW = 60.0  # seconds a worker's clock (finished_at) may run ahead of the server's (ids)
 APPEND_LAG = 3600.0  # seconds a record may wait in its thread's buffer (one task's run) and still
 #                      be found by a time range that ends before it was appended
+LATE = 10.0  # seconds after its finish past which a record's id is also put in the late
+#              index (history_append.lua's LATE_MS)
 _BATCH = 500
 
 #: What a thread holds to append: full records, or compact ones (history_compact).
@@ -232,47 +234,48 @@ class RedisHistory(HeldHistory[Held], Broker):
         cutoff = time.time() - self.config.history.max_age
         low = max(cutoff, query.since or cutoff)
         high = math.inf if query.until is None else query.until
-        top, bottom = _id_bounds(query, cutoff)
-        index = _index_of(query)
-        lower, exact, raw = _needles(query, index)
+        legs = _legs(query, cutoff)  # (index, top, bottom): ranges read one after the other
         settings = self.config.history
         scanned = 0
-        unindexed = False  # reading, after a task's index, the records written before it
         count = query.limit + 1  # a first page often needs no more; then batches
-        while scanned < SCAN_MAX:
-            count = min(count, SCAN_MAX - scanned)
-            read, last, pairs = self._read_batch(index, top, bottom, count, (low, high), lower, exact, raw)
-            scanned += read
-            for raw_id, fields in pairs:
-                entry_id = raw_id.decode()
-                payload = fields.get(b"p") if b"r" not in fields else None
-                if payload is None:
-                    data = fields[b"r"]
-                    if not low <= _finished_at(data) < high:  # a time range: no JSON decoded
-                        continue
-                    record = HistoryRecord.decode(data, cursor=entry_id)
-                else:
-                    record = record_of(fields, settings, entry_id, preview=False)
-                    if not low <= record.finished_at < high:
-                        continue
-                if hist.matches(record, query):
-                    if payload is not None:  # compact: its preview is built for the records shown only
-                        record.args_preview = preview_of(payload, settings)
-                    found.append(record)
-                    if len(found) > query.limit:
-                        found.pop()
-                        return HistoryPage(found, found[-1].cursor)
-            if read < count or last is None:
-                older = self._unindexed_top(top) if index is not None and index[:3] == ":t:" else None
-                if older is None or unindexed:
-                    return HistoryPage(found, None)  # the range holds no more entries
-                # records appended before the task index (an upgrade): read the stream for them
-                unindexed, index, top, count = True, None, older, _BATCH
-                lower, exact, raw = _needles(query, None)
-                continue
-            top = f"({last}"
-            count = _BATCH
-        return HistoryPage(found, top[1:])
+        while legs:
+            index, top, bottom = legs.pop(0)
+            lower, exact, raw = _needles(query, index)
+            while True:
+                count = max(1, min(count, SCAN_MAX - scanned))  # a leg reads at least one batch
+                read, last, pairs = self._read_batch(
+                    index, top, bottom, count, (low, high), lower, exact, raw
+                )
+                scanned += read
+                for raw_id, fields in pairs:
+                    entry_id = raw_id.decode()
+                    payload = fields.get(b"p") if b"r" not in fields else None
+                    if payload is None:
+                        data = fields[b"r"]
+                        if not low <= _finished_at(data) < high:  # a time range: no JSON decoded
+                            continue
+                        record = HistoryRecord.decode(data, cursor=entry_id)
+                    else:
+                        record = record_of(fields, settings, entry_id, preview=False)
+                        if not low <= record.finished_at < high:
+                            continue
+                    if hist.matches(record, query):
+                        if payload is not None:  # compact: its preview is built for the records shown only
+                            record.args_preview = preview_of(payload, settings)
+                        found.append(record)
+                        if len(found) > query.limit:
+                            found.pop()
+                            return HistoryPage(found, found[-1].cursor)
+                if read < count or last is None:
+                    break  # the leg's range holds no more entries
+                top, count = f"({last}", _BATCH
+                if scanned >= SCAN_MAX:
+                    return HistoryPage(found, last)
+            if index is not None and index[:3] == ":t:":
+                older = self._unindexed_top(top)
+                if older is not None:  # records appended before the task index (an upgrade)
+                    legs.append((None, older, bottom))
+        return HistoryPage(found, None)
 
     def _unindexed_top(self, top: str) -> str | None:
         """Where the records not in the task index (appended before it, by an older
@@ -380,6 +383,24 @@ def _index_of(query: HistoryQuery) -> str | None:
     if query.state is not None:
         return f":s:{query.state}"
     return None
+
+
+def _legs(query: HistoryQuery, cutoff: float) -> list[tuple[str | None, str, str]]:
+    """The ranges a query reads, newest first: (index key suffix or None, XREVRANGE upper
+    and lower bounds). One, but for a time range with an end (and no task id): ids up to
+    ``LATE`` past its end from its index (or the stream), and above that only the late
+    index (history_append.lua), instead of every id up to ``APPEND_LAG`` past it."""
+    top, bottom = _id_bounds(query, cutoff)
+    index = _index_of(query)
+    if query.until is None or (index is not None and index[:3] == ":t:"):
+        return [(index, top, bottom)]
+    edge = int((query.until + LATE + 1.0) * 1000)  # a second more: ms rounding and floats
+    legs: list[tuple[str | None, str, str]] = []
+    if _bound_key(top) > (edge + 1, 0):  # ids at or above (edge + 1)-0 lie under top
+        legs.append((":late", top, str(max(edge + 1, int(bottom)))))
+    if edge >= int(bottom):
+        legs.append((index, top if _bound_key(top) <= (edge + 1, 0) else str(edge), bottom))
+    return legs
 
 
 def _id_bounds(query: HistoryQuery, cutoff: float) -> tuple[str, str]:

@@ -8,6 +8,9 @@
 -- Each index is a STREAM whose entry ids are the ids of the main stream's entries it
 -- covers (field 'i', empty): a filtered read walks it instead of the whole stream. The
 -- indexes are trimmed with the main stream: never older than its oldest entry.
+-- A fourth index, 'history:late', holds the records appended LATE_MS or more after they
+-- finished (held in a worker's buffer during a long task, or a clock apart): a time range
+-- reads it for the ids past its end, and the stream itself only up to LATE_MS past it.
 -- The task index: HASHes 'history:tasks:<first id>' (buckets), each mapping a task id to
 -- the ids of its records in append order joined by ',', and the ZSET 'history:tasks' of
 -- the buckets by the ms of their first id. A task's page reads its field in every bucket
@@ -18,6 +21,7 @@
 local hk = ARGV[1] .. 'history'
 local reg = hk .. ':indexes'
 local maxc = ARGV[2]
+local LATE_MS = 10000  -- history.py's LATE (its reads allow a second more)
 local n = 0
 local registered = {}  -- index keys already added to the registry by this call
 -- task index: the bucket being filled and its size; a new one is started once it holds
@@ -45,6 +49,7 @@ local i = 5
 while i <= #ARGV do
   local name, state, queue, id
   local tid  -- the task id, for the task index
+  local finished  -- the record's finish time, ms: for the late index
   if ARGV[i] == 'c' then
     local meta = ARGV[i + 1]
     local a = string.find(meta, '\0', 1, true)
@@ -53,15 +58,21 @@ while i <= #ARGV do
     name, state, queue = string.sub(meta, 1, a - 1), string.sub(meta, a + 1, b - 1), string.sub(meta, b + 1, c - 1)
     id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'm', meta, 'p', ARGV[i + 2])
     tid = task_of(ARGV[i + 2], '{"v":1,"id":"', 'id')
+    finished = tonumber(string.sub(meta, c + 1, (string.find(meta, '\0', c + 1, true) or 0) - 1))
+    finished = finished and finished / 1000
     i = i + 3
   else
     name, state, queue = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 4])
     tid = task_of(ARGV[i + 4], '{"task_id":"', 'task_id')
+    local at = string.find(ARGV[i + 4], '"finished_at":', 1, true)
+    finished = at and tonumber(string.match(ARGV[i + 4], '^[^,}]+', at + 14))
+    finished = finished and finished * 1000
     i = i + 5
   end
   local idx = {hk .. ':s:' .. state, hk .. ':q:' .. queue}
   if name ~= '' then idx[3] = hk .. ':n:' .. name end
+  if finished and tonumber(string.match(id, '^%d+')) - finished >= LATE_MS then idx[#idx + 1] = hk .. ':late' end
   for j = 1, #idx do
     -- pcall: an index holding a higher id (stream deleted, server clock set back) refuses
     -- this one; the record is kept anyway
