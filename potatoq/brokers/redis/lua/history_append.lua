@@ -31,16 +31,12 @@ local treg = hk .. ':tasks'
 local tcap = math.min(65536, math.max(1024, math.floor(tonumber(maxc) / 8)))
 local tkey = redis.call('ZRANGE', treg, -1, -1)[1]
 local tlen = tkey and redis.call('HLEN', tkey) or tcap
--- The task id at the head of a JSON object ('{"v":1,"id":"' for a payload, '{"task_id":"'
--- for a record: what potatoq writes); else decoded (an escape in it, another writer).
-local function task_of(text, head, field)
-  if string.sub(text, 1, #head) == head then
-    local stop = string.find(text, '"', #head + 1, true)
-    if stop then
-      local tid = string.sub(text, #head + 1, stop - 1)
-      if not string.find(tid, '\\', 1, true) then return tid end
-    end
-  end
+-- The task id: at the head of the JSON object as potatoq writes it (a payload's 'id', a
+-- record's 'task_id'), else decoded (an escape in it, another writer).
+local PAYLOAD_ID, RECORD_ID = '^{"v":1,"id":"([^"\\]*)"', '^{"task_id":"([^"\\]*)"'
+local function task_of(text, pattern, field)
+  local tid = string.match(text, pattern)
+  if tid then return tid end
   local ok, body = pcall(cjson.decode, text)
   if ok and type(body) == 'table' and type(body[field]) == 'string' then return body[field] end
   return nil
@@ -57,14 +53,14 @@ while i <= #ARGV do
     local c = string.find(meta, '\0', b + 1, true)
     name, state, queue = string.sub(meta, 1, a - 1), string.sub(meta, a + 1, b - 1), string.sub(meta, b + 1, c - 1)
     id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'm', meta, 'p', ARGV[i + 2])
-    tid = task_of(ARGV[i + 2], '{"v":1,"id":"', 'id')
-    finished = tonumber(string.sub(meta, c + 1, (string.find(meta, '\0', c + 1, true) or 0) - 1))
+    tid = task_of(ARGV[i + 2], PAYLOAD_ID, 'id')
+    finished = tonumber(string.match(meta, '^%d+', c + 1))
     finished = finished and finished / 1000
     i = i + 3
   else
     name, state, queue = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 4])
-    tid = task_of(ARGV[i + 4], '{"task_id":"', 'task_id')
+    tid = task_of(ARGV[i + 4], RECORD_ID, 'task_id')
     local at = string.find(ARGV[i + 4], '"finished_at":', 1, true)
     finished = at and tonumber(string.match(ARGV[i + 4], '^[^,}]+', at + 14))
     finished = finished and finished * 1000
