@@ -24,7 +24,8 @@ Every append is one ``history_append.lua`` call, which also adds each entry's id
 filter indexes: ``<prefix>:history:n:<name>``, ``:s:<state>`` and ``:q:<queue>``, STREAMs
 whose entry ids *are* the main stream's ids (one empty field), capped like it and, on each
 exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
-the SET of index keys).
+the SET of index keys); a record appended ``LATE`` or more after it finished also goes
+to a fourth, ``:late``.
 
 It also adds the record's id to its task's field in the *task index*: HASH buckets
 ``<prefix>:history:tasks:<first id>`` (task id -> its ids joined by ``,``) listed in the
@@ -36,12 +37,15 @@ batches (``history_read.lua``). A query by task id reads the task's ids from eve
 (records written before the task index existed, by an older version, are then looked for
 in the stream below the oldest bucket, as before). A query by state, name or queue walks
 that index (index ids, then each record by id): a state other than SUCCESS first (rare in
-a working deployment), then name, queue, SUCCESS. The other filters are checked while reading: the
-script sends back only the entries that hold each other filter's field (a full record's JSON
-holds it as written, a compact entry's meta or payload holds its value) and, for exception
-text it can match so, the text; :func:`hist.matches` checks those exactly. A time range
+a working deployment), then name, queue, SUCCESS. The other filters are checked while
+reading: the script sends back only the entries that hold each other filter's field (a
+full record's JSON holds it as written, a compact entry's meta or payload holds its
+value) and, for exception text it can match so, the text; :func:`hist.matches` checks those exactly. A time range
 bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
-``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
+``APPEND_LAG``), and the script leaves the records that finished outside it. With an
+end, only the ids up to ``LATE`` past it are read from the stream (or its index); above
+them, the late index (``:late``: records appended ``LATE`` or more after they finished)
+is read instead. At most ``SCAN_MAX`` entries are read per call:
 when a filter without an index (exception text, a second filter) finds fewer
 matches than asked within them, the page comes back short with a cursor to read on from.
 """
