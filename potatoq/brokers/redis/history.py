@@ -40,8 +40,8 @@ that index (index ids, then each record by id): a state other than SUCCESS first
 a working deployment), then name, queue, SUCCESS. The other filters are checked while
 reading: the script sends back only the entries that hold each other filter's field (a
 full record's JSON holds it as written, a compact entry's meta or payload holds its
-value) and, for exception text it can match so, the text; :func:`hist.matches` checks those exactly. A time range
-bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
+value) and, for exception text it can match so, the text; :func:`hist.matches` checks
+those exactly. A time range bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
 ``APPEND_LAG``), and the script leaves the records that finished outside it. With an
 end, only the ids up to ``LATE`` past it are read from the stream (or its index); above
 them, the late index (``:late``: records appended ``LATE`` or more after they finished)
