@@ -1,5 +1,6 @@
 -- history_append: task-history records into the capped stream and its filter indexes.
--- KEYS: none (history, history:n:<name>, history:s:<state>, history:q:<queue>, history:indexes)
+-- KEYS: none (history, history:n:<name>, history:s:<state>, history:q:<queue>, history:indexes,
+--       history:late, history:tasks, history:tasks:<id>)
 -- ARGV: [1] prefix, [2] max_count, [3] '1' to trim exactly now, [4] oldest ms kept (by age),
 --       then per record its kind and
 --       'r': name ('' for none), state, queue, the encoded record (stored as field r), or
@@ -68,7 +69,9 @@ while i <= #ARGV do
   end
   local idx = {hk .. ':s:' .. state, hk .. ':q:' .. queue}
   if name ~= '' then idx[3] = hk .. ':n:' .. name end
-  if finished and tonumber(string.match(id, '^%d+')) - finished >= LATE_MS then idx[#idx + 1] = hk .. ':late' end
+  if finished and tonumber(string.match(id, '^%d+')) - finished >= LATE_MS then
+    idx[#idx + 1] = hk .. ':late'
+  end
   for j = 1, #idx do
     -- pcall: an index holding a higher id (stream deleted, server clock set back) refuses
     -- this one; the record is kept anyway
