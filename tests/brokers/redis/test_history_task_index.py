@@ -119,3 +119,14 @@ def test_records_from_before_the_index_are_still_found(broker: RedisBroker) -> N
     # and a history with no index at all
     client.delete(*client.zrange(tasks, 0, -1), tasks)
     assert len(broker.history(HistoryQuery(task_id="old")).records) == 3
+
+
+def test_a_task_id_sent_again_and_again_keeps_its_newest_records(broker: RedisBroker) -> None:
+    """An index entry is bounded (16 KiB of ids): it keeps the task's newest records."""
+    records = [record("again", RETRY) for _ in range(1_200)] + [record("again")]
+    append(broker, records)
+    client = broker._client()
+    [bucket] = client.zrange(f"{broker.keys.history}:tasks", 0, -1)
+    assert len(client.hget(bucket, "again") or b"") <= 16384 + 40
+    page = broker.history(HistoryQuery(task_id="again", limit=3))
+    assert [r.state for r in page.records] == [SUCCESS, RETRY, RETRY]

@@ -89,7 +89,13 @@ while i <= #ARGV do
     if redis.call('HSETNX', tkey, tid, id) == 1 then
       tlen = tlen + 1
     else  -- a retry or another delivery of a task already in this bucket
-      redis.call('HSET', tkey, tid, redis.call('HGET', tkey, tid) .. ',' .. id)
+      local ids = redis.call('HGET', tkey, tid)
+      if #ids > 16384 then
+        -- a task id sent again and again (task_id= is the caller's): keep its newest ~500
+        -- here, so an append never copies more than 16 KiB
+        ids = string.sub(ids, string.find(ids, ',', #ids - 8192, true) + 1)
+      end
+      redis.call('HSET', tkey, tid, ids .. ',' .. id)
     end
   end
   n = n + 1
