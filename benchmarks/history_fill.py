@@ -199,14 +199,23 @@ def _record(i: int, start: float, total: int) -> HistoryRecord:
     )  # fmt: skip
 
 
-def fill_redis(client: Any, prefix: str, total: int, log: Callable[[str], None]) -> None:
-    """``total`` records into ``<prefix>history`` and its index streams, as history_append.lua
-    lays them out (field ``r``: the record; index entries: the record's id, field ``i``),
-    but with ids set to the finish times (so time ranges find them) and no cap."""
+def task_bucket_size(max_count: int) -> int:
+    """Tasks per bucket of the task index, as history_append.lua picks it."""
+    return min(65536, max(1024, max_count // 8))
+
+
+def fill_redis(
+    client: Any, prefix: str, total: int, log: Callable[[str], None], bucket_size: int = 65536
+) -> None:
+    """``total`` records into ``<prefix>history``, its index streams and the task index, as
+    history_append.lua lays them out (field ``r``: the record; index entries: the record's
+    id, field ``i``; task buckets of ``bucket_size`` tasks), but with ids set to the finish
+    times (so time ranges find them) and no cap."""
     hk = f"{prefix}history"
     start = time.time() - SPAN
     began = time.monotonic()
     registered: set[str] = set()
+    bucket, in_bucket = "", bucket_size
     last_ms, seq = -1, 0
     batch: list[tuple[Any, ...]] = []
     for i in range(1, total + 1):
@@ -223,6 +232,11 @@ def fill_redis(client: Any, prefix: str, total: int, log: Callable[[str], None])
             if key not in registered:
                 registered.add(key)
                 batch.append(("SADD", f"{hk}:indexes", key))
+        if in_bucket >= bucket_size:  # every task id is new: one field each
+            bucket, in_bucket = f"{hk}:tasks:{entry_id}", 0
+            batch.append(("ZADD", f"{hk}:tasks", ms, bucket))
+        batch.append(("HSET", bucket, record.task_id, entry_id))
+        in_bucket += 1
         if i % 2000 == 0 or i == total:
             _send(client, batch)
             batch = []

@@ -188,3 +188,20 @@ def test_metrics_count_every_queue_slot(broker: RedisClusterBroker) -> None:
         assert [d.id for d in broker.list_dead()] == [delivery.id]
     finally:
         app.close()
+
+
+def test_a_task_s_history_is_read_from_the_task_index(
+    broker: RedisClusterBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task index (history_append.lua's buckets) lives in the history's slot: written
+    and read there, not by the scan of the stream kept for records older than the index."""
+    from potatoq.brokers.base import HistoryQuery, HistoryRecord
+    from potatoq.brokers.redis import history as redis_history
+
+    def done(task_id: str) -> HistoryRecord:
+        return HistoryRecord(task_id=task_id, name="t", queue="q", state="SUCCESS", finished_at=time.time())
+
+    broker.append_history([done("mine"), *(done(f"other-{n}") for n in range(30))])
+    monkeypatch.setattr(redis_history, "SCAN_MAX", 5)  # a scan would find nothing
+    monkeypatch.setattr(redis_history.RedisHistory, "_unindexed_top", lambda self, top: None)
+    assert [r.task_id for r in broker.history(HistoryQuery(task_id="mine")).records] == ["mine"]

@@ -24,18 +24,29 @@ Every append is one ``history_append.lua`` call, which also adds each entry's id
 filter indexes: ``<prefix>:history:n:<name>``, ``:s:<state>`` and ``:q:<queue>``, STREAMs
 whose entry ids *are* the main stream's ids (one empty field), capped like it and, on each
 exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
-the SET of index keys).
+the SET of index keys); a record appended ``LATE`` or more after it finished also goes
+to a fourth, ``:late``.
+
+It also adds the record's id to its task's field in the *task index*: HASH buckets
+``<prefix>:history:tasks:<first id>`` (task id -> its ids joined by ``,``) listed in the
+ZSET ``<prefix>:history:tasks``; a bucket is dropped by the exact trim once all it points
+at is trimmed (history_append.lua says why buckets, not a key per task).
 
 Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor, in
-batches (``history_read.lua``). A query by state, name or queue walks that index (index
-ids, then each record by id): a state other than SUCCESS first (rare in a working
-deployment), then name, queue, SUCCESS. The other filters are checked while reading: the
-script sends back only the entries that hold each other filter's field (a full record's JSON
-holds it as written, a compact entry's meta or payload holds its value) and, for exception
-text it can match so, the text; :func:`hist.matches` checks those exactly. A time range
-bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
-``APPEND_LAG``). At most ``SCAN_MAX`` entries are read per call:
-when a filter without an index (exception text, task id, a second filter) finds fewer
+batches (``history_read.lua``). A query by task id reads the task's ids from every bucket
+(records written before the task index existed, by an older version, are then looked for
+in the stream below the oldest bucket, as before). A query by state, name or queue walks
+that index (index ids, then each record by id): a state other than SUCCESS first (rare in
+a working deployment), then name, queue, SUCCESS. The other filters are checked while
+reading: the script sends back only the entries that hold each other filter's field (a
+full record's JSON holds it as written, a compact entry's meta or payload holds its
+value) and, for exception text it can match so, the text; :func:`hist.matches` checks
+those exactly. A time range bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
+``APPEND_LAG``), and the script leaves the records that finished outside it. With an
+end, only the ids up to ``LATE`` past it are read from the stream (or its index); above
+them, the late index (``:late``: records appended ``LATE`` or more after they finished)
+is read instead. At most ``SCAN_MAX`` entries are read per call:
+when a filter without an index (exception text, a second filter) finds fewer
 matches than asked within them, the page comes back short with a cursor to read on from.
 """
 
@@ -68,6 +79,8 @@ SCAN_MAX = 20_000  # stream (or index) entries one history() call reads at most
 CLOCK_SKEW = 60.0  # seconds a worker's clock (finished_at) may run ahead of the server's (ids)
 APPEND_LAG = 3600.0  # seconds a record may wait in its thread's buffer (one task's run) and still
 #                      be found by a time range that ends before it was appended
+LATE = 10.0  # seconds after its finish past which a record's id is also put in the late
+#              index (history_append.lua's LATE_MS)
 _BATCH = 500
 
 #: What a thread holds to append: full records, or compact ones (history_compact).
@@ -225,40 +238,64 @@ class RedisHistory(HeldHistory[Held], Broker):
         cutoff = time.time() - self.config.history.max_age
         low = max(cutoff, query.since or cutoff)
         high = math.inf if query.until is None else query.until
-        top, bottom = _id_bounds(query, cutoff)
-        index = _index_of(query)
-        lower, exact, raw = _needles(query, index)
+        legs = _legs(query, cutoff)  # (index, top, bottom): ranges read one after the other
         settings = self.config.history
         scanned = 0
         count = query.limit + 1  # a first page often needs no more; then batches
-        while scanned < SCAN_MAX:
-            count = min(count, SCAN_MAX - scanned)
-            read, last, pairs = self._read_batch(index, top, bottom, count, lower, exact, raw)
-            scanned += read
-            for raw_id, fields in pairs:
-                entry_id = raw_id.decode()
-                payload = fields.get(b"p") if b"r" not in fields else None
-                if payload is None:
-                    data = fields[b"r"]
-                    if not low <= _finished_at(data) < high:  # a time range: no JSON decoded
-                        continue
-                    record = HistoryRecord.decode(data, cursor=entry_id)
-                else:
-                    record = record_of(fields, settings, entry_id, preview=False)
-                    if not low <= record.finished_at < high:
-                        continue
-                if hist.matches(record, query):
-                    if payload is not None:  # compact: its preview is built for the records shown only
-                        record.args_preview = preview_of(payload, settings)
-                    found.append(record)
-                    if len(found) > query.limit:
-                        found.pop()
-                        return HistoryPage(found, found[-1].cursor)
-            if read < count or last is None:
-                return HistoryPage(found, None)  # the range holds no more entries
-            top = f"({last}"
-            count = _BATCH
-        return HistoryPage(found, top[1:])
+        while legs:
+            index, top, bottom = legs.pop(0)
+            lower, exact, raw = _needles(query, index)
+            while True:
+                count = max(1, min(count, SCAN_MAX - scanned))  # a leg reads at least one batch
+                read, last, pairs = self._read_batch(
+                    index, top, bottom, count, (low, high), lower, exact, raw
+                )
+                scanned += read
+                for raw_id, fields in pairs:
+                    entry_id = raw_id.decode()
+                    payload = fields.get(b"p") if b"r" not in fields else None
+                    if payload is None:
+                        data = fields[b"r"]
+                        if not low <= _finished_at(data) < high:  # a time range: no JSON decoded
+                            continue
+                        record = HistoryRecord.decode(data, cursor=entry_id)
+                    else:
+                        record = record_of(fields, settings, entry_id, preview=False)
+                        if not low <= record.finished_at < high:
+                            continue
+                    if hist.matches(record, query):
+                        if payload is not None:  # compact: its preview is built for the records shown only
+                            record.args_preview = preview_of(payload, settings)
+                        found.append(record)
+                        if len(found) > query.limit:
+                            found.pop()
+                            return HistoryPage(found, found[-1].cursor)
+                if read < count or last is None:
+                    break  # the leg's range holds no more entries
+                top, count = f"({last}", _BATCH
+                if scanned >= SCAN_MAX:
+                    return HistoryPage(found, last)
+            if index is not None and index[:3] == ":t:":
+                older = self._unindexed_top(top)
+                if older is not None:  # records appended before the task index (an upgrade)
+                    legs.append((None, older, bottom))
+        return HistoryPage(found, None)
+
+    def _unindexed_top(self, top: str) -> str | None:
+        """Where the records not in the task index (appended before it, by an older
+        version) end, as an XREVRANGE bound at or below ``top``; None: there are none."""
+        with self._errors():
+            client = self._client()
+            oldest = client.xrange(self.keys.history, count=1)
+            bucket = client.zrange(f"{self.keys.history}:tasks", 0, 0)
+        if not oldest:
+            return None
+        if not bucket:
+            return top  # no index at all: every record
+        indexed = bucket[0].decode().rpartition(":")[2]  # the bucket's first id
+        if _stream_id(oldest[0][0].decode()) >= _stream_id(indexed):
+            return None
+        return top if _bound_key(top) <= _stream_id(indexed) else f"({indexed}"
 
     def _read_batch(
         self,
@@ -266,13 +303,16 @@ class RedisHistory(HeldHistory[Held], Broker):
         top: str,
         bottom: str,
         count: int,
+        span: tuple[float, float],
         lower: Sequence[str],
         exact: Sequence[str],
         raw: Sequence[str],
     ) -> tuple[int, str | None, list[tuple[bytes, dict[bytes, bytes]]]]:
         """Up to ``count`` entries from ``top`` down to ``bottom`` (XREVRANGE bounds), of the
         whole stream or of the index (key suffix) ``index``, read by ``history_read.lua``:
-        (entries read, the last one's id, (id, fields) of those holding the needles)."""
+        (entries read, the last one's id, (id, fields) of those holding the needles and
+        finished within ``span``: since, before)."""
+        since, before = span
         args: list[str | int] = [
             index or "",
             top,
@@ -280,6 +320,10 @@ class RedisHistory(HeldHistory[Held], Broker):
             count,
             len(lower),
             len(exact),
+            # widened by a millisecond: the script's pre-filter must not drop a record
+            # that the exact check (in Python) keeps
+            repr(since - 0.001),
+            "" if before == math.inf else repr(before + 0.001),
             *lower,
             *exact,
             *raw,
@@ -325,12 +369,15 @@ def _needles(query: HistoryQuery, index: str | None) -> tuple[list[str], list[st
     return lower, exact, raw
 
 
-_INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}  # no task index
+_INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}
 
 
 def _index_of(query: HistoryQuery) -> str | None:
-    """The index (key suffix) a query reads: by a state but SUCCESS (rare in a working
-    deployment), else name, else queue, else SUCCESS; None: the stream."""
+    """The index (key suffix) a query reads: by task id (the task index's buckets, see
+    history_append.lua), else a state but SUCCESS (rare in a working deployment), else
+    name, else queue, else SUCCESS; None: the stream."""
+    if query.task_id is not None:
+        return f":t:{query.task_id}"
     if query.state is not None and query.state != "SUCCESS":
         return f":s:{query.state}"
     if query.name is not None:
@@ -340,6 +387,24 @@ def _index_of(query: HistoryQuery) -> str | None:
     if query.state is not None:
         return f":s:{query.state}"
     return None
+
+
+def _legs(query: HistoryQuery, cutoff: float) -> list[tuple[str | None, str, str]]:
+    """The ranges a query reads, newest first: (index key suffix or None, XREVRANGE upper
+    and lower bounds). One, but for a time range with an end (and no task id): ids up to
+    ``LATE`` past its end from its index (or the stream), and above that only the late
+    index (history_append.lua), instead of every id up to ``APPEND_LAG`` past it."""
+    top, bottom = _id_bounds(query, cutoff)
+    index = _index_of(query)
+    if query.until is None or (index is not None and index[:3] == ":t:"):
+        return [(index, top, bottom)]
+    edge = int((query.until + LATE + 1.0) * 1000)  # a second more: ms rounding and floats
+    legs: list[tuple[str | None, str, str]] = []
+    if _bound_key(top) > (edge + 1, 0):  # ids at or above (edge + 1)-0 lie under top
+        legs.append((":late", top, str(max(edge + 1, int(bottom)))))
+    if edge >= int(bottom):
+        legs.append((index, top if _bound_key(top) <= (edge + 1, 0) else str(edge), bottom))
+    return legs
 
 
 def _id_bounds(query: HistoryQuery, cutoff: float) -> tuple[str, str]:
@@ -372,6 +437,22 @@ def _task_name(payload: bytes | None) -> str | None:
         return Message.decode(payload).task
     except MessageDecodeError:
         return None
+
+
+def _stream_id(text: str) -> tuple[float, float]:
+    """A stream id ``<ms>-<seq>`` as numbers, to compare."""
+    ms, _, seq = text.partition("-")
+    return float(ms), float(seq)
+
+
+def _bound_key(top: str) -> tuple[float, float]:
+    """The ids below an XREVRANGE upper bound are those under this (ms, seq)."""
+    if top == "+":
+        return math.inf, 0.0
+    if top.startswith("("):
+        return _stream_id(top[1:])
+    ms, _, seq = top.partition("-")
+    return (float(ms), float(seq) + 1) if seq else (float(ms) + 1, 0.0)
 
 
 def _is_stream_id(text: str) -> bool:

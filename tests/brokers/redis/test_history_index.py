@@ -119,3 +119,19 @@ def test_records_are_kept_after_a_script_flush(broker: RedisBroker) -> None:
     broker._client().script_flush()  # the next append is refused with NOSCRIPT, then loaded
     broker.append_history([record(1, rare=True)])
     assert [r.task_id for r in broker.history(HistoryQuery(name="tests.rare")).records] == ["t1"]
+
+
+@pytest.mark.usefixtures("small_budget")
+def test_a_time_range_reads_late_records_from_their_index(broker: RedisBroker) -> None:
+    """Ids past a range's end (up to APPEND_LAG) are read from the late index only: 5
+    records that finished inside the range but were appended later come back complete
+    from under 2,000 that finished after it (an unbounded read would stop at 20)."""
+    until = time.time() - 100
+    late = [record(n, rare=True, finished_at=until - 50) for n in range(RARE)]
+    append(broker, late)
+    append(broker, [record(n) for n in range(2_000)])
+    page = broker.history(HistoryQuery(since=until - 3600, until=until))
+    assert [r.task_id for r in page.records] == [r.task_id for r in reversed(late)]
+    assert page.next_cursor is None
+    client = broker._client()
+    assert client.xlen(f"{broker.keys.history}:late") == RARE
