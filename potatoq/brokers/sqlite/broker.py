@@ -41,6 +41,7 @@ from .admin import SQLiteAdmin
 from .connection import READY, SCHEDULED, ThreadConnection
 from .doorbell import Doorbell, Listener, supported
 from .history import SQLiteHistory
+from .holds import WriteHolds, writer_name
 from .limits import SQLiteLimits, rate_defer_in, rate_take_in
 from .pause import SQLitePause
 from .results import SQLiteResults
@@ -115,6 +116,8 @@ class SQLiteBroker(
         self._limits_seen = False
         backend = config.result_backend
         self._result_backend = backend if backend is not None and backend is not self else None
+        #: the longest write transaction of this process (logged past ``slow_write_ms``)
+        self.write_holds = WriteHolds(self.options.slow_write_ms)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -178,6 +181,7 @@ class SQLiteBroker(
         conn = local.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
+            locked = time.perf_counter()
             try:
                 yield conn
             except BaseException:
@@ -185,6 +189,9 @@ class SQLiteBroker(
                     conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            held = time.perf_counter() - locked
+            if held > self.write_holds.longest.seconds:
+                self.write_holds.held(held, writer_name())
         except sqlite3.OperationalError as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

@@ -69,6 +69,9 @@ class SQLiteOptions:
     journal_size_limit: int = 64 * 1024 * 1024
     #: skip the refusal of NFS/SMB/sshfs… mounts (only if you know locking works there).
     allow_network_filesystem: bool = False
+    #: log a write transaction that held the write lock this long (ms), when it is the
+    #: longest of its process so far (see holds.py).
+    slow_write_ms: int = 100
 
     @classmethod
     def from_transport_options(cls, options: Mapping[str, Any]) -> SQLiteOptions:
