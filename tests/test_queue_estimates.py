@@ -116,6 +116,21 @@ def test_windowed_estimate_of_a_sparse_queue_widens_its_windows_and_stays_close(
         assert len(read) == 2 and sum(read) < 3 * 4_000  # it costs the sample, not the queue
 
 
+def test_windowed_estimate_of_a_queue_enqueued_in_bursts_meets_each_burst() -> None:
+    # 40 bursts of 1,000 tasks (a producer enqueueing 1,000 at a time among other queues')
+    # over 2,000,000 keys: the widened windows are 2,000, one every 1,000 keys, so each
+    # burst holds one or two; the error (standard 1.6 % in 1,000 simulated reads, 3.8 % at
+    # worst) stays under 8 %. Widened as 500 windows only, they'd miss most bursts (19 %).
+    rng = random.Random(7)
+    keys = [burst * 1000 + i for burst in sorted(rng.sample(range(2_000), 40)) for i in range(1000)]
+
+    def count(starts: list[int], width: int) -> int:
+        return sum(bisect.bisect_left(keys, s + width) - bisect.bisect_left(keys, s) for s in starts)
+
+    for _ in range(5):
+        assert windowed_estimate(count, keys[0], keys[-1]) == pytest.approx(40_000, rel=0.08)
+
+
 @pytest.mark.parametrize("make_broker", ["sqlite", "postgres", "redis"], indirect=True)
 def test_purge_in_batches_deletes_every_waiting_task_and_leaves_running_ones(broker: Broker) -> None:
     from potatoq.brokers.base import WorkerRef

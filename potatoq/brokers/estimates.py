@@ -27,6 +27,7 @@ __all__ = [
     "EXACT_CAP",
     "SAMPLE_ROWS",
     "SAMPLE_WINDOWS",
+    "SPARSE_WINDOWS",
     "Counts",
     "approx",
     "display",
@@ -45,6 +46,11 @@ SAMPLE_ROWS = 4_000
 #: narrow windows keep the error at a run's ends to one window's share (a few wide windows
 #: gave 10 % errors on a 150,000-task queue), at one b-tree descent each.
 SAMPLE_WINDOWS = 500
+#: A sparse queue's second windows are this many times as many (and narrower than widened
+#: alone): its tasks may come in bursts shorter than the gap between windows (a producer
+#: enqueueing 1,000 at a time among other queues'), and the error then depends on how
+#: many of those bursts the windows meet, not on how many entries they read.
+SPARSE_WINDOWS = 4
 
 
 def approx(value: int) -> str:
@@ -95,18 +101,19 @@ def windowed_estimate(
     keys of the range are covered (:func:`sample_windows`): a queue filling its range (a
     bulk load) finds about ``rows`` entries there and is counted within a window's share at
     each end of a run. A queue interleaved with others is sparser: when fewer than
-    ``rows / 2`` entries were found, the windows are widened by the density the
-    first ones saw, to find about ``rows``. Either way one read costs about ``rows`` index
-    entries and ``windows`` descents (twice at most), not the backlog; the random start keeps
-    it unbiased. The relative standard error of a count from ``h`` entries spread at random
-    is about ``1 / sqrt(h)``: 2.2 % at the ``rows / 2`` found at least, 1.6 % at 4,000.
+    ``rows / 2`` entries were found, the windows are widened by the density the first ones
+    saw, to find about ``rows``, and made :data:`SPARSE_WINDOWS` times as many. One read
+    costs about ``rows`` index entries and a descent per window (at most ``windows`` plus
+    ``SPARSE_WINDOWS * windows``), not the backlog; the random start keeps it unbiased.
+    The relative standard error of a count from ``h`` entries spread at random is about
+    ``1 / sqrt(h)``: 2.2 % at the ``rows / 2`` found at least, 1.6 % at 4,000.
     """
     starts, width, scale = sample_windows(low, high, windows, rows)
     hits = count(starts, width)
     if scale == 1.0 or hits >= rows // 2:
         return hits * scale
     wider = rows * rows // max(hits, 1)  # keys to cover to find about `rows` entries
-    starts, width, scale = sample_windows(low, high, windows, wider)
+    starts, width, scale = sample_windows(low, high, windows * SPARSE_WINDOWS, wider)
     return count(starts, width) * scale
 
 
