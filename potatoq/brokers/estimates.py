@@ -46,10 +46,11 @@ SAMPLE_ROWS = 4_000
 #: narrow windows keep the error at a run's ends to one window's share (a few wide windows
 #: gave 10 % errors on a 150,000-task queue), at one b-tree descent each.
 SAMPLE_WINDOWS = 500
-#: A sparse queue's second windows are this many times as many (and narrower than widened
-#: alone): its tasks may come in bursts shorter than the gap between windows (a producer
-#: enqueueing 1,000 at a time among other queues'), and the error then depends on how
-#: many of those bursts the windows meet, not on how many entries they read.
+#: A sparse queue whose entries came in clumps gets this many times as many windows on its
+#: second read: its tasks may come in bursts shorter than the gap between windows (a
+#: producer enqueueing 1,000 at a time among other queues'), and the error then depends on
+#: how many of those bursts the windows meet, not on how many entries they read. A queue
+#: spread at random needs no more windows, only wider ones (each window costs a descent).
 SPARSE_WINDOWS = 4
 
 
@@ -87,14 +88,14 @@ def sample_windows(
 
 
 def windowed_estimate(
-    count: Callable[[list[int], int], int],
+    count: Callable[[list[int], int], list[int]],
     low: int,
     high: int,
     windows: int = SAMPLE_WINDOWS,
     rows: int = SAMPLE_ROWS,
 ) -> float:
     """Estimate how many keys of an index lie in ``[low, high]`` from ``count(starts,
-    width)``, the number of its keys in the windows ``[start, start + width)``.
+    width)``, the number of its keys in each window ``[start, start + width)``.
 
     The keys are those of one queue in an index that ends in seq (PostgreSQL), so the
     windows sample that queue alone, whatever its share of the table. First about ``rows``
@@ -102,19 +103,33 @@ def windowed_estimate(
     bulk load) finds about ``rows`` entries there and is counted within a window's share at
     each end of a run. A queue interleaved with others is sparser: when fewer than
     ``rows / 2`` entries were found, the windows are widened by the density the first ones
-    saw, to find about ``rows``, and made :data:`SPARSE_WINDOWS` times as many. One read
-    costs about ``rows`` index entries and a descent per window (at most ``windows`` plus
-    ``SPARSE_WINDOWS * windows``), not the backlog; the random start keeps it unbiased.
-    The relative standard error of a count from ``h`` entries spread at random is about
-    ``1 / sqrt(h)``: 2.2 % at the ``rows / 2`` found at least, 1.6 % at 4,000.
+    saw, to find about ``rows``, and if the entries came in clumps (:func:`_clumped`: a
+    queue enqueued in bursts) made :data:`SPARSE_WINDOWS` times as many. One read costs
+    about ``rows`` index entries and a descent per window, not the backlog; the random
+    start keeps it unbiased. The relative standard error of a count from ``h`` entries
+    spread at random is about ``1 / sqrt(h)``: 2.2 % at the ``rows / 2`` found at least,
+    1.6 % at 4,000.
     """
     starts, width, scale = sample_windows(low, high, windows, rows)
-    hits = count(starts, width)
+    found = count(starts, width)
+    hits = sum(found)
     if scale == 1.0 or hits >= rows // 2:
         return hits * scale
     wider = rows * rows // max(hits, 1)  # keys to cover to find about `rows` entries
-    starts, width, scale = sample_windows(low, high, windows * SPARSE_WINDOWS, wider)
-    return count(starts, width) * scale
+    more = SPARSE_WINDOWS if _clumped(found) else 1
+    starts, width, scale = sample_windows(low, high, windows * more, wider)
+    return sum(count(starts, width)) * scale
+
+
+def _clumped(found: list[int]) -> bool:
+    """Whether the entries per window vary more than entries spread at random would: their
+    count per window then has a variance at most its mean (binomial), while a queue in
+    bursts fills the few windows that meet a burst and leaves the others empty."""
+    mean = sum(found) / len(found)
+    if mean == 0:
+        return True  # nothing to tell by: assume the harder case
+    variance = sum((n - mean) ** 2 for n in found) / len(found)
+    return variance > 2 * mean
 
 
 class Counts:

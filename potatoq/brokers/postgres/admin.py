@@ -124,10 +124,9 @@ class PostgresAdmin(Broker):
             return 0.0  # none left since they were counted
         priorities, low, high = row
 
-        def count(starts: list[int], width: int) -> int:
+        def count(starts: list[int], width: int) -> list[int]:
             params = {"queue": queue, "priorities": priorities, "starts": starts, "width": width}
-            found = conn.execute(stmts[f"stats_windows_{kind}"].query, params).fetchone()
-            return int(found[0]) if found else 0
+            return [int(n) for (n,) in conn.execute(stmts[f"stats_windows_{kind}"].query, params)]
 
         return estimates.windowed_estimate(
             count, int(low), int(high), self.stats_sample_windows, self.stats_sample_rows

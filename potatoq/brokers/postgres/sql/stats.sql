@@ -81,12 +81,12 @@ SELECT array_agg(p),
 FROM prio WHERE p IS NOT NULL;
 
 -- name: stats_windows_ready
--- Entries in the windows [start, start + width) of seq, at each priority (= ANY: one range
--- of the index per priority, as priority precedes seq in its key).
-SELECT coalesce(sum((SELECT count(*) FROM {schema}.potatoq_jobs
-                     WHERE state = 1 AND parked IS NULL AND queue = %(queue)s
-                       AND priority = ANY(%(priorities)s::integer[])
-                       AND seq >= w.start AND seq < w.start + %(width)s)), 0)
+-- The entries in each window [start, start + width) of seq, one row per window, at every
+-- priority (= ANY: one range of the index per priority, as priority precedes seq in its key).
+SELECT (SELECT count(*) FROM {schema}.potatoq_jobs
+        WHERE state = 1 AND parked IS NULL AND queue = %(queue)s
+          AND priority = ANY(%(priorities)s::integer[])
+          AND seq >= w.start AND seq < w.start + %(width)s)
 FROM unnest(%(starts)s::bigint[]) AS w(start);
 
 -- name: stats_range_scheduled
@@ -95,9 +95,8 @@ SELECT NULL::integer[],
        (SELECT max(seq) FROM {schema}.potatoq_jobs WHERE state = 0 AND queue = %(queue)s);
 
 -- name: stats_windows_scheduled
-SELECT coalesce(sum((SELECT count(*) FROM {schema}.potatoq_jobs
-                     WHERE state = 0 AND queue = %(queue)s
-                       AND seq >= w.start AND seq < w.start + %(width)s)), 0)
+SELECT (SELECT count(*) FROM {schema}.potatoq_jobs
+        WHERE state = 0 AND queue = %(queue)s AND seq >= w.start AND seq < w.start + %(width)s)
 FROM unnest(%(starts)s::bigint[]) AS w(start);
 
 -- name: stats_range_parked
@@ -106,7 +105,6 @@ SELECT NULL::integer[],
        (SELECT max(seq) FROM {schema}.potatoq_jobs WHERE state = 1 AND parked AND queue = %(queue)s);
 
 -- name: stats_windows_parked
-SELECT coalesce(sum((SELECT count(*) FROM {schema}.potatoq_jobs
-                     WHERE state = 1 AND parked AND queue = %(queue)s
-                       AND seq >= w.start AND seq < w.start + %(width)s)), 0)
+SELECT (SELECT count(*) FROM {schema}.potatoq_jobs
+        WHERE state = 1 AND parked AND queue = %(queue)s AND seq >= w.start AND seq < w.start + %(width)s)
 FROM unnest(%(starts)s::bigint[]) AS w(start);
