@@ -131,8 +131,8 @@ def measure(layout: str, args: argparse.Namespace) -> None:
             }
 
             def windows() -> dict[tuple[str, str], float]:
-                with conn.transaction():
-                    conn.execute("SET LOCAL enable_seqscan = off")
+                with conn.transaction():  # with the settings queue_stats() reads them with
+                    conn.execute(broker._statements()["queue_stats_settings"].query)  # type: ignore[attr-defined]
                     return {key: broker._estimate(conn, *key) for key in truth}  # type: ignore[attr-defined]
 
             methods: dict[str, Callable[[], dict[tuple[str, str], float]]] = {

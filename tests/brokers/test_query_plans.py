@@ -38,7 +38,7 @@ PG_ARRAYS = {"history_insert"}
 PG_SETTINGS = dict.fromkeys(
     ("stats_counts", "stats_range_ready", "stats_range_scheduled", "stats_range_parked")
     + ("stats_windows_ready", "stats_windows_scheduled", "stats_windows_parked"),
-    ("queue_stats_no_seqscan",),
+    ("queue_stats_settings",),
 )
 
 # One sample value per parameter name, shared by every statement (extra keys are ignored).

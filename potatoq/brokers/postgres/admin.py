@@ -101,7 +101,7 @@ class PostgresAdmin(Broker):
         cap = int(self.stats_exact_cap)
         read: list[tuple[estimates.Counts, int, float | None]] = []
         with self._connection() as conn, conn.transaction():
-            conn.execute(stmts["queue_stats_no_seqscan"].query)
+            conn.execute(stmts["queue_stats_settings"].query)
             for queue, ready, parked, scheduled, running, age in conn.execute(
                 stmts["stats_counts"].query, {"cap": cap}
             ).fetchall():

@@ -1,10 +1,13 @@
 -- queue_stats(): counts that cost the same behind any backlog (potatoq/brokers/estimates.py).
 
--- name: queue_stats_no_seqscan
+-- name: queue_stats_settings
 -- Run before stats_counts in its transaction. Counting a queue that holds most of the table,
 -- the planner may prefer a sequential scan of the heap (payloads and all) to the partial
 -- index, notably while the visibility map lags; the index is never the slower choice here.
-SET LOCAL enable_seqscan = off;
+-- And no JIT compilation: behind a million tasks the planner's row estimates put the counts
+-- (which stop at the cap) above jit_inline_above_cost, and compiling took 888 ms of a
+-- 1,004 ms read whose execution took 17 ms (2026-12-05, PostgreSQL 15, a loaded 2-core VM).
+SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true);
 
 -- name: stats_counts
 -- One row per queue holding a waiting, scheduled or running task. The queue names come from
