@@ -128,9 +128,9 @@ class PostgresAdmin(Broker):
             params = {"queue": queue, "priorities": priorities, "starts": starts, "width": width}
             return [int(n) for (n,) in conn.execute(stmts[f"stats_windows_{kind}"].query, params)]
 
-        return estimates.windowed_estimate(
-            count, int(low), int(high), self.stats_sample_windows, self.stats_sample_rows
-        )
+        # a window of the ready line is one index range per priority: as many descents in all
+        windows = max(50, self.stats_sample_windows // max(1, len(priorities or ())))
+        return estimates.windowed_estimate(count, int(low), int(high), windows, self.stats_sample_rows)
 
     purge_batch = 10_000  # rows per transaction
 
