@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-limits bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -142,6 +142,12 @@ bench-expiry: $(STAMP)
 # and gigabytes. Smaller: INSPECT_ARGS="--ready 100000 --delayed 100000 --results 0".
 bench-inspect-scale: $(STAMP)
 	eval "$$(bash scripts/services/up)" && $(PY) -m benchmarks.inspect_scale $(INSPECT_ARGS)
+
+# PostgreSQL's queue-count estimates against exact counts, with each queue's tasks in runs,
+# interleaved at random, or in bursts; the page sample it replaced beside it (docs/benchmarks.md,
+# "Inspection at a million"). Not in CI. Smaller: PG_ESTIMATES_ARGS="--ready 100000 --delayed 100000".
+bench-pg-estimates: $(STAMP)
+	$(PY) -m benchmarks.pg_estimates $(PG_ESTIMATES_ARGS)
 
 # What tasks waiting on a limit cost unlimited ones in the same queue (issue 29: under 10 %),
 # in paired short runs; not in CI. E.g. LIMITS_ARGS="--brokers sqlite,redis --pairs 16".

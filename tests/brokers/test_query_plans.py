@@ -35,7 +35,11 @@ SETUP = re.compile(r"^(schema_|listen$|notify_channels$)")
 PG_ARRAYS = {"history_insert"}
 
 # Statements the broker runs after a SET LOCAL statement in the same transaction.
-PG_SETTINGS = {"stats_counts": ("queue_stats_no_seqscan",)}
+PG_SETTINGS = dict.fromkeys(
+    ("stats_counts", "stats_range_ready", "stats_range_scheduled", "stats_range_parked")
+    + ("stats_windows_ready", "stats_windows_scheduled", "stats_windows_parked"),
+    ("queue_stats_settings",),
+)
 
 # One sample value per parameter name, shared by every statement (extra keys are ignored).
 PG_PARAMS: dict[str, Any] = {
@@ -50,7 +54,7 @@ PG_PARAMS: dict[str, Any] = {
     "queue": "q1", "queues": ["q1", "q2"], "reason": "boom", "record": b"r", "result": b"r",
     "result_expires": 86400.0, "result_state": "SUCCESS", "state": "SUCCESS", "task": "t",
     "task_id": "job-17", "token": str(uuid.uuid4()), "ttl": 86400.0, "uncount": 1,
-    "cap": 100000, "percent": 1.0, "table": "pg_catalog.pg_class",  # any table: only planned
+    "cap": 100000, "priorities": [0], "starts": [1, 5000, 10000], "width": 8,
     "worker": "node-3",
     # task history, fenced results, due-time announcements
     "args_preview": "()", "cursor": 10**9, "cutoff": NOW - 86400, "deliveries": 1, "due_at": NOW,

