@@ -437,3 +437,30 @@ CREATE INDEX potatoq_rmq_unique_task ON {schema}.potatoq_rmq_unique (task);
 -- name: create_rmq_unique_expiry_index
 -- Keys past their TTL, swept a few at a time.
 CREATE INDEX potatoq_rmq_unique_expiry ON {schema}.potatoq_rmq_unique (expires_at);
+
+-- Per-minute rollups of task history (migration 0010).
+
+-- name: create_history_rollups
+-- One row per (task name, minute since the epoch); name '' holds every task's totals.
+-- run_hist / lat_hist: a JSON object of count by bucket of runtime / latency samples. Every batch of
+-- records updates its minute's '' row: autovacuum as for the other churning tables.
+CREATE TABLE {schema}.potatoq_history_rollups (
+    name     text             NOT NULL,
+    minute   bigint           NOT NULL,
+    success  integer          NOT NULL DEFAULT 0,
+    failure  integer          NOT NULL DEFAULT 0,
+    retry    integer          NOT NULL DEFAULT 0,
+    revoked  integer          NOT NULL DEFAULT 0,
+    dead     integer          NOT NULL DEFAULT 0,
+    run_n    integer          NOT NULL DEFAULT 0,
+    run_sum  double precision NOT NULL DEFAULT 0,
+    run_hist jsonb            NOT NULL DEFAULT '{{}}',
+    lat_n    integer          NOT NULL DEFAULT 0,
+    lat_sum  double precision NOT NULL DEFAULT 0,
+    lat_hist jsonb            NOT NULL DEFAULT '{{}}',
+    PRIMARY KEY (name, minute)
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
+
+-- name: index_history_rollups_minute
+-- The retention trim drops the oldest minutes of every name.
+CREATE INDEX potatoq_history_rollups_minute ON {schema}.potatoq_history_rollups (minute);
