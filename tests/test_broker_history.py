@@ -214,6 +214,10 @@ def test_a_redis_result_store_holds_a_settles_record_compact(make_broker: Broker
     assert record.result_preview == "{'total': 5}" and record.worker == WORKER_A.node
     entries = store._client().xrange(store.keys.history)
     assert [sorted(fields) for _, fields in entries] == [[b"m", b"p"]]
+    # and its per-minute rollup, latency included (from the compact meta: no payload decoded)
+    [bucket] = (store.history_buckets(time.time() - 120, 60, 3, TASK) or {}).values()
+    assert (bucket.records, bucket.finished) == (1, 1)
+    assert bucket.latency_p50 is not None and bucket.runtime_p50 is not None
 
 
 def test_retention_keeps_the_newest_max_count(make_broker: BrokerMaker) -> None:
@@ -233,6 +237,10 @@ def test_retention_drops_records_older_than_max_age(make_broker: BrokerMaker) ->
     send(broker)
     task_id = run(broker)
     assert [r.task_id for r in records(broker)] == [task_id]
+    # the trim dropped the old record's per-minute rollup too (brokers that keep rollups)
+    charts = broker.history_buckets(time.time() - 7260, 60, 122, TASK)
+    if charts is not None:
+        assert sum(b.records for b in charts.values()) == 1
 
 
 def test_bad_queries_are_refused_naming_what_is_wrong(broker: Broker) -> None:

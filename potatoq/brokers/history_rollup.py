@@ -39,11 +39,14 @@ from .history import HistoryBucket, HistoryRecord
 __all__ = [
     "ALL",
     "BASE",
+    "STATE_COLUMNS",
     "ERROR",
     "STATES",
     "Rollup",
     "bucket_of",
     "buckets_from_rollups",
+    "decode_fields",
+    "rollup_fields",
     "percentile",
     "rollup_values",
     "rollups_of",
@@ -60,6 +63,8 @@ ERROR = math.sqrt(GROWTH) - 1  # a percentile's largest relative error (bucket 1
 #: The states counted, in the order of a rollup's ``states`` (and the SQL columns).
 STATES = ("SUCCESS", "FAILURE", "RETRY", "REVOKED", "DEAD")
 _STATE_INDEX = {s: i for i, s in enumerate(STATES)}
+STATE_COLUMNS = ("success", "failure", "retry", "revoked", "dead")  # the SQL columns, the hash fields
+_STATE_COLUMN_INDEX = {c: i for i, c in enumerate(STATE_COLUMNS)}
 _LOG2_BASE = math.log2(BASE)
 
 
@@ -154,7 +159,7 @@ def rollups_of(samples: Iterable[Sample]) -> list[tuple[int, str, Rollup]]:
     return [(minute, name, found[name, minute]) for name, minute in sorted(found)]
 
 
-ROLLUP_COLUMNS = ("success", "failure", "retry", "revoked", "dead", "run_n", "run_sum", "run_hist",
+ROLLUP_COLUMNS = (*STATE_COLUMNS, "run_n", "run_sum", "run_hist",
                   "lat_n", "lat_sum", "lat_hist")  # fmt: skip
 
 
@@ -163,6 +168,50 @@ def rollup_values(rollups: Sequence[tuple[int, str, Rollup]]) -> dict[str, list[
     rows = [(name, minute, *r.row()) for minute, name, r in rollups]
     columns = zip(*rows, strict=True) if rows else [()] * (2 + len(ROLLUP_COLUMNS))
     return {f"r_{c}": list(v) for c, v in zip(("name", "minute", *ROLLUP_COLUMNS), columns, strict=True)}
+
+
+# Redis: a rollup is a HASH of the SQL columns' fields (sums in whole microseconds, for
+# HINCRBY) and "r<bucket>" / "l<bucket>" histogram counts.
+
+
+def rollup_fields(r: Rollup) -> list[str | int]:
+    """``r`` as (field, increment) pairs of a Redis rollup hash (zero ones left out)."""
+    out: list[str | int] = []
+    for state, n in zip(STATE_COLUMNS, r.states, strict=True):
+        if n:
+            out += (state, n)
+    if r.run_n:
+        out += ("run_n", r.run_n, "run_sum", round(r.run_sum * 1e6))
+        for b, n in r.run_hist.items():
+            out += (f"r{b}", n)
+    if r.lat_n:
+        out += ("lat_n", r.lat_n, "lat_sum", round(r.lat_sum * 1e6))
+        for b, n in r.lat_hist.items():
+            out += (f"l{b}", n)
+    return out
+
+
+def decode_fields(flat: Sequence[bytes]) -> Rollup:
+    """A Redis rollup hash (an HGETALL reply: field, value, ...) as a :class:`Rollup`."""
+    r = Rollup()
+    for i in range(0, len(flat), 2):
+        field, n = flat[i].decode(), int(flat[i + 1])
+        head = field[0]
+        if head == "r" and field[1:].isdigit():
+            r.run_hist[int(field[1:])] = n
+        elif head == "l" and field[1:].isdigit():
+            r.lat_hist[int(field[1:])] = n
+        elif field in _STATE_COLUMN_INDEX:
+            r.states[_STATE_COLUMN_INDEX[field]] = n
+        elif field == "run_n":
+            r.run_n = n
+        elif field == "run_sum":
+            r.run_sum = n / 1e6
+        elif field == "lat_n":
+            r.lat_n = n
+        elif field == "lat_sum":
+            r.lat_sum = n / 1e6
+    return r
 
 
 def encode_hist(hist: Mapping[int, int]) -> str:

@@ -1,6 +1,7 @@
 -- history_append: task-history records into the capped stream and its filter indexes.
 -- KEYS: none (history, history:n:<name>, history:s:<state>, history:q:<queue>, history:indexes)
 -- ARGV: [1] prefix, [2] max_count, [3] '1' to trim exactly now, [4] oldest ms kept (by age),
+--       [5] how many arguments the rollups take (0: none; they follow, see the end),
 --       then per record its kind and
 --       'r': name ('' for none), state, queue, the encoded record (stored as field r), or
 --       'c': a compact record (history_compact.py): its meta string (name, state, queue,
@@ -14,7 +15,7 @@ local reg = hk .. ':indexes'
 local maxc = ARGV[2]
 local n = 0
 local registered = {}  -- index keys already added to the registry by this call
-local i = 5
+local i = 6 + tonumber(ARGV[5])  -- the records follow the rollups
 while i <= #ARGV do
   local name, state, queue, id
   if ARGV[i] == 'c' then
@@ -55,5 +56,39 @@ if ARGV[3] == '1' then
       redis.call('SREM', reg, key)
     end
   end
+end
+-- Per-minute rollups (history_rollup.py: the dashboard's charts read these, not the
+-- stream): ARGV[6] their TTL (seconds: max_age, plus a little), then per (minute, name):
+-- the minute since the epoch, the name ('' for every task), how many fields, and
+-- (field, increment) pairs. HASH <hk>:m:<minute>:<name>, listed in the ZSET <hk>:minutes
+-- by minute; same hash tag as the stream on a cluster (the prefix), so the same slot.
+local rollups_end = 5 + tonumber(ARGV[5])
+if rollups_end > 5 then
+  local rollup_ttl, minutes = ARGV[6], hk .. ':minutes'
+  local j = 7
+  while j <= rollups_end do
+    local rkey = hk .. ':m:' .. ARGV[j] .. ':' .. ARGV[j + 1]
+    local last = j + 2 + 2 * tonumber(ARGV[j + 2])
+    for f = j + 3, last, 2 do
+      redis.call('HINCRBY', rkey, ARGV[f], ARGV[f + 1])
+    end
+    redis.call('EXPIRE', rkey, rollup_ttl)
+    redis.call('ZADD', minutes, ARGV[j], rkey)
+    j = last + 1
+  end
+  redis.call('EXPIRE', minutes, rollup_ttl)
+end
+if ARGV[3] == '1' then
+  -- the exact trim drops the rollups of the minutes before the oldest entry kept, less
+  -- an hour (ids are append times, and a record may be appended up to an hour after it
+  -- finished: APPEND_LAG in history.py), or before the age cutoff (an empty stream)
+  local oldest = redis.call('XRANGE', hk, '-', '+', 'COUNT', 1)[1]
+  local oldest_ms = oldest and tonumber(string.match(oldest[1], '^%d+')) - 3600000 or tonumber(ARGV[4])
+  local below = '(' .. math.floor(oldest_ms / 60000)
+  local minutes = hk .. ':minutes'
+  for _, rkey in ipairs(redis.call('ZRANGEBYSCORE', minutes, '-inf', below)) do
+    redis.call('DEL', rkey)
+  end
+  redis.call('ZREMRANGEBYSCORE', minutes, '-inf', below)
 end
 return n
