@@ -39,6 +39,13 @@ SERIES_MAX = 20_000
 #: The chart windows the page offers: name -> (span, bucket) seconds (whole minutes: the
 #: rollups are per minute); about 60 to 90 buckets each.
 WINDOWS = {"1h": (3600.0, 60.0), "6h": (21600.0, 300.0), "24h": (86400.0, 1200.0), "7d": (604800.0, 7200.0)}
+#: name -> (the window, a bucket) in words
+WINDOW_LABELS = {
+    "1h": ("hour", "minute"),
+    "6h": ("6 hours", "5 minutes"),
+    "24h": ("24 hours", "20 minutes"),
+    "7d": ("7 days", "2 hours"),
+}
 DEFAULT_WINDOW = "1h"
 FILTER_NAMES = ("name", "state", "queue", "since", "until", "text", "task_id", "limit")
 
