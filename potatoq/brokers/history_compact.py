@@ -47,9 +47,10 @@ RAW_MAX = 2048
 #: (whole microseconds, ``""`` for none: the per-minute rollups' sample, see
 #: history_rollup) and ``extra`` joined by NULs (``extra``: ``""`` or a JSON object of the
 #: exception type and message and the result preview, those that are set). Entries
-#: written before the latency field have one NUL fewer; :func:`record_of` reads both. These are ``history_append.lua``'s arguments for a
-#: record, packed as they are: one string is packed in a fraction of the time of nine
-#: arguments (hiredis' cost is mostly per argument).
+#: written before the latency field have one NUL fewer; :func:`record_of` reads both.
+#: These are ``history_append.lua``'s arguments for a record, packed as they are: one
+#: string is packed in a fraction of the time of nine arguments (hiredis' cost is mostly
+#: per argument).
 CompactRecord = tuple[str, str, bytes]
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)

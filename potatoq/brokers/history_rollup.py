@@ -39,15 +39,15 @@ from .history import HistoryBucket, HistoryRecord
 __all__ = [
     "ALL",
     "BASE",
-    "STATE_COLUMNS",
     "ERROR",
     "STATES",
+    "STATE_COLUMNS",
     "Rollup",
     "bucket_of",
     "buckets_from_rollups",
     "decode_fields",
-    "rollup_fields",
     "percentile",
+    "rollup_fields",
     "rollup_values",
     "rollups_of",
     "sample_of",
@@ -79,7 +79,7 @@ def value_of(bucket: int) -> float:
     """What a bucket stands for: the geometric middle of its range (``BASE / 2`` for 0)."""
     if bucket <= 0:
         return BASE / 2
-    return BASE * GROWTH ** (bucket - 0.5)
+    return float(BASE * GROWTH ** (bucket - 0.5))
 
 
 @dataclasses.dataclass(slots=True)
@@ -293,4 +293,4 @@ def rollup_of_row(row: Sequence[Any]) -> tuple[int, Rollup]:
 
 def window_minutes(start: float, step: float, buckets: int) -> tuple[int, int]:
     """The minutes ``[lo, hi)`` a chart window covers."""
-    return int(start // 60), int(math.ceil((start + step * buckets) / 60))
+    return int(start // 60), math.ceil((start + step * buckets) / 60)

@@ -167,8 +167,7 @@ class Dashboard:
             series = hist.series(self.app.broker, time.time(), span=span, step=step, name=query.name)
         base = request.url_for("history")
         windows = [  # the chart window links keep the filters (and so the live refresh's URL)
-            (key, str(base.include_query_params(**kept, window=key)))
-            for key in hist.WINDOWS
+            (key, str(base.include_query_params(**kept, window=key))) for key in hist.WINDOWS
         ]
         return self.render(
             request,
@@ -204,7 +203,9 @@ class Dashboard:
             span, step = hist.WINDOWS[hist.window_of(request.query_params)]
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        return JSONResponse(hist.series(self.app.broker, time.time(), span=span, step=step, name=name).to_json())
+        return JSONResponse(
+            hist.series(self.app.broker, time.time(), span=span, step=step, name=name).to_json()
+        )
 
     def find_task(self, request: Request) -> Response:
         task_id = request.query_params.get("id", "").strip()

@@ -116,14 +116,17 @@ def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
         rollup_scan = re.compile(r"^SCAN potatoq_history_rollups\b")
         for params in chart_params():
             plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollups"], params)]
-            if not any("USING PRIMARY KEY" in step for step in plan) or any(rollup_scan.match(s) for s in plan):
+            if not any("USING PRIMARY KEY" in step for step in plan) or any(
+                rollup_scan.match(s) for s in plan
+            ):
                 offenders[f"history_rollups {params}"] = plan
         upsert = ("tasks.n1", int(NOW // 60), 1, 0, 0, 0, 0, 1, 0.5, '{"60":1}', 0, 0.0, "{}")
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollup_upsert"], upsert)]
         if any(full_scan.match(step) or rollup_scan.match(step) for step in plan):
             offenders["history_rollup_upsert"] = plan
         plan = [
-            row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollups_trim"], {"cutoff": NOW})
+            row[3]
+            for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollups_trim"], {"cutoff": NOW})
         ]
         if any(full_scan.match(step) or rollup_scan.match(step) for step in plan):
             offenders["history_rollups_trim"] = plan

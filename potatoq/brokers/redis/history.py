@@ -55,7 +55,16 @@ from redis.connection import AbstractConnection as Connection
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
+from ..base import (
+    Broker,
+    Delivery,
+    HistoryBucket,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    Outcome,
+    ProcessLocal,
+)
 from ..history_buffer import HeldHistory
 from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of, sample_of_compact
 from ..history_rollup import (
