@@ -95,21 +95,6 @@ class Rollup:
     lat_sum: float = 0.0
     lat_hist: dict[int, int] = dataclasses.field(default_factory=dict)
 
-    def add(self, state: str, runtime: float | None, latency: float | None) -> None:
-        index = _STATE_INDEX.get(state)
-        if index is not None:
-            self.states[index] += 1
-        if runtime is not None:
-            self.run_n += 1
-            self.run_sum += runtime
-            b = bucket_of(runtime)
-            self.run_hist[b] = self.run_hist.get(b, 0) + 1
-        if latency is not None:
-            self.lat_n += 1
-            self.lat_sum += latency
-            b = bucket_of(latency)
-            self.lat_hist[b] = self.lat_hist.get(b, 0) + 1
-
     def merge(self, other: Rollup) -> None:
         for i, n in enumerate(other.states):
             self.states[i] += n
@@ -147,15 +132,36 @@ def sample_of(record: HistoryRecord) -> Sample:
 
 def rollups_of(samples: Iterable[Sample]) -> list[tuple[int, str, Rollup]]:
     """The (minute, name, rollup) of some records, the ``ALL`` rollups included, sorted by
-    (name, minute): writers that upsert in one order can't deadlock on each other's rows."""
+    (name, minute): writers that upsert in one order can't deadlock on each other's rows.
+
+    Run once per batch written, on the worker: each value is bucketed once, and a minute's
+    ``ALL`` rollup is the merge of its names' (a few per batch), not a second pass."""
     found: dict[tuple[str, int], Rollup] = {}
     for name, state, finished_at, runtime, latency in samples:
-        minute = int(finished_at // 60)
-        for key in ((ALL, minute), (name, minute)) if name else ((ALL, minute),):
-            rollup = found.get(key)
-            if rollup is None:
-                rollup = found[key] = Rollup()
-            rollup.add(state, runtime, latency)
+        key = (name or ALL, int(finished_at // 60))
+        r = found.get(key)
+        if r is None:
+            r = found[key] = Rollup()
+        index = _STATE_INDEX.get(state)
+        if index is not None:
+            r.states[index] += 1
+        if runtime is not None:
+            r.run_n += 1
+            r.run_sum += runtime
+            b = bucket_of(runtime)
+            r.run_hist[b] = r.run_hist.get(b, 0) + 1
+        if latency is not None:
+            r.lat_n += 1
+            r.lat_sum += latency
+            b = bucket_of(latency)
+            r.lat_hist[b] = r.lat_hist.get(b, 0) + 1
+    for (name, minute), r in list(found.items()):
+        if name == ALL:
+            continue
+        total = found.get((ALL, minute))
+        if total is None:
+            found[ALL, minute] = total = Rollup()
+        total.merge(r)
     return [(minute, name, found[name, minute]) for name, minute in sorted(found)]
 
 
@@ -215,7 +221,8 @@ def decode_fields(flat: Sequence[bytes]) -> Rollup:
 
 
 def encode_hist(hist: Mapping[int, int]) -> str:
-    return json.dumps({str(b): n for b, n in hist.items()}, separators=(",", ":"))
+    """``{"<bucket>":count,...}`` (ints only: no JSON encoder needed)."""
+    return "{" + ",".join([f'"{b}":{n}' for b, n in hist.items()]) + "}"
 
 
 def decode_hist(text: str | bytes | Mapping[str, Any] | None) -> dict[int, int]:
