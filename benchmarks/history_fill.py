@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from potatoq.brokers.history import HistoryRecord
-from potatoq.brokers.history_rollup import Rollup, rollup_fields, rollups_of, sample_of
+from potatoq.brokers.history_rollup import Keyed, Rollup, rollup_fields, rollups_of, sample_of
 
 SPAN = 6 * 86400.0  # seconds of history (inside the default 7-day max_age)
 CHUNK = 500_000  # rows per INSERT ... SELECT
@@ -186,7 +186,7 @@ def rollup_source(dialect: str, table: str) -> str:
 
 def fill_rollups(
     fetch: Callable[[int, int], list[Any]],
-    write: Callable[[list[tuple[int, str, Rollup]]], None],
+    write: Callable[[list[Keyed]], None],
     low: int,
     high: int,
     log: Callable[[str], None],
@@ -245,15 +245,10 @@ def fill_redis(client: Any, prefix: str, total: int, log: Callable[[str], None])
     registered: set[str] = set()
     last_ms, seq = -1, 0
     batch: list[tuple[Any, ...]] = []
-    minutes: dict[tuple[int, str], Rollup] = {}  # the rollups, written once at the end
+    minutes: dict[tuple[int, int, str], Rollup] = {}  # the rollups, written once at the end
     for i in range(1, total + 1):
         record = _record(i, start, total)
-        for minute, name, rollup in rollups_of([sample_of(record)]):
-            into = minutes.get((minute, name))
-            if into is None:
-                minutes[minute, name] = rollup
-            else:
-                into.merge(rollup)
+        _roll_up(minutes, record)
         ms = int(record.finished_at * 1000)
         if ms <= last_ms:  # the jitter can step back: keep ids increasing, like XADD '*'
             ms, seq = last_ms, seq + 1
@@ -271,17 +266,50 @@ def fill_redis(client: Any, prefix: str, total: int, log: Callable[[str], None])
             batch = []
         if i % 50_000 == 0:
             log(f"  {i:,} records, {time.monotonic() - began:.0f} s")
-    # as history_append.lua lays them out: HASH <hk>:m:<minute>:<name>, listed by minute
+    write_redis_rollups(client, hk, minutes, log)
+
+
+def _roll_up(minutes: dict[tuple[int, int, str], Rollup], record: HistoryRecord) -> None:
+    for span, minute, name, rollup in rollups_of([sample_of(record)]):
+        into = minutes.get((span, minute, name))
+        if into is None:
+            minutes[span, minute, name] = rollup
+        else:
+            into.merge(rollup)
+
+
+def write_redis_rollups(
+    client: Any, hk: str, minutes: dict[tuple[int, int, str], Rollup], log: Callable[[str], None]
+) -> None:
+    """As history_append.lua lays them out: HASH <hk>:m<span>:<minute>:<name>, by minute."""
     ttl = 7 * 86400 + 120
-    for n, ((minute, name), rollup) in enumerate(minutes.items(), 1):
-        key = f"{hk}:m:{minute}:{name}"
-        fields = rollup_fields(rollup)
-        batch.append(("HSET", key, *fields))
-        batch += [("EXPIRE", key, ttl), ("ZADD", f"{hk}:minutes", minute, key)]
+    batch: list[tuple[Any, ...]] = []
+    for n, ((span, minute, name), rollup) in enumerate(minutes.items(), 1):
+        key = f"{hk}:m{span}:{minute}:{name}"
+        batch += [
+            ("HSET", key, *rollup_fields(rollup)),
+            ("EXPIRE", key, ttl),
+            ("ZADD", f"{hk}:minutes", minute, key),
+        ]
         if n % 2000 == 0 or n == len(minutes):
             _send(client, batch)
             batch = []
-    log(f"  {len(minutes):,} rollup hashes, {time.monotonic() - began:.0f} s")
+    log(f"  {len(minutes):,} rollup hashes")
+
+
+def fill_redis_rollups(client: Any, hk: str, log: Callable[[str], None]) -> None:
+    """The rollups of the records already in ``hk`` (a stream filled by :func:`fill_redis`
+    before it wrote rollups): read back and written once."""
+    minutes: dict[tuple[int, int, str], Rollup] = {}
+    low = "-"
+    while True:
+        entries = client.xrange(hk, low, "+", count=10_000)
+        for _, fields in entries:
+            _roll_up(minutes, HistoryRecord.decode(fields[b"r"]))
+        if len(entries) < 10_000:
+            break
+        low = "(" + entries[-1][0].decode()
+    write_redis_rollups(client, hk, minutes, log)
 
 
 def _send(client: Any, commands: list[tuple[Any, ...]]) -> None:

@@ -156,6 +156,7 @@ def bench_dashboard(app: Potatoq, deep_cursor: str, task_id: str, repeat: int) -
         ("series.json, one name", f"/history/series.json?name={top}"),
         ("series.json, 6 h", "/history/series.json?window=6h"),
         ("series.json, 24 h", "/history/series.json?window=24h"),
+        ("series.json, 24 h, one name", f"/history/series.json?window=24h&name={top}"),
         ("series.json, 7 d", "/history/series.json?window=7d"),
         ("series.json, 7 d, one name", f"/history/series.json?window=7d&name={top}"),
         ("history page 1, 7 d charts", "/history?window=7d"),
@@ -214,6 +215,7 @@ def sqlite_app(
             log(f"  index {name}: {time.monotonic() - t0:.0f} s")
         conn.execute("DELETE FROM potatoq_history_rollups")
     if not conn.execute("SELECT count(*) FROM potatoq_history_rollups").fetchone()[0]:
+        from potatoq.brokers.history_rollup import rollup_row
         from potatoq.brokers.sqlite.setup import SQL
 
         log("SQLite: filling the rollups")
@@ -221,7 +223,7 @@ def sqlite_app(
 
         def write(rollups: list[Any]) -> None:
             conn.execute("BEGIN")
-            conn.executemany(SQL["history_rollup_upsert"], [(n, m, *r.row()) for m, n, r in rollups])
+            conn.executemany(SQL["history_rollup_upsert"], list(map(rollup_row, rollups)))
             conn.execute("COMMIT")
 
         source = fill.rollup_source("sqlite", "potatoq_history")
@@ -332,6 +334,9 @@ def redis_app(url: str, rows: int, refill: bool) -> Iterator[tuple[Potatoq, None
         fill.fill_redis(client, broker.keys.prefix, rows, log)
         used = client.info("memory")["used_memory"] - before
         log(f"Redis memory for {rows:,} records with indexes: {used / 2**20:.0f} MiB")
+    elif not client.exists(f"{hk}:minutes"):
+        log("Redis: filling the rollups")
+        fill.fill_redis_rollups(client, hk, log)
     try:
         yield app, None
     finally:

@@ -231,16 +231,19 @@ def test_retention_keeps_the_newest_max_count(make_broker: BrokerMaker) -> None:
 def test_retention_drops_records_older_than_max_age(make_broker: BrokerMaker) -> None:
     broker = make_broker(history=HistorySettings(max_age=3600, trim_every=1))
     old = HistoryRecord(
-        task_id="old", name=TASK, queue="default", state=SUCCESS, finished_at=time.time() - 7200
+        task_id="old", name=TASK, queue="default", state=SUCCESS, finished_at=time.time() - 4 * 3600
     )
     broker.append_history([old])
     send(broker)
     task_id = run(broker)
     assert [r.task_id for r in records(broker)] == [task_id]
-    # the trim dropped the old record's per-minute rollup too (brokers that keep rollups)
-    charts = broker.history_buckets(time.time() - 7260, 60, 122, TASK)
-    if charts is not None:
-        assert sum(b.records for b in charts.values()) == 1
+    # the trim dropped the old record's rollups too, per minute and per hour (brokers that
+    # keep rollups; Redis keeps two hours more than its oldest entry: append times)
+    now = time.time()
+    for start, step in ((now - 5 * 3600, 60), (now - now % 3600 - 5 * 3600, 3600)):
+        charts = broker.history_buckets(start, step, int(6 * 3600 // step), TASK)
+        if charts is not None:
+            assert sum(b.records for b in charts.values()) == 1
 
 
 def test_bad_queries_are_refused_naming_what_is_wrong(broker: Broker) -> None:
@@ -337,7 +340,8 @@ def test_chart_buckets_match_the_series_made_from_the_records(broker: Broker) ->
     """The dashboard's charts: a broker that keeps per-minute rollups (SQLite, PostgreSQL,
     Redis, and RabbitMQ through its result store) gives what aggregating every record
     gives: the counts exactly, nearest-rank percentiles and means within the rollup
-    histogram's bucket error. Written in two batches, so the rollups of a minute merge."""
+    histogram's bucket error; per minute and per hour. Written in two batches, so the
+    rollups of a minute merge."""
     from potatoq.dashboard import history as dash
 
     now = time.time()
@@ -355,9 +359,9 @@ def test_chart_buckets_match_the_series_made_from_the_records(broker: Broker) ->
     has_rollups = type(broker).__name__ in ("SQLiteBroker", "PostgresBroker", "RedisBroker")
     if has_rollups:
         assert broker.history_buckets(now - 600, 60, 10) is not None  # read from rollups
-    for name in (None, TASK):
-        fast = dash.series(broker, now, span=600, step=60, name=name)
-        slow = dash.series_of_records(broker, fast.start, 60, 10, name)
+    for name, span, step in ((None, 600, 60), (TASK, 600, 60), (None, 86400, 3600), (TASK, 86400, 3600)):
+        fast = dash.series(broker, now, span=span, step=step, name=name)  # minutes, then hours
+        slow = dash.series_of_records(broker, fast.start, step, span // step, name)
         assert (fast.finished, fast.failed, fast.records) == (slow.finished, slow.failed, slow.records)
         for field in ("latency_p50", "latency_p95", "latency_p99", "runtime_p50", "runtime_p95",
                       "runtime_p99", "latency_mean", "runtime_mean"):  # fmt: skip

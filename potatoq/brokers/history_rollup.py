@@ -13,6 +13,8 @@ PostgreSQL, the same script call on Redis):
 
 Name ``ALL`` (``""``) holds every task's totals for the minute (records without a name
 count there only), so a chart of every task reads one row per minute, not one per name.
+Each is also kept per hour (``HOUR``), so a chart of days reads one row per hour (a
+7-day chart: 168 rows, not 10,080).
 
 The buckets: bucket 0 holds values under ``BASE`` (10 µs), bucket ``b >= 1`` values in
 ``[BASE * G**(b-1), BASE * G**b)`` with ``G = 2**(1/4)``, up to ``TOP`` (the last one
@@ -32,14 +34,17 @@ import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .history import HistoryBucket, HistoryRecord
 
 __all__ = [
     "ALL",
     "BASE",
+    "HOUR",
+    "MINUTE",
     "ERROR",
+    "Keyed",
     "STATES",
     "STATE_COLUMNS",
     "Rollup",
@@ -48,6 +53,7 @@ __all__ = [
     "decode_fields",
     "percentile",
     "rollup_fields",
+    "rollup_row",
     "rollup_values",
     "rollups_of",
     "sample_of",
@@ -130,15 +136,29 @@ def sample_of(record: HistoryRecord) -> Sample:
     return record.name, record.state, record.finished_at, runtime, record.latency
 
 
-def rollups_of(samples: Iterable[Sample]) -> list[tuple[int, str, Rollup]]:
-    """The (minute, name, rollup) of some records, the ``ALL`` rollups included, sorted by
-    (name, minute): writers that upsert in one order can't deadlock on each other's rows.
+class Keyed(NamedTuple):
+    """A rollup and what it rolls up: ``span`` minutes (``MINUTE`` or ``HOUR``) from
+    ``minute`` (minutes since the epoch), of task ``name`` (``ALL``: every task)."""
 
-    Run once per batch written, on the worker: each value is bucketed once, and a minute's
-    ``ALL`` rollup is the merge of its names' (a few per batch), not a second pass."""
-    found: dict[tuple[str, int], Rollup] = {}
+    span: int
+    minute: int
+    name: str
+    rollup: Rollup
+
+
+MINUTE, HOUR = 1, 60  # the two spans kept: minutes for charts up to hours, hours for days
+
+
+def rollups_of(samples: Iterable[Sample]) -> list[Keyed]:
+    """The rollups of some records: per minute and per hour, of each name and of ``ALL``,
+    sorted by (name, span, minute): writers that upsert in one order can't deadlock on
+    each other's rows.
+
+    Run once per batch written, on the worker: each value is bucketed once; the ``ALL``
+    and hourly rollups are merged from the per-name minutes (a few per batch)."""
+    found: dict[tuple[str, int, int], Rollup] = {}
     for name, state, finished_at, runtime, latency in samples:
-        key = (name or ALL, int(finished_at // 60))
+        key = (name or ALL, MINUTE, int(finished_at // 60))
         r = found.get(key)
         if r is None:
             r = found[key] = Rollup()
@@ -155,25 +175,34 @@ def rollups_of(samples: Iterable[Sample]) -> list[tuple[int, str, Rollup]]:
             r.lat_sum += latency
             b = bucket_of(latency)
             r.lat_hist[b] = r.lat_hist.get(b, 0) + 1
-    for (name, minute), r in list(found.items()):
-        if name == ALL:
-            continue
-        total = found.get((ALL, minute))
-        if total is None:
-            found[ALL, minute] = total = Rollup()
-        total.merge(r)
-    return [(minute, name, found[name, minute]) for name, minute in sorted(found)]
+    # ALL's own minutes (records without a name) first: named ones are merged into them next
+    for (name, _, minute), r in sorted(found.items(), key=lambda item: item[0]):
+        into = [(name, HOUR, minute - minute % HOUR)]
+        if name != ALL:
+            into += [(ALL, MINUTE, minute), (ALL, HOUR, minute - minute % HOUR)]
+        for key in into:
+            total = found.get(key)
+            if total is None:
+                total = found[key] = Rollup()
+            total.merge(r)
+    return [Keyed(span, minute, name, found[name, span, minute]) for name, span, minute in sorted(found)]
 
 
 ROLLUP_COLUMNS = (*STATE_COLUMNS, "run_n", "run_sum", "run_hist",
                   "lat_n", "lat_sum", "lat_hist")  # fmt: skip
 
 
-def rollup_values(rollups: Sequence[tuple[int, str, Rollup]]) -> dict[str, list[Any]]:
+def rollup_values(rollups: Sequence[Keyed]) -> dict[str, list[Any]]:
     """``rollups`` column by column, as ``r_<column>`` parameters (PostgreSQL's unnest)."""
-    rows = [(name, minute, *r.row()) for minute, name, r in rollups]
-    columns = zip(*rows, strict=True) if rows else [()] * (2 + len(ROLLUP_COLUMNS))
-    return {f"r_{c}": list(v) for c, v in zip(("name", "minute", *ROLLUP_COLUMNS), columns, strict=True)}
+    rows = [rollup_row(k) for k in rollups]
+    columns = zip(*rows, strict=True) if rows else [()] * (3 + len(ROLLUP_COLUMNS))
+    names = ("name", "span", "minute", *ROLLUP_COLUMNS)
+    return {f"r_{c}": list(v) for c, v in zip(names, columns, strict=True)}
+
+
+def rollup_row(k: Keyed) -> tuple[Any, ...]:
+    """The SQL upsert's positional values: name, span, minute, then :meth:`Rollup.row`."""
+    return (k.name, k.span, k.minute, *k.rollup.row())
 
 
 # Redis: a rollup is a HASH of the SQL columns' fields (sums in whole microseconds, for
@@ -250,9 +279,9 @@ def percentile(hist: Mapping[int, int], q: float) -> float | None:
 def buckets_from_rollups(
     rollups: Iterable[tuple[int, Rollup]], start: float, step: float, buckets: int
 ) -> dict[int, HistoryBucket]:
-    """Chart buckets of ``step`` seconds from ``start`` (both whole minutes) from per-minute
-    ``(minute, rollup)``: counts, nearest-rank p50 / p95 / p99 and means of runtime and
-    latency. A minute outside the window is left out."""
+    """Chart buckets of ``step`` seconds from ``start`` from ``(minute, rollup)`` pairs
+    (minutes or hours, each starting at its minute): counts, nearest-rank p50 / p95 / p99
+    and means of runtime and latency. A rollup starting outside the window is left out."""
     merged: dict[int, Rollup] = {}
     for minute, rollup in rollups:
         index = int((minute * 60 - start) // step)
@@ -298,6 +327,8 @@ def rollup_of_row(row: Sequence[Any]) -> tuple[int, Rollup]:
     )
 
 
-def window_minutes(start: float, step: float, buckets: int) -> tuple[int, int]:
-    """The minutes ``[lo, hi)`` a chart window covers."""
-    return int(start // 60), math.ceil((start + step * buckets) / 60)
+def window_minutes(start: float, step: float, buckets: int) -> tuple[int, int, int]:
+    """The rollups a chart window reads: their span (``HOUR`` when its buckets are whole,
+    aligned hours, else ``MINUTE``) and the minutes ``[lo, hi)`` they start in."""
+    span = HOUR if step % 3600 == 0 and start % 3600 == 0 else MINUTE
+    return span, int(start // 60), math.ceil((start + step * buckets) / 60)

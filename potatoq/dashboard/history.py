@@ -36,14 +36,14 @@ __all__ = [
 
 #: Records read at most to draw one chart (newest first); the caption says when it is capped.
 SERIES_MAX = 20_000
-#: The chart windows the page offers: name -> (span, bucket) seconds (whole minutes: the
-#: rollups are per minute); about 60 to 90 buckets each.
-WINDOWS = {"1h": (3600.0, 60.0), "6h": (21600.0, 300.0), "24h": (86400.0, 1200.0), "7d": (604800.0, 7200.0)}
+#: The chart windows the page offers: name -> (span, bucket) seconds: whole minutes, or
+#: whole hours for the windows of days (read from the hourly rollups: 24 and 168 rows).
+WINDOWS = {"1h": (3600.0, 60.0), "6h": (21600.0, 300.0), "24h": (86400.0, 3600.0), "7d": (604800.0, 7200.0)}
 #: name -> (the window, a bucket) in words
 WINDOW_LABELS = {
     "1h": ("hour", "minute"),
     "6h": ("6 hours", "5 minutes"),
-    "24h": ("24 hours", "20 minutes"),
+    "24h": ("24 hours", "hour"),
     "7d": ("7 days", "2 hours"),
 }
 DEFAULT_WINDOW = "1h"
@@ -153,10 +153,11 @@ def series(
     broker: Broker, now: float, *, span: float = 3600.0, step: float = 60.0, name: str | None = None
 ) -> Series:
     """Throughput, latency and runtime percentiles per ``step`` over the last ``span``
-    seconds. The buckets are whole minutes (as the rollups), the last one ending with the
-    current minute."""
+    seconds. The buckets are whole minutes (as the rollups), or whole hours when ``step``
+    is, the last one ending with the current minute (hour)."""
     buckets = max(1, int(span // step))
-    start = (math.floor(now / 60) + 1) * 60 - buckets * step
+    unit = 3600 if step % 3600 == 0 else 60
+    start = (math.floor(now / unit) + 1) * unit - buckets * step
     aggregated = broker.history_buckets(start, step, buckets, name)
     if aggregated is not None:  # from the broker's per-minute rollups
         empty = HistoryBucket()

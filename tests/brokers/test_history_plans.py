@@ -40,11 +40,13 @@ SAMPLE: dict[str, Any] = {
 
 
 def chart_params() -> Iterator[dict[str, Any]]:
-    """The charts' rollup reads: the last hour and the last week, of every task and of one."""
-    for span in (3600, 7 * 86400):
+    """The charts' rollup reads: the last hour (minutes) and the last week (hours), of
+    every task and of one."""
+    hour = NOW - NOW % 3600
+    for start, step, buckets in ((NOW - 3600, 60.0, 60), (hour - 7 * 86400, 7200.0, 84)):
         for name in ("", SAMPLE["name"]):
-            lo, hi = window_minutes(NOW - span, 60.0, span // 60)
-            yield {"name": name, "lo": lo, "hi": hi}
+            span, lo, hi = window_minutes(start, step, buckets)
+            yield {"name": name, "span": span, "lo": lo, "hi": hi}
 
 
 ROLLUP_STATEMENTS = ("history_rollups", "history_rollup_upsert", "history_rollups_trim")
@@ -81,10 +83,12 @@ FROM n
 # a week of minutes for 40 names and '' (every task), as the writes leave them
 SQLITE_ROLLUP_FILL = """
 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 10079)
-INSERT INTO potatoq_history_rollups (name, minute, success, run_n, run_sum, run_hist)
-SELECT CASE WHEN k.j = 40 THEN '' ELSE 'tasks.n' || k.j END, CAST(:now / 60 AS INTEGER) - n.i, 5, 5, 1.0,
-       '{"60":5}'
-FROM n, (WITH RECURSIVE m(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM m WHERE j < 40) SELECT j FROM m) AS k
+INSERT INTO potatoq_history_rollups (name, span, minute, success, run_n, run_sum, run_hist)
+SELECT CASE WHEN k.j = 40 THEN '' ELSE 'tasks.n' || k.j END, s.span,
+       CAST(:now / 60 AS INTEGER) - n.i * s.span, 5, 5, 1.0, '{"60":5}'
+FROM n, (WITH RECURSIVE m(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM m WHERE j < 40) SELECT j FROM m) AS k,
+     (SELECT 1 AS span UNION ALL SELECT 60) AS s
+WHERE s.span = 1 OR n.i < 168
 """
 
 
@@ -120,7 +124,7 @@ def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
                 rollup_scan.match(s) for s in plan
             ):
                 offenders[f"history_rollups {params}"] = plan
-        upsert = ("tasks.n1", int(NOW // 60), 1, 0, 0, 0, 0, 1, 0.5, '{"60":1}', 0, 0.0, "{}")
+        upsert = ("tasks.n1", 1, int(NOW // 60), 1, 0, 0, 0, 0, 1, 0.5, '{"60":1}', 0, 0.0, "{}")
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollup_upsert"], upsert)]
         if any(full_scan.match(step) or rollup_scan.match(step) for step in plan):
             offenders["history_rollup_upsert"] = plan
@@ -148,10 +152,11 @@ FROM generate_series(0, 19999) AS i
 """
 
 PG_ROLLUP_FILL = """
-INSERT INTO {schema}.potatoq_history_rollups (name, minute, success, run_n, run_sum, run_hist)
-SELECT CASE WHEN k = 40 THEN '' ELSE 'tasks.n' || k END, floor(%(now)s / 60)::bigint - i, 5, 5, 1.0,
-       '{{"60": 5}}'
-FROM generate_series(0, 10079) AS i, generate_series(0, 40) AS k
+INSERT INTO {schema}.potatoq_history_rollups (name, span, minute, success, run_n, run_sum, run_hist)
+SELECT CASE WHEN k = 40 THEN '' ELSE 'tasks.n' || k END, span, floor(%(now)s / 60)::bigint - i * span,
+       5, 5, 1.0, '{{"60": 5}}'
+FROM generate_series(0, 10079) AS i, generate_series(0, 40) AS k, (VALUES (1), (60)) AS s(span)
+WHERE span = 1 OR i < 168
 """
 
 
@@ -169,7 +174,7 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
     import psycopg
     from psycopg import sql
 
-    from potatoq.brokers.history_rollup import Rollup, rollup_values
+    from potatoq.brokers.history_rollup import Keyed, Rollup, rollup_values
     from potatoq.brokers.history_sql import COLUMNS
     from potatoq.brokers.postgres import PostgresBroker, statements
 
@@ -215,7 +220,7 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
                         **{c: [None] for c in COLUMNS},
                         "task_id": ["t"], "queue": ["q"], "state": ["SUCCESS"], "finished_at": [NOW],
                         "deliveries": [1], "retries": [0],
-                        **rollup_values([(minute, "tasks.n1", Rollup([1, 0, 0, 0, 0], 1, 0.5, {60: 1}))]),
+                        **rollup_values([Keyed(1, minute, "tasks.n1", Rollup([1, 0, 0, 0, 0], 1, 0.5, {60: 1}))]),
                     },
                 ),
             ]  # fmt: skip

@@ -124,10 +124,10 @@ class PostgresHistory(HeldHistory[HistoryRecord], Broker):
     def history_buckets(
         self, start: float, step: float, buckets: int, name: str | None = None
     ) -> dict[int, HistoryBucket] | None:
-        """From the per-minute rollups: one primary-key range of ``name``'s minutes."""
+        """From the rollups: one primary-key range of ``name``'s minutes (or hours)."""
         self._history_flush()
-        lo, hi = window_minutes(start, step, buckets)
-        rows = self._run("history_rollups", {"name": name or "", "lo": lo, "hi": hi})
+        span, lo, hi = window_minutes(start, step, buckets)
+        rows = self._run("history_rollups", {"name": name or "", "span": span, "lo": lo, "hi": hi})
         return buckets_from_rollups(map(rollup_of_row, rows), start, step, buckets)
 
     def _history_shaped(self, shape: Shape) -> tuple[statements.Statement, statements.Statement]:

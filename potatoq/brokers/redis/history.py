@@ -285,8 +285,8 @@ class RedisHistory(HeldHistory[Held], Broker):
         """From the per-minute rollup hashes ``history_append.lua`` keeps: one script call
         reads the window's minutes of ``name`` (every task for None)."""
         self._history_flush()
-        lo, hi = window_minutes(start, step, buckets)
-        reply = self._run("history_rollups", [name or "", lo, hi])
+        span, lo, hi = window_minutes(start, step, buckets)
+        reply = self._run("history_rollups", [name or "", span, lo, hi])
         minutes = ((int(reply[i]), decode_fields(reply[i + 1])) for i in range(0, len(reply), 2))
         return buckets_from_rollups(minutes, start, step, buckets)
 
@@ -325,12 +325,13 @@ class RedisHistory(HeldHistory[Held], Broker):
 
 def rollup_args(records: Sequence[Held], settings: hist.HistorySettings) -> list[str | int]:
     """``history_append.lua``'s rollup arguments for ``records`` (none for none): the TTL,
-    then per (minute, name) the minute, name, field count and (field, increment) pairs."""
+    then per (span, minute, name) those three, the field count and (field, increment)
+    pairs."""
     samples = (sample_of(r) if isinstance(r, HistoryRecord) else sample_of_compact(r) for r in records)
     args: list[str | int] = []
-    for minute, name, rollup in rollups_of(samples):
+    for span, minute, name, rollup in rollups_of(samples):
         fields = rollup_fields(rollup)
-        args += (minute, name, len(fields) // 2, *fields)
+        args += (span, minute, name, len(fields) // 2, *fields)
     return [int(settings.max_age) + 120, *args] if args else []
 
 

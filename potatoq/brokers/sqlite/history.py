@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
-from ..history_rollup import buckets_from_rollups, rollup_of_row, rollups_of, sample_of, window_minutes
+from ..history_rollup import (
+    buckets_from_rollups,
+    rollup_of_row,
+    rollup_row,
+    rollups_of,
+    sample_of,
+    window_minutes,
+)
 from ..history_sql import (
     Shape,
     compose,
@@ -108,7 +115,7 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
         conn.executemany(SQL["history_insert"], map(row_values, records))
         conn.executemany(
             SQL["history_rollup_upsert"],
-            [(name, minute, *r.row()) for minute, name, r in rollups_of(map(sample_of, records))],
+            list(map(rollup_row, rollups_of(map(sample_of, records)))),
         )
         if hist.should_trim(self.config.history, len(records)):
             settings = self.config.history
@@ -131,10 +138,10 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
     def history_buckets(
         self, start: float, step: float, buckets: int, name: str | None = None
     ) -> dict[int, HistoryBucket] | None:
-        """From the per-minute rollups: one primary-key range of ``name``'s minutes."""
+        """From the rollups: one primary-key range of ``name``'s minutes (or hours)."""
         self._history_flush()
-        lo, hi = window_minutes(start, step, buckets)
-        rows = self._read("history_rollups", {"name": name or "", "lo": lo, "hi": hi})
+        span, lo, hi = window_minutes(start, step, buckets)
+        rows = self._read("history_rollups", {"name": name or "", "span": span, "lo": lo, "hi": hi})
         return buckets_from_rollups(map(rollup_of_row, rows), start, step, buckets)
 
     def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:

@@ -2,9 +2,9 @@
 
 -- name: history_insert
 -- One row per element of the parallel arrays (a settle writes one, append_history many),
--- and in the same statement (one transaction) their per-minute rollups: one row per
--- (minute, name) of the batch (history_rollup.rollups_of: sorted by name and minute, so
--- concurrent batches lock rows in one order), counts and sums added, histograms merged.
+-- and in the same statement (one transaction) their rollups: one row per (name, span,
+-- minute) of the batch (history_rollup.rollups_of: sorted so, so concurrent batches lock
+-- rows in one order), counts and sums added, histograms merged.
 WITH inserted AS (
     INSERT INTO {schema}.potatoq_history (
         task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime,
@@ -21,20 +21,20 @@ WITH inserted AS (
     )
 )
 INSERT INTO {schema}.potatoq_history_rollups AS r (
-    name, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
+    name, span, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
     lat_sum, lat_hist
 )
-SELECT name, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
-       lat_sum, lat_hist
+SELECT name, span, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist,
+       lat_n, lat_sum, lat_hist
 FROM unnest(
-    %(r_name)s::text[], %(r_minute)s::bigint[], %(r_success)s::int[], %(r_failure)s::int[],
+    %(r_name)s::text[], %(r_span)s::int[], %(r_minute)s::bigint[], %(r_success)s::int[], %(r_failure)s::int[],
     %(r_retry)s::int[], %(r_revoked)s::int[], %(r_dead)s::int[], %(r_run_n)s::int[],
     %(r_run_sum)s::float8[], %(r_run_hist)s::jsonb[], %(r_lat_n)s::int[],
     %(r_lat_sum)s::float8[], %(r_lat_hist)s::jsonb[]
-) WITH ORDINALITY AS u(name, minute, success, failure, retry, revoked, dead, run_n, run_sum,
+) WITH ORDINALITY AS u(name, span, minute, success, failure, retry, revoked, dead, run_n, run_sum,
                        run_hist, lat_n, lat_sum, lat_hist, o)
 ORDER BY o
-ON CONFLICT (name, minute) DO UPDATE SET
+ON CONFLICT (name, span, minute) DO UPDATE SET
     success = r.success + excluded.success,
     failure = r.failure + excluded.failure,
     retry = r.retry + excluded.retry,
@@ -128,12 +128,12 @@ WHERE seq < %(cursor)s
 ORDER BY seq DESC;
 
 -- name: history_rollups
--- The dashboard's charts: one name's ('' for every task) minutes [lo, hi), on the primary
--- key.
+-- The dashboard's charts: one name's ('' for every task) minutes or hours (span) that
+-- start in [lo, hi), on the primary key.
 SELECT minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
        lat_sum, lat_hist
 FROM {schema}.potatoq_history_rollups
-WHERE name = %(name)s AND minute >= %(lo)s AND minute < %(hi)s;
+WHERE name = %(name)s AND span = %(span)s AND minute >= %(lo)s AND minute < %(hi)s;
 
 -- name: history_trim
 -- Retention: drop rows older than the cutoff, then those more than %(keep)s seqs below the
@@ -147,9 +147,13 @@ WHERE seq <= (SELECT max(seq) FROM {schema}.potatoq_history) - %(keep)s;
 
 -- name: history_rollups_trim
 -- Retention, after the records' trim: the minutes before the oldest record kept (or before
--- the age cutoff when none is), on the minute index.
+-- the age cutoff when none is), and the hours that ended before it, on the minute index.
 DELETE FROM {schema}.potatoq_history_rollups
 WHERE minute < coalesce(
+    (SELECT floor(min(finished_at) / 60)::bigint FROM {schema}.potatoq_history),
+    floor(%(cutoff)s / 60)::bigint
+) -- the index range; then an hour's last minute must be before it too
+  AND minute + span - 1 < coalesce(
     (SELECT floor(min(finished_at) / 60)::bigint FROM {schema}.potatoq_history),
     floor(%(cutoff)s / 60)::bigint
 );

@@ -90,14 +90,14 @@ WHERE seq <= (SELECT max(seq) FROM potatoq_history) - :keep;
 SELECT task, queue FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
 
 -- name: history_rollup_upsert
--- One (minute, name) of a batch's records (history_rollup.rollups_of), in the transaction
--- that inserts them: counts and sums added, histograms merged bucket by bucket.
--- Positional: name, minute, the five states, run n, sum, hist, lat n, sum, hist.
+-- One (name, span, minute) of a batch's records (history_rollup.rollups_of), in the
+-- transaction that inserts them: counts and sums added, histograms merged bucket by bucket.
+-- Positional: name, span, minute, the five states, run n, sum, hist, lat n, sum, hist.
 INSERT INTO potatoq_history_rollups (
-    name, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
+    name, span, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
     lat_sum, lat_hist
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (name, minute) DO UPDATE SET
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name, span, minute) DO UPDATE SET
     success = success + excluded.success,
     failure = failure + excluded.failure,
     retry = retry + excluded.retry,
@@ -125,18 +125,23 @@ ON CONFLICT (name, minute) DO UPDATE SET
     ) END;
 
 -- name: history_rollups
--- The dashboard's charts: one name's ('' for every task) minutes [:lo, :hi), on the
--- primary key.
+-- The dashboard's charts: one name's ('' for every task) minutes or hours (:span) that
+-- start in [:lo, :hi), on the primary key.
 SELECT minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
        lat_sum, lat_hist
 FROM potatoq_history_rollups
-WHERE name = :name AND minute >= :lo AND minute < :hi;
+WHERE name = :name AND span = :span AND minute >= :lo AND minute < :hi;
 
 -- name: history_rollups_trim
 -- Retention, after the records' trims: the minutes before the oldest record kept (or
--- before the age cutoff when none is), on the minute index.
+-- before the age cutoff when none is), and the hours that ended before it, on the minute
+-- index.
 DELETE FROM potatoq_history_rollups
 WHERE minute < coalesce(
+    (SELECT CAST(min(finished_at) / 60 AS INTEGER) FROM potatoq_history),
+    CAST(:cutoff / 60 AS INTEGER)
+) -- the index range; then an hour's last minute must be before it too
+  AND minute + span - 1 < coalesce(
     (SELECT CAST(min(finished_at) / 60 AS INTEGER) FROM potatoq_history),
     CAST(:cutoff / 60 AS INTEGER)
 );
