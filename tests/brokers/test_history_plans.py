@@ -211,6 +211,7 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
                     offenders[repr(Shape.of(query))] = bad
             stmts = statements.Statements(schema)
             minute = int(NOW // 60)
+            rollup = Keyed(1, minute, "tasks.n1", Rollup([1, 0, 0, 0, 0], 1, 0.5, {60: 1}))
             rollup_runs: list[tuple[str, dict[str, Any]]] = [
                 *(("history_rollups", p) for p in chart_params()),
                 ("history_rollups_trim", {"cutoff": NOW}),
@@ -220,7 +221,7 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
                         **{c: [None] for c in COLUMNS},
                         "task_id": ["t"], "queue": ["q"], "state": ["SUCCESS"], "finished_at": [NOW],
                         "deliveries": [1], "retries": [0],
-                        **rollup_values([Keyed(1, minute, "tasks.n1", Rollup([1, 0, 0, 0, 0], 1, 0.5, {60: 1}))]),
+                        **rollup_values([rollup]),
                     },
                 ),
             ]  # fmt: skip
