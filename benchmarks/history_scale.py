@@ -215,15 +215,14 @@ def sqlite_app(
             log(f"  index {name}: {time.monotonic() - t0:.0f} s")
         conn.execute("DELETE FROM potatoq_history_rollups")
     if not conn.execute("SELECT count(*) FROM potatoq_history_rollups").fetchone()[0]:
-        from potatoq.brokers.history_rollup import rollup_row
-        from potatoq.brokers.sqlite.setup import SQL
+        from potatoq.brokers.sqlite.history import rollups_in
 
         log("SQLite: filling the rollups")
         low, high = conn.execute("SELECT min(seq), max(seq) FROM potatoq_history").fetchone()
 
         def write(rollups: list[Any]) -> None:
             conn.execute("BEGIN")
-            conn.executemany(SQL["history_rollup_upsert"], list(map(rollup_row, rollups)))
+            rollups_in(conn, rollups)
             conn.execute("COMMIT")
 
         source = fill.rollup_source("sqlite", "potatoq_history")

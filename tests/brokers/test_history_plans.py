@@ -124,10 +124,12 @@ def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
                 rollup_scan.match(s) for s in plan
             ):
                 offenders[f"history_rollups {params}"] = plan
-        upsert = ("tasks.n1", 1, int(NOW // 60), 1, 0, 0, 0, 0, 1, 0.5, '{"60":1}', 0, 0.0, "{}")
-        plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollup_upsert"], upsert)]
-        if any(full_scan.match(step) or rollup_scan.match(step) for step in plan):
-            offenders["history_rollup_upsert"] = plan
+        key = ("tasks.n1", 1, int(NOW // 60))
+        put = (*key, 1, 0, 0, 0, 0, 1, 0.5, '{"60":1}', 0, 0.0, "{}")
+        for name, params in (("history_rollup_get", key), ("history_rollup_put", put)):
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], params)]
+            if any(full_scan.match(step) or rollup_scan.match(step) for step in plan):
+                offenders[name] = plan
         plan = [
             row[3]
             for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollups_trim"], {"cutoff": NOW})

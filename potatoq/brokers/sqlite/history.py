@@ -7,9 +7,9 @@ it holds ``task_history_batch`` records or its oldest is a second old (one commi
 of index pages for the batch, not per task), or in a transaction of their own when the
 thread waits for work, reads history or closes. A worker killed meanwhile loses the
 records it held, never a task or its result. Revokes and crash recovery write theirs in
-their own transaction. Each insert also upserts the records' per-minute rollups
-(``potatoq_history_rollups``, see :mod:`~potatoq.brokers.history_rollup`) in the same
-transaction: the charts read those. Both are trimmed to the retention setting now and then."""
+their own transaction. Each insert also updates the records' per-minute and per-hour
+rollups (``potatoq_history_rollups``, see :mod:`~potatoq.brokers.history_rollup`) in the
+same transaction: the charts read those. Both are trimmed to the retention setting now and then."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from .. import history as hist
 from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
 from ..history_rollup import (
+    Keyed,
     buckets_from_rollups,
     rollup_of_row,
     rollup_row,
@@ -39,6 +40,16 @@ from ..history_sql import (
     row_values,
 )
 from .setup import SQL
+
+
+def rollups_in(conn: sqlite3.Connection, rollups: Sequence[Keyed]) -> None:
+    """Add ``rollups`` to those stored, in ``conn``'s write transaction (BEGIN IMMEDIATE:
+    no other writer between the read and the write)."""
+    for keyed in rollups:
+        found = conn.execute(SQL["history_rollup_get"], (keyed.name, keyed.span, keyed.minute)).fetchone()
+        if found is not None:
+            keyed.rollup.merge(rollup_of_row(found)[1])
+    conn.executemany(SQL["history_rollup_put"], map(rollup_row, rollups))
 
 
 @functools.cache
@@ -113,10 +124,7 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
         self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float
     ) -> None:
         conn.executemany(SQL["history_insert"], map(row_values, records))
-        conn.executemany(
-            SQL["history_rollup_upsert"],
-            list(map(rollup_row, rollups_of(map(sample_of, records)))),
-        )
+        rollups_in(conn, rollups_of(map(sample_of, records)))
         if hist.should_trim(self.config.history, len(records)):
             settings = self.config.history
             conn.execute(SQL["history_trim_age"], {"cutoff": now - settings.max_age})
