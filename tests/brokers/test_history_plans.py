@@ -49,9 +49,6 @@ def chart_params() -> Iterator[dict[str, Any]]:
             yield {"name": name, "span": span, "lo": lo, "hi": hi}
 
 
-ROLLUP_STATEMENTS = ("history_rollups", "history_rollup_upsert", "history_rollups_trim")
-
-
 def every_query() -> Iterator[HistoryQuery]:
     for n in range(len(SAMPLE) + 1):
         for combo in itertools.combinations(SAMPLE, n):
