@@ -12,6 +12,10 @@ no Python per row. The spread is what a busy deployment keeps for a week:
 * finish times evenly over ``SPAN`` seconds ending now (with jitter), in insert order;
 * an exception on failures, retries and dead letters: one of eight texts with numbers in
   them, ``COMMON_TEXT`` in about 1 in 8 of those, ``RARE_TEXT`` in about 1 row in 1,000,000.
+
+The per-minute rollups the charts read (:mod:`potatoq.brokers.history_rollup`) are made
+from the filled records by the brokers' own code: :func:`fill_rollups` reads the rows back
+in chunks and upserts their rollups (SQL); Redis gets its rollup hashes with the records.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from potatoq.brokers.history import HistoryRecord
+from potatoq.brokers.history_rollup import Keyed, Rollup, rollup_fields, rollups_of, sample_of
 
 SPAN = 6 * 86400.0  # seconds of history (inside the default 7-day max_age)
 CHUNK = 500_000  # rows per INSERT ... SELECT
@@ -164,6 +169,37 @@ def fill_sql(
         log(f"  {hi:,} rows, {time.monotonic() - began:.0f} s")
 
 
+ROLLUP_CHUNK = 500_000  # history rows read back per rollup upsert
+
+
+def rollup_source(dialect: str, table: str) -> str:
+    """The samples (history_rollup.Sample) of the rows with seq in [lo, hi]."""
+    most = "GREATEST" if dialect == "postgres" else "max"
+    lo, hi = ("%(lo)s", "%(hi)s") if dialect == "postgres" else (":lo", ":hi")
+    return (
+        f"SELECT name, state, finished_at, CASE WHEN started_at IS NOT NULL THEN runtime END,"
+        f" CASE WHEN started_at IS NOT NULL AND enqueued_at IS NOT NULL"
+        f" THEN {most}(0.0, started_at - {most}(enqueued_at, coalesce(due_at, 0.0))) END"
+        f" FROM {table} WHERE seq >= {lo} AND seq <= {hi}"
+    )
+
+
+def fill_rollups(
+    fetch: Callable[[int, int], list[Any]],
+    write: Callable[[list[Keyed]], None],
+    low: int,
+    high: int,
+    log: Callable[[str], None],
+) -> None:
+    """The rollups of the rows with seq in [low, high]: ``fetch(lo, hi)`` gives a chunk's
+    samples, ``write`` upserts their rollups (merged with those already written)."""
+    began = time.monotonic()
+    for lo in range(low, high + 1, ROLLUP_CHUNK):
+        hi = min(high, lo + ROLLUP_CHUNK - 1)
+        write(rollups_of(fetch(lo, hi)))
+        log(f"  rollups of {hi - low + 1:,} rows, {time.monotonic() - began:.0f} s")
+
+
 # -- Redis -------------------------------------------------------------------------------------
 
 
@@ -218,8 +254,10 @@ def fill_redis(
     bucket, in_bucket = "", bucket_size
     last_ms, seq = -1, 0
     batch: list[tuple[Any, ...]] = []
+    minutes: dict[tuple[int, int, str], Rollup] = {}  # the rollups, written once at the end
     for i in range(1, total + 1):
         record = _record(i, start, total)
+        _roll_up(minutes, record)
         ms = int(record.finished_at * 1000)
         if ms <= last_ms:  # the jitter can step back: keep ids increasing, like XADD '*'
             ms, seq = last_ms, seq + 1
@@ -242,6 +280,50 @@ def fill_redis(
             batch = []
         if i % 50_000 == 0:
             log(f"  {i:,} records, {time.monotonic() - began:.0f} s")
+    write_redis_rollups(client, hk, minutes, log)
+
+
+def _roll_up(minutes: dict[tuple[int, int, str], Rollup], record: HistoryRecord) -> None:
+    for span, minute, name, rollup in rollups_of([sample_of(record)]):
+        into = minutes.get((span, minute, name))
+        if into is None:
+            minutes[span, minute, name] = rollup
+        else:
+            into.merge(rollup)
+
+
+def write_redis_rollups(
+    client: Any, hk: str, minutes: dict[tuple[int, int, str], Rollup], log: Callable[[str], None]
+) -> None:
+    """As history_append.lua lays them out: HASH <hk>:m<span>:<minute>:<name>, by minute."""
+    ttl = 7 * 86400 + 120
+    batch: list[tuple[Any, ...]] = []
+    for n, ((span, minute, name), rollup) in enumerate(minutes.items(), 1):
+        key = f"{hk}:m{span}:{minute}:{name}"
+        batch += [
+            ("HSET", key, *rollup_fields(rollup)),
+            ("EXPIRE", key, ttl),
+            ("ZADD", f"{hk}:minutes", minute, key),
+        ]
+        if n % 2000 == 0 or n == len(minutes):
+            _send(client, batch)
+            batch = []
+    log(f"  {len(minutes):,} rollup hashes")
+
+
+def fill_redis_rollups(client: Any, hk: str, log: Callable[[str], None]) -> None:
+    """The rollups of the records already in ``hk`` (a stream filled by :func:`fill_redis`
+    before it wrote rollups): read back and written once."""
+    minutes: dict[tuple[int, int, str], Rollup] = {}
+    low = "-"
+    while True:
+        entries = client.xrange(hk, low, "+", count=10_000)
+        for _, fields in entries:
+            _roll_up(minutes, HistoryRecord.decode(fields[b"r"]))
+        if len(entries) < 10_000:
+            break
+        low = "(" + entries[-1][0].decode()
+    write_redis_rollups(client, hk, minutes, log)
 
 
 def _send(client: Any, commands: list[tuple[Any, ...]]) -> None:

@@ -154,6 +154,12 @@ def bench_dashboard(app: Potatoq, deep_cursor: str, task_id: str, repeat: int) -
         ("history.json, text filter", f"/history.json?text={fill.COMMON_TEXT}"),
         ("series.json (charts)", "/history/series.json"),
         ("series.json, one name", f"/history/series.json?name={top}"),
+        ("series.json, 6 h", "/history/series.json?window=6h"),
+        ("series.json, 24 h", "/history/series.json?window=24h"),
+        ("series.json, 24 h, one name", f"/history/series.json?window=24h&name={top}"),
+        ("series.json, 7 d", "/history/series.json?window=7d"),
+        ("series.json, 7 d, one name", f"/history/series.json?window=7d&name={top}"),
+        ("history page 1, 7 d charts", "/history?window=7d"),
         ("task page", f"/tasks/{task_id}"),
     ]
     rows = []
@@ -207,6 +213,22 @@ def sqlite_app(
             t0 = time.monotonic()
             conn.execute(sql)
             log(f"  index {name}: {time.monotonic() - t0:.0f} s")
+        conn.execute("DELETE FROM potatoq_history_rollups")
+    if not conn.execute("SELECT count(*) FROM potatoq_history_rollups").fetchone()[0]:
+        from potatoq.brokers.sqlite.history import rollups_in
+
+        log("SQLite: filling the rollups")
+        low, high = conn.execute("SELECT min(seq), max(seq) FROM potatoq_history").fetchone()
+
+        def write(rollups: list[Any]) -> None:
+            conn.execute("BEGIN")
+            rollups_in(conn, rollups)
+            conn.execute("COMMIT")
+
+        source = fill.rollup_source("sqlite", "potatoq_history")
+        fill.fill_rollups(
+            lambda lo, hi: conn.execute(source, {"lo": lo, "hi": hi}).fetchall(), write, low, high, log
+        )
         conn.execute("ANALYZE")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     log(f"SQLite file: {path.stat().st_size / 2**30:.1f} GiB")
@@ -260,6 +282,26 @@ def postgres_app(
             conn.execute(sql)
             log(f"  index {name}: {time.monotonic() - t0:.0f} s")
         conn.execute(f"VACUUM ANALYZE {table_name}")
+        conn.execute(f'TRUNCATE "{PG_SCHEMA}".potatoq_history_rollups')
+    rollups = f'"{PG_SCHEMA}".potatoq_history_rollups'
+    if not conn.execute(f"SELECT count(*) FROM {rollups}").fetchone()[0]:  # type: ignore[index]
+        from potatoq.brokers.history_rollup import rollup_values
+        from potatoq.brokers.history_sql import COLUMNS
+        from potatoq.brokers.postgres import statements
+
+        log("PostgreSQL: filling the rollups")
+        low, high = conn.execute(f"SELECT min(seq), max(seq) FROM {table_name}").fetchone()  # type: ignore[misc]
+        upsert = statements.Statements(PG_SCHEMA)["history_insert"].text  # no records, only rollups
+
+        def write(found: list[Any]) -> None:
+            conn.execute(upsert, {**{c: [] for c in COLUMNS}, **rollup_values(found)})  # type: ignore[arg-type]
+
+        source = fill.rollup_source("postgres", table_name)
+        fill.fill_rollups(
+            lambda lo, hi: conn.execute(source, {"lo": lo, "hi": hi}).fetchall(),  # type: ignore[arg-type]
+            write, low, high, log,
+        )  # fmt: skip
+        conn.execute(f"VACUUM ANALYZE {rollups}")
     size = conn.execute("SELECT pg_total_relation_size(%s)", (table_name,)).fetchone()[0]  # type: ignore[index]
     log(f"PostgreSQL table with indexes: {size / 2**30:.1f} GiB")
 
@@ -292,6 +334,9 @@ def redis_app(url: str, rows: int, refill: bool) -> Iterator[tuple[Potatoq, None
         fill.fill_redis(client, broker.keys.prefix, rows, log, bucket_size)
         used = client.info("memory")["used_memory"] - before
         log(f"Redis memory for {rows:,} records with indexes: {used / 2**20:.0f} MiB")
+    elif not client.exists(f"{hk}:minutes"):
+        log("Redis: filling the rollups")
+        fill.fill_redis_rollups(client, hk, log)
     try:
         yield app, None
     finally:

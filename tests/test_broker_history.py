@@ -214,6 +214,10 @@ def test_a_redis_result_store_holds_a_settles_record_compact(make_broker: Broker
     assert record.result_preview == "{'total': 5}" and record.worker == WORKER_A.node
     entries = store._client().xrange(store.keys.history)
     assert [sorted(fields) for _, fields in entries] == [[b"m", b"p"]]
+    # and its per-minute rollup, latency included (from the compact meta: no payload decoded)
+    [bucket] = (store.history_buckets(time.time() - 120, 60, 3, TASK) or {}).values()
+    assert (bucket.records, bucket.finished) == (1, 1)
+    assert bucket.latency_p50 is not None and bucket.runtime_p50 is not None
 
 
 def test_retention_keeps_the_newest_max_count(make_broker: BrokerMaker) -> None:
@@ -227,12 +231,19 @@ def test_retention_keeps_the_newest_max_count(make_broker: BrokerMaker) -> None:
 def test_retention_drops_records_older_than_max_age(make_broker: BrokerMaker) -> None:
     broker = make_broker(history=HistorySettings(max_age=3600, trim_every=1))
     old = HistoryRecord(
-        task_id="old", name=TASK, queue="default", state=SUCCESS, finished_at=time.time() - 7200
+        task_id="old", name=TASK, queue="default", state=SUCCESS, finished_at=time.time() - 4 * 3600
     )
     broker.append_history([old])
     send(broker)
     task_id = run(broker)
     assert [r.task_id for r in records(broker)] == [task_id]
+    # the trim dropped the old record's rollups too, per minute and per hour (brokers that
+    # keep rollups; Redis keeps two hours more than its oldest entry: append times)
+    now = time.time()
+    for start, step in ((now - 5 * 3600, 60), (now - now % 3600 - 5 * 3600, 3600)):
+        charts = broker.history_buckets(start, step, int(6 * 3600 // step), TASK)
+        if charts is not None:
+            assert sum(b.records for b in charts.values()) == 1
 
 
 def test_bad_queries_are_refused_naming_what_is_wrong(broker: Broker) -> None:
@@ -315,9 +326,22 @@ def test_a_time_range_pages_newest_first_through_equal_finish_times(broker: Brok
         assert seen == expected
 
 
+def _close(fast: float | None, exact: float | None) -> bool:
+    """A percentile read from a rollup histogram against the exact one: within the bucket
+    error (5 µs absolute under the first bucket's top)."""
+    from potatoq.brokers.history_rollup import BASE, ERROR
+
+    if fast is None or exact is None:
+        return fast is exact
+    return abs(fast - exact) <= max(ERROR * exact, BASE / 2) + 1e-12
+
+
 def test_chart_buckets_match_the_series_made_from_the_records(broker: Broker) -> None:
-    """The dashboard's charts: a broker that aggregates in its database gives what reading
-    every record gives (counts by state, nearest-rank p50 / p95 of latency and runtime)."""
+    """The dashboard's charts: a broker that keeps per-minute rollups (SQLite, PostgreSQL,
+    Redis, and RabbitMQ through its result store) gives what aggregating every record
+    gives: the counts exactly, nearest-rank percentiles and means within the rollup
+    histogram's bucket error; per minute and per hour. Written in two batches, so the
+    rollups of a minute merge."""
     from potatoq.dashboard import history as dash
 
     now = time.time()
@@ -326,18 +350,25 @@ def test_chart_buckets_match_the_series_made_from_the_records(broker: Broker) ->
             task_id=f"t{i}", name=TASK if i % 3 else "tests.other", queue="default",
             state=(SUCCESS, FAILURE, RETRY, DEAD, REVOKED)[i % 5], finished_at=now - 590 + i * 7,
             started_at=None if i % 11 == 0 else now - 591 + i * 7, enqueued_at=now - 600 + i * 7 - i % 4,
-            due_at=now - 598 + i * 7 if i % 6 == 0 else None, runtime=0.01 * (i % 13),
+            due_at=now - 598 + i * 7 if i % 6 == 0 else None, runtime=0.01 * (i % 13) + 0.003 * (i % 7),
         )
         for i in range(80)
     ]  # fmt: skip
-    broker.append_history(records)
-    if type(broker).__name__ in ("SQLiteBroker", "PostgresBroker"):
-        assert broker.history_buckets(now - 600, 60, 10) is not None  # aggregated in SQL
-    for name in (None, TASK):
-        fast = dash.series(broker, now, span=600, step=60, name=name)
-        slow = dash.series_of_records(broker, fast.start, 60, 10, name)
-        assert dataclasses.replace(fast, capped=False) == dataclasses.replace(slow, capped=False)
+    broker.append_history(records[::2])
+    broker.append_history(records[1::2])
+    has_rollups = type(broker).__name__ in ("SQLiteBroker", "PostgresBroker", "RedisBroker")
+    if has_rollups:
+        assert broker.history_buckets(now - 600, 60, 10) is not None  # read from rollups
+    for name, span, step in ((None, 600, 60), (TASK, 600, 60), (None, 86400, 3600), (TASK, 86400, 3600)):
+        fast = dash.series(broker, now, span=span, step=step, name=name)  # minutes, then hours
+        slow = dash.series_of_records(broker, fast.start, step, span // step, name)
+        assert (fast.finished, fast.failed, fast.records) == (slow.finished, slow.failed, slow.records)
+        for field in ("latency_p50", "latency_p95", "latency_p99", "runtime_p50", "runtime_p95",
+                      "runtime_p99", "latency_mean", "runtime_mean"):  # fmt: skip
+            pairs = list(zip(getattr(fast, field), getattr(slow, field), strict=True))
+            assert all(_close(f, e) for f, e in pairs), (field, pairs)
         assert sum(fast.finished) + sum(fast.failed) > 0
+        assert any(v is not None for v in fast.runtime_p95)
 
 
 def test_a_record_past_max_age_is_hidden_before_the_trim_drops_it(make_broker: BrokerMaker) -> None:

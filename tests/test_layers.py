@@ -7,7 +7,8 @@ import is still a dependency), and resolved to the potatoq module it names:
   package, the contract (``brokers.base`` and the value types it re-exports from
   ``brokers.records``, ``brokers.history``; ``brokers.limits``, the concurrency-limit header
   and usage record; ``brokers.unique``, the unique-task header), the shared SQL helpers
-  ``brokers.sqlfiles`` and ``brokers.history_sql``, the shared count estimates
+  ``brokers.sqlfiles``, ``brokers.history_sql`` and ``brokers.history_rollup`` (the
+  charts' per-minute rollups), the shared count estimates
   ``brokers.estimates``, and the bottom layer:
   ``message``, ``serialization``, ``exceptions`` and the leaf helpers ``states`` and
   ``utils``. Never the worker, the app, tasks, canvas or another broker;
@@ -43,6 +44,7 @@ CONTRACT = (
     "potatoq.brokers.history_buffer",
     "potatoq.brokers.estimates",
     "potatoq.brokers.history_compact",
+    "potatoq.brokers.history_rollup",
 )
 BOTTOM = ("potatoq.message", "potatoq.serialization", "potatoq.exceptions", "potatoq.states", "potatoq.utils")
 CORE = (

@@ -211,8 +211,9 @@ class HistoryPage:
 @dataclasses.dataclass
 class HistoryBucket:
     """What finished in one time bucket (the dashboard's charts): the records, those that
-    finished (SUCCESS, REVOKED) and failed (FAILURE, DEAD), and nearest-rank p50 / p95 of
-    latency and runtime (None: no sample)."""
+    finished (SUCCESS, REVOKED) and failed (FAILURE, DEAD), nearest-rank p50 / p95 / p99
+    and the means of latency and runtime (None: no sample). From rollups
+    (:mod:`~potatoq.brokers.history_rollup`) a percentile is within its bucket error."""
 
     records: int = 0
     finished: int = 0
@@ -221,6 +222,10 @@ class HistoryBucket:
     latency_p95: float | None = None
     runtime_p50: float | None = None
     runtime_p95: float | None = None
+    latency_p99: float | None = None
+    runtime_p99: float | None = None
+    latency_mean: float | None = None
+    runtime_mean: float | None = None
 
 
 def matches(record: HistoryRecord, query: HistoryQuery) -> bool:

@@ -34,23 +34,27 @@ from .history import (
     args_preview,
     for_settle,
 )
+from .history_rollup import Sample
 from .records import Complete, Delivery, Outcome, Requeue
 
-__all__ = ["RAW_MAX", "CompactRecord", "for_settle_compact", "preview_of", "record_of"]
+__all__ = ["RAW_MAX", "CompactRecord", "for_settle_compact", "preview_of", "record_of", "sample_of_compact"]
 
 #: Payloads up to this many bytes are kept as they are in a compact record.
 RAW_MAX = 2048
 
 #: ``("c", meta, payload)``: ``meta`` is the task name, state, queue, finish and start
-#: times (whole microseconds), deliveries, worker node, pid and ``extra`` joined by NULs
-#: (``extra``: ``""`` or a JSON object of the exception type and message and the result
-#: preview, those that are set). These are ``history_append.lua``'s arguments for a
-#: record, packed as they are: one string is packed in a fraction of the time of nine
-#: arguments (hiredis' cost is mostly per argument).
+#: times (whole microseconds), deliveries, worker node, pid, enqueue-to-start latency
+#: (whole microseconds, ``""`` for none: the per-minute rollups' sample, see
+#: history_rollup) and ``extra`` joined by NULs (``extra``: ``""`` or a JSON object of the
+#: exception type and message and the result preview, those that are set). Entries
+#: written before the latency field have one NUL fewer; :func:`record_of` reads both.
+#: These are ``history_append.lua``'s arguments for a record, packed as they are: one
+#: string is packed in a fraction of the time of nine arguments (hiredis' cost is mostly
+#: per argument).
 CompactRecord = tuple[str, str, bytes]
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
-_META_NULS = 8
+_META_NULS = 9
 
 
 def for_settle_compact(
@@ -82,9 +86,16 @@ def for_settle_compact(
         }
         extra = _ENCODER.encode(shown) if shown else ""
     worker = delivery.worker
+    sent_at = _float(message.headers.get("sent_at"))
+    latency = (
+        ""
+        if sent_at is None
+        else round(max(0.0, delivery.claimed_at - max(sent_at, message.eta or 0.0)) * 1e6)
+    )
     meta = (
         f"{message.task}\0{state}\0{delivery.queue}\0{int(now * 1e6)}\0"
-        f"{round(delivery.claimed_at * 1e6)}\0{delivery.deliveries}\0{worker.node}\0{worker.pid}\0{extra}"
+        f"{round(delivery.claimed_at * 1e6)}\0{delivery.deliveries}\0{worker.node}\0{worker.pid}\0"
+        f"{latency}\0{extra}"
     )
     if meta.count("\0") != _META_NULS:  # a NUL in a name: not splittable, kept whole
         return for_settle(delivery, outcome, now, settings)
@@ -102,9 +113,10 @@ def record_of(
     the meta string of :data:`CompactRecord`, ``p`` the payload), its argument preview
     redacted by ``settings`` (``preview=False``: left None, for a reader that builds it
     only for the records it keeps, with :func:`preview_of`)."""
-    _, state, queue, finished_us, started_us, deliveries, node, pid, extra_json = (
-        fields[b"m"].decode().split("\0", _META_NULS)
-    )
+    parts = fields[b"m"].decode().split("\0", _META_NULS)
+    if len(parts) == _META_NULS:  # written before the latency field
+        parts.insert(_META_NULS - 1, "")
+    _, state, queue, finished_us, started_us, deliveries, node, pid, _latency, extra_json = parts
     finished = int(finished_us) / 1e6
     started = int(started_us) / 1e6
     extra: dict[str, Any] = json.loads(extra_json) if extra_json else {}
@@ -136,6 +148,14 @@ def record_of(
         group_id=headers.get("group_id"),
         cursor=cursor,
     )
+
+
+def sample_of_compact(record: CompactRecord) -> Sample:
+    """What a compact record adds to the per-minute rollups (history_rollup.sample_of)."""
+    name, state, _, finished_us, started_us, _, _, _, latency_us, _ = record[1].split("\0", _META_NULS)
+    finished = int(finished_us) / 1e6
+    runtime = max(0.0, finished - int(started_us) / 1e6)
+    return name, state, finished, runtime, int(latency_us) / 1e6 if latency_us else None
 
 
 def preview_of(payload: bytes, settings: HistorySettings) -> str | None:

@@ -28,15 +28,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .history import HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord
+from .history import HistoryPage, HistoryQuery, HistoryRecord
 
 __all__ = [
     "COLUMNS",
     "CURSOR_START",
     "SCAN_MAX",
     "Shape",
-    "buckets_from_rows",
-    "buckets_params",
     "column_values",
     "compose",
     "drop_expired",
@@ -192,23 +190,6 @@ def page_from_rows(
     if floor is None:
         return HistoryPage(records, None)
     return HistoryPage(records, f"{floor[0]!r}/{floor[1]}" if by_time else str(floor[0]))
-
-
-def buckets_params(start: float, step: float, buckets: int, name: str | None) -> dict[str, Any]:
-    """The parameters of the ``history_buckets`` statement."""
-    return {"start": start, "step": step, "end": start + buckets * step, "name": name}
-
-
-def buckets_from_rows(rows: Sequence[Sequence[Any]], buckets: int) -> dict[int, HistoryBucket]:
-    """``history_buckets`` rows (bucket, records, finished, failed, latency p50, p95,
-    runtime p50, p95) as buckets by number."""
-    found: dict[int, HistoryBucket] = {}
-    for index, records, finished, failed, lat50, lat95, run50, run95 in rows:
-        if 0 <= index < buckets:  # (a float at the window's very end may round out)
-            found[int(index)] = HistoryBucket(
-                int(records), int(finished or 0), int(failed or 0), lat50, lat95, run50, run95
-            )
-    return found
 
 
 def drop_expired(page: HistoryPage, cutoff: float) -> HistoryPage:

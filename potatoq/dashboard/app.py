@@ -152,15 +152,23 @@ class Dashboard:
         context: dict[str, Any] = {"form": form, "filtered": filtered, "states": hist.HISTORY_STATES}
         try:
             query = hist.parse_filters(params)
+            window = hist.window_of(params)
             page = hist.history_page(self.app.broker, query, self.redact_args)
         except ValueError as exc:  # FilterError, or a cursor the broker didn't issue
             return self.render(request, "history.html", "History", rows=[], error=str(exc), **context)
+        kept = {k: v for k, v in form.items() if v}
         next_url = None
         if page.next_cursor is not None:
-            kept = {k: v for k, v in form.items() if v}
             next_url = str(request.url_for("history").include_query_params(**kept, cursor=page.next_cursor))
         first = query.cursor is None
-        series = hist.series(self.app.broker, time.time(), name=query.name) if first else None
+        series = None
+        if first:
+            span, step = hist.WINDOWS[window]
+            series = hist.series(self.app.broker, time.time(), span=span, step=step, name=query.name)
+        base = request.url_for("history")
+        windows = [  # the chart window links keep the filters (and so the live refresh's URL)
+            (key, str(base.include_query_params(**kept, window=key))) for key in hist.WINDOWS
+        ]
         return self.render(
             request,
             "history.html",
@@ -169,7 +177,11 @@ class Dashboard:
             rows=page.records,
             next_url=next_url,
             series=series,
-            charts=history_charts(series) if series is not None else [],
+            charts=history_charts(series, hist.WINDOW_LABELS[window][1]) if series is not None else [],
+            window=window,
+            window_label=hist.WINDOW_LABELS[window][0],
+            step_label=hist.WINDOW_LABELS[window][1],
+            windows=windows,
             **context,
         )
 
@@ -184,9 +196,16 @@ class Dashboard:
         return JSONResponse({"records": records, "next_cursor": page.next_cursor})
 
     def series_json(self, request: Request) -> Response:
-        """Chart series for the last hour (``?name=`` for one task name)."""
+        """Chart series for the last hour (``?window=`` 6h, 24h or 7d for longer; ``?name=``
+        for one task name)."""
         name = request.query_params.get("name") or None
-        return JSONResponse(hist.series(self.app.broker, time.time(), name=name).to_json())
+        try:
+            span, step = hist.WINDOWS[hist.window_of(request.query_params)]
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(
+            hist.series(self.app.broker, time.time(), span=span, step=step, name=name).to_json()
+        )
 
     def find_task(self, request: Request) -> Response:
         task_id = request.query_params.get("id", "").strip()

@@ -1,11 +1,13 @@
 """The history pages' data: filters from a query string, rows, and chart series.
 
 Everything is read through :meth:`Broker.history` and :meth:`Broker.history_buckets` (so it
-survives dashboard restarts and works on every broker). Series are per minute over a window:
-tasks finished, enqueue-to-start latency and runtime percentiles (p50, p95), overall or
-for one task name, aggregated by the database where it can (SQLite, PostgreSQL), else
-here; the page draws them as inline SVG and ``/history/series.json`` serves them to
-scripts.
+survives dashboard restarts and works on every broker). Series are per bucket over a window
+(``WINDOWS``: 1 hour in minutes up to 7 days in 2-hour buckets): tasks finished,
+enqueue-to-start latency and runtime percentiles (p50, p95, p99) and means, overall or
+for one task name, read from the per-minute rollups the broker writes with the records
+(SQLite, PostgreSQL, Redis: :mod:`potatoq.brokers.history_rollup`), else aggregated here
+from the records; the page draws them as inline SVG and ``/history/series.json`` serves
+them to scripts.
 """
 
 from __future__ import annotations
@@ -29,10 +31,22 @@ __all__ = [
     "parse_filters",
     "series",
     "shown_record",
+    "window_of",
 ]
 
 #: Records read at most to draw one chart (newest first); the caption says when it is capped.
 SERIES_MAX = 20_000
+#: The chart windows the page offers: name -> (span, bucket) seconds: whole minutes, or
+#: whole hours for the windows of days (read from the hourly rollups: 24 and 168 rows).
+WINDOWS = {"1h": (3600.0, 60.0), "6h": (21600.0, 300.0), "24h": (86400.0, 3600.0), "7d": (604800.0, 7200.0)}
+#: name -> (the window, a bucket) in words
+WINDOW_LABELS = {
+    "1h": ("hour", "minute"),
+    "6h": ("6 hours", "5 minutes"),
+    "24h": ("24 hours", "hour"),
+    "7d": ("7 days", "2 hours"),
+}
+DEFAULT_WINDOW = "1h"
 FILTER_NAMES = ("name", "state", "queue", "since", "until", "text", "task_id", "limit")
 
 
@@ -109,6 +123,10 @@ class Series:
     latency_p95: list[float | None]
     runtime_p50: list[float | None]
     runtime_p95: list[float | None]
+    latency_p99: list[float | None]
+    runtime_p99: list[float | None]
+    latency_mean: list[float | None]
+    runtime_mean: list[float | None]
     records: int  # records the series were computed from
     capped: bool  # True when SERIES_MAX records were read before the window's start
 
@@ -123,14 +141,25 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+def window_of(params: Mapping[str, str]) -> str:
+    """The chart window a query string asks for (``window=6h``); the default if none."""
+    window = params.get("window", "").strip() or DEFAULT_WINDOW
+    if window not in WINDOWS:
+        raise FilterError(f"window={window!r:.40} is not one of {', '.join(WINDOWS)}")
+    return window
+
+
 def series(
     broker: Broker, now: float, *, span: float = 3600.0, step: float = 60.0, name: str | None = None
 ) -> Series:
-    """Throughput, latency and runtime percentiles per ``step`` over the last ``span`` seconds."""
+    """Throughput, latency and runtime percentiles per ``step`` over the last ``span``
+    seconds. The buckets are whole minutes (as the rollups), or whole hours when ``step``
+    is, the last one ending with the current minute (hour)."""
     buckets = max(1, int(span // step))
-    start = now - buckets * step
+    unit = 3600 if step % 3600 == 0 else 60
+    start = (math.floor(now / unit) + 1) * unit - buckets * step
     aggregated = broker.history_buckets(start, step, buckets, name)
-    if aggregated is not None:  # computed by the database, over every record of the window
+    if aggregated is not None:  # from the broker's per-minute rollups
         empty = HistoryBucket()
         rows = [aggregated.get(i, empty) for i in range(buckets)]
         return Series(
@@ -142,6 +171,10 @@ def series(
             latency_p95=[b.latency_p95 for b in rows],
             runtime_p50=[b.runtime_p50 for b in rows],
             runtime_p95=[b.runtime_p95 for b in rows],
+            latency_p99=[b.latency_p99 for b in rows],
+            runtime_p99=[b.runtime_p99 for b in rows],
+            latency_mean=[b.latency_mean for b in rows],
+            runtime_mean=[b.runtime_mean for b in rows],
             records=sum(b.records for b in rows),
             capped=False,
         )
@@ -150,7 +183,7 @@ def series(
 
 def series_of_records(broker: Broker, start: float, step: float, buckets: int, name: str | None) -> Series:
     """:func:`series` from the records themselves, newest first, ``SERIES_MAX`` at most
-    (brokers that can't aggregate: Redis, RabbitMQ's result stores, memory)."""
+    (brokers without rollups: memory, RabbitMQ without a result backend's)."""
     finished = [0] * buckets
     failed = [0] * buckets
     latencies: list[list[float]] = [[] for _ in range(buckets)]
@@ -184,6 +217,10 @@ def series_of_records(broker: Broker, start: float, step: float, buckets: int, n
         latency_p95=[_percentile(v, 0.95) for v in latencies],
         runtime_p50=[_percentile(v, 0.5) for v in runtimes],
         runtime_p95=[_percentile(v, 0.95) for v in runtimes],
+        latency_p99=[_percentile(v, 0.99) for v in latencies],
+        runtime_p99=[_percentile(v, 0.99) for v in runtimes],
+        latency_mean=[sum(v) / len(v) if v else None for v in latencies],
+        runtime_mean=[sum(v) / len(v) if v else None for v in runtimes],
         records=seen,
         capped=cursor is not None,
     )

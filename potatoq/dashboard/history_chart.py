@@ -1,6 +1,6 @@
 """The history page's charts: inline SVG drawn on the server from :class:`~.history.Series`.
 
-One small chart per measure (finished/failed per minute, latency p50/p95, runtime p50/p95),
+One small chart per measure (finished/failed per bucket, latency p50/p95, runtime p50/p95),
 each a few polylines in a ``viewBox`` that scales with its container. No script draws them:
 a live page swaps in the new SVG with the rest of its content.
 """
@@ -62,12 +62,13 @@ def _chart(
     return "".join(parts)
 
 
-def history_charts(series: Series) -> list[str]:
-    """Three SVG charts: throughput, enqueue-to-start latency and runtime."""
+def history_charts(series: Series, per: str = "minute") -> list[str]:
+    """Three SVG charts: throughput (per bucket: ``per`` in words), enqueue-to-start
+    latency and runtime."""
     finished: list[float | None] = [float(v) for v in series.finished]
     failed: list[float | None] = [float(v) for v in series.failed]
     return [
-        _chart("finished / failed per minute", [("processed", finished), ("failed", failed)], series, False),
+        _chart(f"finished / failed per {per}", [("processed", finished), ("failed", failed)], series, False),
         _chart("latency p50 / p95", [("p50", series.latency_p50), ("p95", series.latency_p95)], series, True),
         _chart("runtime p50 / p95", [("p50", series.runtime_p50), ("p95", series.runtime_p95)], series, True),
     ]

@@ -7,7 +7,9 @@ planned against ~20,000 history rows with statistics (SQLite ``EXPLAIN QUERY PLA
 scans ``potatoq_history`` whole, or when a query with a time range doesn't walk the
 ``finished_at`` index, or one by a rare task id, name, queue or state that column's index
 (the page would read the table until it found a match: all of it for a rare one). The
-dashboard charts' aggregate must walk an index too. Plans only, nothing executes. ``make
+dashboard charts' per-minute rollups must be read, upserted and trimmed on an index too
+(``potatoq_history_rollups``, filled with a week of minutes for 40 names). Plans only,
+nothing executes. ``make
 bench-history-scale`` times them at 10 million rows.
 """
 
@@ -24,7 +26,8 @@ from typing import Any
 
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig, HistoryQuery
-from potatoq.brokers.history_sql import DRIVERS, Shape, buckets_params
+from potatoq.brokers.history_rollup import window_minutes
+from potatoq.brokers.history_sql import DRIVERS, Shape
 
 NOW = time.time()
 INDEX_OF = {"task_id": "potatoq_history_task", "name": "potatoq_history_name",
@@ -37,9 +40,13 @@ SAMPLE: dict[str, Any] = {
 
 
 def chart_params() -> Iterator[dict[str, Any]]:
-    """The chart aggregate's parameters: the last hour, of every task and of one."""
-    for name in (None, SAMPLE["name"]):
-        yield buckets_params(NOW - 3600, 60.0, 60, name)
+    """The charts' rollup reads: the last hour (minutes) and the last week (hours), of
+    every task and of one."""
+    hour = NOW - NOW % 3600
+    for start, step, buckets in ((NOW - 3600, 60.0, 60), (hour - 7 * 86400, 7200.0, 84)):
+        for name in ("", SAMPLE["name"]):
+            span, lo, hi = window_minutes(start, step, buckets)
+            yield {"name": name, "span": span, "lo": lo, "hi": hi}
 
 
 def every_query() -> Iterator[HistoryQuery]:
@@ -70,6 +77,17 @@ SELECT 'task-' || i,
 FROM n
 """
 
+# a week of minutes for 40 names and '' (every task), as the writes leave them
+SQLITE_ROLLUP_FILL = """
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 10079)
+INSERT INTO potatoq_history_rollups (name, span, minute, success, run_n, run_sum, run_hist)
+SELECT CASE WHEN k.j = 40 THEN '' ELSE 'tasks.n' || k.j END, s.span,
+       CAST(:now / 60 AS INTEGER) - n.i * s.span, 5, 5, 1.0, '{"60":5}'
+FROM n, (WITH RECURSIVE m(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM m WHERE j < 40) SELECT j FROM m) AS k,
+     (SELECT 1 AS span UNION ALL SELECT 60) AS s
+WHERE s.span = 1 OR n.i < 168
+"""
+
 
 def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
     from potatoq.brokers.sqlite import SQLiteBroker
@@ -83,6 +101,7 @@ def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
         broker.migrate()
         with conn:
             conn.execute(SQLITE_FILL, {"now": NOW})
+            conn.execute(SQLITE_ROLLUP_FILL, {"now": NOW})
         conn.execute("ANALYZE")
         full_scan = re.compile(r"^SCAN potatoq_history\b")
         offenders: dict[str, list[str]] = {}
@@ -95,12 +114,25 @@ def test_every_sqlite_history_page_walks_an_index(tmp_path: Path) -> None:
                 bad.append(f"doesn't use {index}")
             if bad:
                 offenders[repr(Shape.of(query))] = bad
+        rollup_scan = re.compile(r"^SCAN potatoq_history_rollups\b")
         for params in chart_params():
-            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_buckets"], params)]
-            if not any("INDEX potatoq_history_finished " in step for step in plan) or any(
-                full_scan.match(step) for step in plan
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollups"], params)]
+            if not any("USING PRIMARY KEY" in step for step in plan) or any(
+                rollup_scan.match(s) for s in plan
             ):
-                offenders[f"history_buckets {params['name']}"] = plan
+                offenders[f"history_rollups {params}"] = plan
+        key = ("tasks.n1", 1, int(NOW // 60))
+        put = (*key, 1, 0, 0, 0, 0, 1, 0.5, '{"60":1}', 0, 0.0, "{}")
+        for name, params in (("history_rollup_get", key), ("history_rollup_put", put)):
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], params)]
+            if any(full_scan.match(step) or rollup_scan.match(step) for step in plan):
+                offenders[name] = plan
+        plan = [
+            row[3]
+            for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["history_rollups_trim"], {"cutoff": NOW})
+        ]
+        if any(full_scan.match(step) or rollup_scan.match(step) for step in plan):
+            offenders["history_rollups_trim"] = plan
     finally:
         conn.close()
         broker.close()
@@ -118,6 +150,14 @@ SELECT 'task-' || i,
 FROM generate_series(0, 19999) AS i
 """
 
+PG_ROLLUP_FILL = """
+INSERT INTO {schema}.potatoq_history_rollups (name, span, minute, success, run_n, run_sum, run_hist)
+SELECT CASE WHEN k = 40 THEN '' ELSE 'tasks.n' || k END, span, floor(%(now)s / 60)::bigint - i * span,
+       5, 5, 1.0, '{{"60": 5}}'
+FROM generate_series(0, 10079) AS i, generate_series(0, 40) AS k, (VALUES (1), (60)) AS s(span)
+WHERE span = 1 OR i < 168
+"""
+
 
 def _history_seq_scan(node: dict[str, Any]) -> bool:
     return node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "potatoq_history"
@@ -133,6 +173,8 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
     import psycopg
     from psycopg import sql
 
+    from potatoq.brokers.history_rollup import Keyed, Rollup, rollup_values
+    from potatoq.brokers.history_sql import COLUMNS
     from potatoq.brokers.postgres import PostgresBroker, statements
 
     url, schema = pg_schema
@@ -143,7 +185,9 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
         table = sql.SQL("{}.potatoq_history").format(sql.Identifier(schema))
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL(PG_FILL).format(schema=sql.Identifier(schema)), {"now": NOW})
+            conn.execute(sql.SQL(PG_ROLLUP_FILL).format(schema=sql.Identifier(schema)), {"now": NOW})
             conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
+            conn.execute(sql.SQL("VACUUM ANALYZE {}.potatoq_history_rollups").format(sql.Identifier(schema)))
             offenders: dict[str, list[str]] = {}
             for query in every_query():
                 text, params = broker._history_statement(query)
@@ -164,18 +208,37 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
                     bad.append(f"uses none of {sorted(indexes)}")
                 if bad:
                     offenders[repr(Shape.of(query))] = bad
-            for params in chart_params():
-                stmt = statements.Statements(schema)["history_buckets"].query
-                row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmt, params).fetchone()
+            stmts = statements.Statements(schema)
+            minute = int(NOW // 60)
+            rollup = Keyed(1, minute, "tasks.n1", Rollup([1, 0, 0, 0, 0], 1, 0.5, {60: 1}))
+            rollup_runs: list[tuple[str, dict[str, Any]]] = [
+                *(("history_rollups", p) for p in chart_params()),
+                ("history_rollups_trim", {"cutoff": NOW}),
+                (
+                    "history_insert",
+                    {
+                        **{c: [None] for c in COLUMNS},
+                        "task_id": ["t"], "queue": ["q"], "state": ["SUCCESS"], "finished_at": [NOW],
+                        "deliveries": [1], "retries": [0],
+                        **rollup_values([rollup]),
+                    },
+                ),
+            ]  # fmt: skip
+            for name, params in rollup_runs:
+                text = stmts[name].text
+                # EXPLAIN of a write runs nothing (no ANALYZE); text form: no binary arrays
+                row = conn.execute(("EXPLAIN (FORMAT JSON) " + text).encode(), params).fetchone()
                 assert row is not None
                 plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
                 nodes = list(_pg_nodes(plan[0]["Plan"]))
-                # the finished_at range, or (a rare name) the name index: never the table
-                if any(
-                    n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "potatoq_history"
+                scans = [
+                    n["Relation Name"]
                     for n in nodes
-                ):
-                    offenders[f"history_buckets {params['name']}"] = [n["Node Type"] for n in nodes]
+                    if n["Node Type"] == "Seq Scan"
+                    and n.get("Relation Name") in ("potatoq_history", "potatoq_history_rollups")
+                ]
+                if scans:
+                    offenders[f"{name} {params.get('name', '')}"] = scans
     finally:
         broker.close()
     assert not offenders, f"history pages that read the table: {offenders}"

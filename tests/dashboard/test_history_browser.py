@@ -47,3 +47,28 @@ def test_history_shows_new_records_without_a_reload(app: Potatoq) -> None:
         drain(app)
         page.wait_for_selector(f'tr.record[data-id="{result.id}"]', timeout=15000)
         assert page.evaluate("window.__same_document") is True
+
+
+def test_switching_the_chart_window_keeps_the_filter_and_the_live_updates(app: Potatoq) -> None:
+    require_chromium()
+    app.tasks["demo.add"].delay(1, 1)
+    drain(app)
+    with serve(create_app(app, sample_every=0)) as url, browser() as chromium:
+        page: Any = chromium.new_page()
+        page.goto(f"{url}/history?name=demo.add")
+        assert page.inner_text("#chart-window") == "Last hour: demo.add"
+        assert page.get_attribute("#window-1h", "aria-current") == "true"
+        page.click("#window-7d")
+        page.wait_for_url("**window=7d**")
+        assert "name=demo.add" in page.url  # the filter stays
+        assert page.inner_text("#chart-window") == "Last 7 days: demo.add"
+        assert page.get_attribute("#window-7d", "aria-current") == "true"
+        assert "per 2 hours" in page.text_content("svg.chart >> nth=0")
+        assert "from 1 history record" in page.inner_text("p.meta")
+        page.evaluate("window.__same_document = true")  # lost on a full reload
+        result = app.tasks["demo.add"].delay(2, 2)
+        drain(app)
+        page.wait_for_selector(f'tr.record[data-id="{result.id}"]', timeout=15000)
+        assert page.inner_text("#chart-window") == "Last 7 days: demo.add"  # still the 7-day window
+        assert "from 2 history records" in page.inner_text("p.meta")
+        assert page.evaluate("window.__same_document") is True

@@ -6,7 +6,8 @@ and the buffer's records are inserted with one statement *pipelined before a set
 thread makes anyway* (no extra round trip) once it holds ``task_history_batch`` records or
 its oldest is a second old; or when the thread next waits for work, reads history or
 closes. A worker killed meanwhile loses the records it held (see history_buffer), never a
-task or its result.
+task or its result. The same statement upserts the records' per-minute rollups
+(``potatoq_history_rollups``, see :mod:`~potatoq.brokers.history_rollup`): one transaction.
 """
 
 from __future__ import annotations
@@ -23,10 +24,16 @@ from ...message import Message
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
+from ..history_rollup import (
+    buckets_from_rollups,
+    rollup_of_row,
+    rollup_values,
+    rollups_of,
+    sample_of,
+    window_minutes,
+)
 from ..history_sql import (
     Shape,
-    buckets_from_rows,
-    buckets_params,
     column_values,
     compose,
     drop_expired,
@@ -64,11 +71,13 @@ class PostgresHistory(HeldHistory[HistoryRecord], Broker):
         if not records:
             return
         stmts = self._statements()
-        conn.execute(stmts["history_insert"].query, column_values(records))
+        rollups = rollup_values(rollups_of(map(sample_of, records)))
+        conn.execute(stmts["history_insert"].query, {**column_values(records), **rollups})
         settings = self.config.history
         if hist.should_trim(settings, len(records)):
             cutoff = max(r.finished_at for r in records) - settings.max_age
             conn.execute(stmts["history_trim"].query, {"cutoff": cutoff, "keep": settings.max_count})
+            conn.execute(stmts["history_rollups_trim"].query, {"cutoff": cutoff})
 
     def _run_after_history(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Run statement ``name``, preceded in the same round trip by the buffered records."""
@@ -115,9 +124,11 @@ class PostgresHistory(HeldHistory[HistoryRecord], Broker):
     def history_buckets(
         self, start: float, step: float, buckets: int, name: str | None = None
     ) -> dict[int, HistoryBucket] | None:
+        """From the rollups: one primary-key range of ``name``'s minutes (or hours)."""
         self._history_flush()
-        rows = self._run("history_buckets", buckets_params(start, step, buckets, name))
-        return buckets_from_rows(rows, buckets)
+        span, lo, hi = window_minutes(start, step, buckets)
+        rows = self._run("history_rollups", {"name": name or "", "span": span, "lo": lo, "hi": hi})
+        return buckets_from_rollups(map(rollup_of_row, rows), start, step, buckets)
 
     def _history_shaped(self, shape: Shape) -> tuple[statements.Statement, statements.Statement]:
         """The page and floor statements for ``shape``, rendered for this broker's schema."""

@@ -5,6 +5,7 @@ Queues can't be searched, so records go to the broker that holds this broker's r
 A settle's record is held by the result backend and written with its batch (see
 :mod:`potatoq.brokers.history_buffer`); the worker flushes it when it waits for work or
 closes. Without a result backend there is no history (``history`` returns empty pages).
+The charts read the result backend's per-minute rollups (written with its records).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
 
 
@@ -55,3 +56,10 @@ class RabbitMQHistory(Broker):
         if self.backend is None:
             return HistoryPage([], None)
         return self.backend.history(query)
+
+    def history_buckets(
+        self, start: float, step: float, buckets: int, name: str | None = None
+    ) -> dict[int, HistoryBucket] | None:
+        if self.backend is None:
+            return None
+        return self.backend.history_buckets(start, step, buckets, name)

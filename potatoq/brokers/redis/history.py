@@ -66,9 +66,26 @@ from redis.connection import AbstractConnection as Connection
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
+from ..base import (
+    Broker,
+    Delivery,
+    HistoryBucket,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    Outcome,
+    ProcessLocal,
+)
 from ..history_buffer import HeldHistory
-from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of
+from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of, sample_of_compact
+from ..history_rollup import (
+    buckets_from_rollups,
+    decode_fields,
+    rollup_fields,
+    rollups_of,
+    sample_of,
+    window_minutes,
+)
 from .keys import Keys
 from .packing import _pack
 from .scripts import SCRIPTS
@@ -114,7 +131,9 @@ class RedisHistory(HeldHistory[Held], Broker):
         settings = self.config.history
         trim = hist.should_trim(settings, len(records))
         oldest_ms = int((time.time() - settings.max_age) * 1000) if trim else 0
-        args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms]
+        rollups = rollup_args(records, settings)
+        args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms, len(rollups)]
+        args += rollups
         for r in records:
             if isinstance(r, HistoryRecord):
                 args += ("r", r.name or "", r.state, r.queue, r.encode())
@@ -297,6 +316,17 @@ class RedisHistory(HeldHistory[Held], Broker):
             return None
         return top if _bound_key(top) <= _stream_id(indexed) else f"({indexed}"
 
+    def history_buckets(
+        self, start: float, step: float, buckets: int, name: str | None = None
+    ) -> dict[int, HistoryBucket] | None:
+        """From the per-minute rollup hashes ``history_append.lua`` keeps: one script call
+        reads the window's minutes of ``name`` (every task for None)."""
+        self._history_flush()
+        span, lo, hi = window_minutes(start, step, buckets)
+        reply = self._run("history_rollups", [name or "", span, lo, hi])
+        minutes = ((int(reply[i]), decode_fields(reply[i + 1])) for i in range(0, len(reply), 2))
+        return buckets_from_rollups(minutes, start, step, buckets)
+
     def _read_batch(
         self,
         index: str | None,
@@ -335,6 +365,18 @@ class RedisHistory(HeldHistory[Held], Broker):
             for i in range(2, len(reply), 2)
         ]
         return read, last, pairs
+
+
+def rollup_args(records: Sequence[Held], settings: hist.HistorySettings) -> list[str | int]:
+    """``history_append.lua``'s rollup arguments for ``records`` (none for none): the TTL,
+    then per (span, minute, name) those three, the field count and (field, increment)
+    pairs."""
+    samples = (sample_of(r) if isinstance(r, HistoryRecord) else sample_of_compact(r) for r in records)
+    args: list[str | int] = []
+    for span, minute, name, rollup in rollups_of(samples):
+        fields = rollup_fields(rollup)
+        args += (span, minute, name, len(fields) // 2, *fields)
+    return [int(settings.max_age) + 120, *args] if args else []
 
 
 def _finished_at(data: bytes) -> float:

@@ -7,7 +7,9 @@ it holds ``task_history_batch`` records or its oldest is a second old (one commi
 of index pages for the batch, not per task), or in a transaction of their own when the
 thread waits for work, reads history or closes. A worker killed meanwhile loses the
 records it held, never a task or its result. Revokes and crash recovery write theirs in
-their own transaction. The table is trimmed to the retention setting now and then."""
+their own transaction. Each insert also updates the records' per-minute and per-hour
+rollups (``potatoq_history_rollups``, see :mod:`~potatoq.brokers.history_rollup`) in the
+same transaction: the charts read those. Both are trimmed to the retention setting now and then."""
 
 from __future__ import annotations
 
@@ -20,10 +22,17 @@ from typing import TYPE_CHECKING, Any
 from .. import history as hist
 from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
 from ..history_buffer import HeldHistory
+from ..history_rollup import (
+    Keyed,
+    buckets_from_rollups,
+    rollup_of_row,
+    rollup_row,
+    rollups_of,
+    sample_of,
+    window_minutes,
+)
 from ..history_sql import (
     Shape,
-    buckets_from_rows,
-    buckets_params,
     compose,
     drop_expired,
     page_from_rows,
@@ -31,6 +40,16 @@ from ..history_sql import (
     row_values,
 )
 from .setup import SQL
+
+
+def rollups_in(conn: sqlite3.Connection, rollups: Sequence[Keyed]) -> None:
+    """Add ``rollups`` to those stored, in ``conn``'s write transaction (BEGIN IMMEDIATE:
+    no other writer between the read and the write)."""
+    for keyed in rollups:
+        found = conn.execute(SQL["history_rollup_get"], (keyed.name, keyed.span, keyed.minute)).fetchone()
+        if found is not None:
+            keyed.rollup.merge(rollup_of_row(found)[1])
+    conn.executemany(SQL["history_rollup_put"], map(rollup_row, rollups))
 
 
 @functools.cache
@@ -78,8 +97,13 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
 
     def _history_revoked_in(self, conn: sqlite3.Connection, task_id: str, now: float) -> None:
         """Record the waiting task ``revoke`` is about to delete (same transaction)."""
-        if self.config.history.enabled:
-            conn.execute(SQL["history_revoked"], {"id": task_id, "now": now})
+        if not self.config.history.enabled:
+            return
+        found = conn.execute(SQL["history_revoked"], {"id": task_id}).fetchone()
+        if found is not None:
+            record = hist.for_revoke(task_id, found[0], found[1], now, self.config.history)
+            if record is not None:
+                self._history_rows_in(conn, [record], now)
 
     def _history_lost_in(
         self,
@@ -100,10 +124,12 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
         self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float
     ) -> None:
         conn.executemany(SQL["history_insert"], map(row_values, records))
+        rollups_in(conn, rollups_of(map(sample_of, records)))
         if hist.should_trim(self.config.history, len(records)):
             settings = self.config.history
             conn.execute(SQL["history_trim_age"], {"cutoff": now - settings.max_age})
             conn.execute(SQL["history_trim_count"], {"keep": settings.max_count})
+            conn.execute(SQL["history_rollups_trim"], {"cutoff": now - settings.max_age})
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         self._history_flush()  # this thread's own settles are visible to it at once
@@ -120,9 +146,11 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
     def history_buckets(
         self, start: float, step: float, buckets: int, name: str | None = None
     ) -> dict[int, HistoryBucket] | None:
+        """From the rollups: one primary-key range of ``name``'s minutes (or hours)."""
         self._history_flush()
-        rows = self._read("history_buckets", buckets_params(start, step, buckets, name))
-        return buckets_from_rows(rows, buckets)
+        span, lo, hi = window_minutes(start, step, buckets)
+        rows = self._read("history_rollups", {"name": name or "", "span": span, "lo": lo, "hi": hi})
+        return buckets_from_rollups(map(rollup_of_row, rows), start, step, buckets)
 
     def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
         """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""

@@ -142,3 +142,18 @@ def test_filters_without_an_index_find_compact_records(broker: RedisBroker) -> N
     assert ids(name="tests.compact", queue="compact", text="timeouterror") == [sent[1].id]
     assert ids(name="tests.compact", queue="elsewhere") == []
     assert ids(queue="compact", state=SUCCESS) == [sent[0].id]
+
+
+def test_an_entry_written_before_the_latency_field_still_reads_back() -> None:
+    # compact meta gained the rollups' latency field (history_rollup); entries already in a
+    # stream have one NUL fewer and must read as they did
+    from potatoq.brokers.history_compact import record_of, sample_of_compact
+
+    message = Message(id="t-old", task="tests.compact", queue="compact", headers={"sent_at": 100.0})
+    fields = ["tests.compact", SUCCESS, "compact", "102000000", "101000000", "1", "node", "7"]
+    old = "\0".join([*fields, ""])  # no latency field
+    record = record_of({b"m": old.encode(), b"p": message.encode()}, HistorySettings())
+    assert (record.task_id, record.state, record.runtime, record.latency) == ("t-old", SUCCESS, 1.0, 1.0)
+    new = "\0".join([*fields, "1000000", ""])
+    assert sample_of_compact(("c", new, message.encode())) == ("tests.compact", SUCCESS, 102.0, 1.0, 1.0)
+    assert record_of({b"m": new.encode(), b"p": message.encode()}, HistorySettings()).pid == 7

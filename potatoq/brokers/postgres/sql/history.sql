@@ -1,20 +1,59 @@
 -- Task history: one row per finished delivery (see potatoq.brokers.history).
 
 -- name: history_insert
--- One row per element of the parallel arrays (a settle writes one, append_history many).
-INSERT INTO {schema}.potatoq_history (
-    task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime, worker,
-    pid, deliveries, retries, exc_type, exc_message, args_preview, result_preview, parent_id,
-    root_id, group_id
+-- One row per element of the parallel arrays (a settle writes one, append_history many),
+-- and in the same statement (one transaction) their rollups: one row per (name, span,
+-- minute) of the batch (history_rollup.rollups_of: sorted so, so concurrent batches lock
+-- rows in one order), counts and sums added, histograms merged: the batch's buckets (a
+-- few) added to the stored counts and laid over the stored object with || (a merge over
+-- every stored bucket, jsonb_each and GROUP BY, cost several times more per row).
+WITH inserted AS (
+    INSERT INTO {schema}.potatoq_history (
+        task_id, name, queue, state, finished_at, started_at, enqueued_at, due_at, runtime,
+        worker, pid, deliveries, retries, exc_type, exc_message, args_preview, result_preview,
+        parent_id, root_id, group_id
+    )
+    SELECT * FROM unnest(
+        %(task_id)s::text[], %(name)s::text[], %(queue)s::text[], %(state)s::text[],
+        %(finished_at)s::float8[], %(started_at)s::float8[], %(enqueued_at)s::float8[],
+        %(due_at)s::float8[], %(runtime)s::float8[], %(worker)s::text[], %(pid)s::int[],
+        %(deliveries)s::int[], %(retries)s::int[], %(exc_type)s::text[], %(exc_message)s::text[],
+        %(args_preview)s::text[], %(result_preview)s::text[], %(parent_id)s::text[],
+        %(root_id)s::text[], %(group_id)s::text[]
+    )
 )
-SELECT * FROM unnest(
-    %(task_id)s::text[], %(name)s::text[], %(queue)s::text[], %(state)s::text[],
-    %(finished_at)s::float8[], %(started_at)s::float8[], %(enqueued_at)s::float8[],
-    %(due_at)s::float8[], %(runtime)s::float8[], %(worker)s::text[], %(pid)s::int[],
-    %(deliveries)s::int[], %(retries)s::int[], %(exc_type)s::text[], %(exc_message)s::text[],
-    %(args_preview)s::text[], %(result_preview)s::text[], %(parent_id)s::text[],
-    %(root_id)s::text[], %(group_id)s::text[]
-);
+INSERT INTO {schema}.potatoq_history_rollups AS r (
+    name, span, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
+    lat_sum, lat_hist
+)
+SELECT name, span, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist,
+       lat_n, lat_sum, lat_hist
+FROM unnest(
+    %(r_name)s::text[], %(r_span)s::int[], %(r_minute)s::bigint[], %(r_success)s::int[], %(r_failure)s::int[],
+    %(r_retry)s::int[], %(r_revoked)s::int[], %(r_dead)s::int[], %(r_run_n)s::int[],
+    %(r_run_sum)s::float8[], %(r_run_hist)s::jsonb[], %(r_lat_n)s::int[],
+    %(r_lat_sum)s::float8[], %(r_lat_hist)s::jsonb[]
+) WITH ORDINALITY AS u(name, span, minute, success, failure, retry, revoked, dead, run_n, run_sum,
+                       run_hist, lat_n, lat_sum, lat_hist, o)
+ORDER BY o
+ON CONFLICT (name, span, minute) DO UPDATE SET
+    success = r.success + excluded.success,
+    failure = r.failure + excluded.failure,
+    retry = r.retry + excluded.retry,
+    revoked = r.revoked + excluded.revoked,
+    dead = r.dead + excluded.dead,
+    run_n = r.run_n + excluded.run_n,
+    run_sum = r.run_sum + excluded.run_sum,
+    run_hist = CASE WHEN excluded.run_n = 0 THEN r.run_hist ELSE r.run_hist || (
+        SELECT jsonb_object_agg(k, coalesce((r.run_hist ->> k)::bigint, 0) + v::bigint)
+        FROM jsonb_each_text(excluded.run_hist) AS e(k, v)
+    ) END,
+    lat_n = r.lat_n + excluded.lat_n,
+    lat_sum = r.lat_sum + excluded.lat_sum,
+    lat_hist = CASE WHEN excluded.lat_n = 0 THEN r.lat_hist ELSE r.lat_hist || (
+        SELECT jsonb_object_agg(k, coalesce((r.lat_hist ->> k)::bigint, 0) + v::bigint)
+        FROM jsonb_each_text(excluded.lat_hist) AS e(k, v)
+    ) END;
 
 -- name: history_page
 -- Keyset pagination on seq (newest first); %(limit)s is one more than the page size, to
@@ -82,26 +121,13 @@ WHERE seq < %(cursor)s
   AND strpos(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), %(text)s) > 0 -- check: text
 ORDER BY seq DESC;
 
--- name: history_buckets
--- The dashboard's charts, in one pass over a finished_at index range: per bucket of
--- %(step)s seconds from %(start)s, the records, finished, failed, and the nearest-rank p50
--- and p95 (percentile_disc: the ceil(q * n)-th smallest value) of latency and runtime.
-WITH r AS (
-    SELECT floor((finished_at - %(start)s) / %(step)s)::int AS b, state,
-           CASE WHEN started_at IS NOT NULL AND enqueued_at IS NOT NULL
-                THEN GREATEST(0.0, started_at - GREATEST(enqueued_at, coalesce(due_at, 0.0))) END AS latency,
-           CASE WHEN started_at IS NOT NULL THEN runtime END AS run
-    FROM {schema}.potatoq_history
-    WHERE finished_at >= %(start)s AND finished_at < %(end)s
-      AND (%(name)s::text IS NULL OR name = %(name)s)
-)
-SELECT b, count(*), count(*) FILTER (WHERE state IN ('SUCCESS', 'REVOKED')),
-       count(*) FILTER (WHERE state IN ('FAILURE', 'DEAD')),
-       percentile_disc(0.5) WITHIN GROUP (ORDER BY latency),
-       percentile_disc(0.95) WITHIN GROUP (ORDER BY latency),
-       percentile_disc(0.5) WITHIN GROUP (ORDER BY run),
-       percentile_disc(0.95) WITHIN GROUP (ORDER BY run)
-FROM r GROUP BY b;
+-- name: history_rollups
+-- The dashboard's charts: one name's ('' for every task) minutes or hours (span) that
+-- start in [lo, hi), on the primary key.
+SELECT minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
+       lat_sum, lat_hist
+FROM {schema}.potatoq_history_rollups
+WHERE name = %(name)s AND span = %(span)s AND minute >= %(lo)s AND minute < %(hi)s;
 
 -- name: history_trim
 -- Retention: drop rows older than the cutoff, then those more than %(keep)s seqs below the
@@ -112,6 +138,19 @@ WITH aged AS (
 )
 DELETE FROM {schema}.potatoq_history
 WHERE seq <= (SELECT max(seq) FROM {schema}.potatoq_history) - %(keep)s;
+
+-- name: history_rollups_trim
+-- Retention, after the records' trim: the minutes before the oldest record kept (or before
+-- the age cutoff when none is), and the hours that ended before it, on the minute index.
+DELETE FROM {schema}.potatoq_history_rollups
+WHERE minute < coalesce(
+    (SELECT floor(min(finished_at) / 60)::bigint FROM {schema}.potatoq_history),
+    floor(%(cutoff)s / 60)::bigint
+) -- the index range; then an hour's last minute must be before it too
+  AND minute + span - 1 < coalesce(
+    (SELECT floor(min(finished_at) / 60)::bigint FROM {schema}.potatoq_history),
+    floor(%(cutoff)s / 60)::bigint
+);
 
 -- name: history_job_revoke
 -- job_revoke returning what the REVOKED record needs (the task name is in the payload).

@@ -74,41 +74,6 @@ WHERE seq < :cursor
   AND instr(lower(coalesce(exc_type, '') || ' ' || coalesce(exc_message, '')), :text) > 0 -- check: text
 ORDER BY seq DESC;
 
--- name: history_buckets
--- The dashboard's charts, in one pass over a finished_at index range: per bucket of :step
--- seconds from :start, the records, finished, failed, and the nearest-rank p50 and p95
--- (the ceil(q * n)-th smallest value) of latency and runtime.
-WITH r AS (
-    SELECT CAST((finished_at - :start) / :step AS INTEGER) AS b, state,
-           CASE WHEN started_at IS NOT NULL AND enqueued_at IS NOT NULL
-                THEN max(0.0, started_at - max(enqueued_at, coalesce(due_at, 0.0))) END AS latency,
-           CASE WHEN started_at IS NOT NULL THEN runtime END AS run
-    FROM potatoq_history
-    WHERE finished_at >= :start AND finished_at < :end AND (:name IS NULL OR name = :name)
-),
-lat AS (
-    SELECT b, max(CASE WHEN i = (n + 1) / 2 THEN v END) AS p50,
-           max(CASE WHEN i = (95 * n + 99) / 100 THEN v END) AS p95
-    FROM (SELECT b, latency AS v, row_number() OVER (PARTITION BY b ORDER BY latency) AS i,
-                 count(*) OVER (PARTITION BY b) AS n
-          FROM r WHERE latency IS NOT NULL)
-    GROUP BY b
-),
-run AS (
-    SELECT b, max(CASE WHEN i = (n + 1) / 2 THEN v END) AS p50,
-           max(CASE WHEN i = (95 * n + 99) / 100 THEN v END) AS p95
-    FROM (SELECT b, run AS v, row_number() OVER (PARTITION BY b ORDER BY run) AS i,
-                 count(*) OVER (PARTITION BY b) AS n
-          FROM r WHERE run IS NOT NULL)
-    GROUP BY b
-)
-SELECT c.b, c.n, c.ok, c.bad, lat.p50, lat.p95, run.p50, run.p95
-FROM (SELECT b, count(*) AS n, sum(state IN ('SUCCESS', 'REVOKED')) AS ok,
-             sum(state IN ('FAILURE', 'DEAD')) AS bad
-      FROM r GROUP BY b) AS c
-LEFT JOIN lat ON lat.b = c.b
-LEFT JOIN run ON run.b = c.b;
-
 -- name: history_trim_age
 DELETE FROM potatoq_history WHERE finished_at < :cutoff;
 
@@ -120,6 +85,45 @@ DELETE FROM potatoq_history
 WHERE seq <= (SELECT max(seq) FROM potatoq_history) - :keep;
 
 -- name: history_revoked
--- Run before job_revoke, in its transaction: a waiting task that revoke removes.
-INSERT INTO potatoq_history (task_id, name, queue, state, finished_at)
-SELECT id, task, queue, 'REVOKED', :now FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
+-- Run before job_revoke, in its transaction: the name and queue of a waiting task that
+-- revoke removes (its REVOKED record is written like any other, rollup included).
+SELECT task, queue FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
+
+-- name: history_rollup_get
+-- One (name, span, minute) rollup as stored: what a write merges its batch's into (in
+-- Python, in the write's BEGIN IMMEDIATE transaction: no other writer in between; the
+-- same merge in SQL, over json_each, cost ~130 us a row).
+SELECT minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
+       lat_sum, lat_hist
+FROM potatoq_history_rollups
+WHERE name = ? AND span = ? AND minute = ?;
+
+-- name: history_rollup_put
+-- A merged rollup (history_rollup.rollup_row): name, span, minute, the five states, run n,
+-- sum, hist, lat n, sum, hist.
+INSERT OR REPLACE INTO potatoq_history_rollups (
+    name, span, minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
+    lat_sum, lat_hist
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: history_rollups
+-- The dashboard's charts: one name's ('' for every task) minutes or hours (:span) that
+-- start in [:lo, :hi), on the primary key.
+SELECT minute, success, failure, retry, revoked, dead, run_n, run_sum, run_hist, lat_n,
+       lat_sum, lat_hist
+FROM potatoq_history_rollups
+WHERE name = :name AND span = :span AND minute >= :lo AND minute < :hi;
+
+-- name: history_rollups_trim
+-- Retention, after the records' trims: the minutes before the oldest record kept (or
+-- before the age cutoff when none is), and the hours that ended before it, on the minute
+-- index.
+DELETE FROM potatoq_history_rollups
+WHERE minute < coalesce(
+    (SELECT CAST(min(finished_at) / 60 AS INTEGER) FROM potatoq_history),
+    CAST(:cutoff / 60 AS INTEGER)
+) -- the index range; then an hour's last minute must be before it too
+  AND minute + span - 1 < coalesce(
+    (SELECT CAST(min(finished_at) / 60 AS INTEGER) FROM potatoq_history),
+    CAST(:cutoff / 60 AS INTEGER)
+);

@@ -291,3 +291,31 @@ CREATE INDEX potatoq_rmq_unique_task ON potatoq_rmq_unique (task);
 -- name: create_rmq_unique_expiry_index
 -- Keys past their TTL, swept a few at a time.
 CREATE INDEX potatoq_rmq_unique_expiry ON potatoq_rmq_unique (expires_at);
+
+-- Per-minute rollups of task history (migration 0008).
+
+-- name: create_history_rollups
+-- One row per (task name, span, minute since the epoch it starts at): span 1 (a minute)
+-- or 60 (an hour, for charts of days); name '' holds every task's totals.
+-- run_hist / lat_hist: JSON objects {"<bucket>": count} of runtime / latency samples.
+CREATE TABLE potatoq_history_rollups (
+    name     TEXT    NOT NULL,
+    span     INTEGER NOT NULL,
+    minute   INTEGER NOT NULL,
+    success  INTEGER NOT NULL DEFAULT 0,
+    failure  INTEGER NOT NULL DEFAULT 0,
+    retry    INTEGER NOT NULL DEFAULT 0,
+    revoked  INTEGER NOT NULL DEFAULT 0,
+    dead     INTEGER NOT NULL DEFAULT 0,
+    run_n    INTEGER NOT NULL DEFAULT 0,
+    run_sum  REAL    NOT NULL DEFAULT 0,
+    run_hist TEXT    NOT NULL DEFAULT '{}',
+    lat_n    INTEGER NOT NULL DEFAULT 0,
+    lat_sum  REAL    NOT NULL DEFAULT 0,
+    lat_hist TEXT    NOT NULL DEFAULT '{}',
+    PRIMARY KEY (name, span, minute)
+) WITHOUT ROWID;
+
+-- name: create_history_rollups_minute_index
+-- The retention trim drops the oldest minutes and hours of every name.
+CREATE INDEX potatoq_history_rollups_minute ON potatoq_history_rollups (minute);
