@@ -21,7 +21,16 @@ import psycopg
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import (
+    Broker,
+    Delivery,
+    HistoryBucket,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    LinkedTask,
+    Outcome,
+)
 from ..history_buffer import HeldHistory
 from ..history_sql import (
     Shape,
@@ -30,6 +39,8 @@ from ..history_sql import (
     column_values,
     compose,
     drop_expired,
+    links_from_rows,
+    links_statement,
     page_from_rows,
     query_params,
 )
@@ -118,6 +129,11 @@ class PostgresHistory(HeldHistory[HistoryRecord], Broker):
         self._history_flush()
         rows = self._run("history_buckets", buckets_params(start, step, buckets, name))
         return buckets_from_rows(rows, buckets)
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        self._history_flush()
+        name, params = links_statement(parent_id, group_id)
+        return links_from_rows(self._run(name, params), time.time() - self.config.history.max_age)
 
     def _history_shaped(self, shape: Shape) -> tuple[statements.Statement, statements.Statement]:
         """The page and floor statements for ``shape``, rendered for this broker's schema."""

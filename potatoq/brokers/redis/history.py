@@ -55,9 +55,19 @@ from redis.connection import AbstractConnection as Connection
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryPage, HistoryQuery, HistoryRecord, Outcome, ProcessLocal
+from ..base import (
+    Broker,
+    Delivery,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    LinkedTask,
+    Outcome,
+    ProcessLocal,
+)
 from ..history_buffer import HeldHistory
 from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of
+from .history_links import link_args, read_links
 from .keys import Keys
 from .packing import _pack
 from .scripts import SCRIPTS
@@ -107,7 +117,11 @@ class RedisHistory(HeldHistory[Held], Broker):
                 args += ("r", r.name or "", r.state, r.queue, r.encode())
             else:  # a CompactRecord: already in the script's order
                 args += r
-        return [_evalsha(self, "history_append", args)]
+        commands = [_evalsha(self, "history_append", args)]
+        links = link_args(records, settings)  # the task page's links (history_links.py)
+        if links:
+            commands.append(_evalsha(self, "history_links", links))
+        return commands
 
     def _pipelined(self, pending: Sequence[Held], *tail: tuple[Any, ...]) -> list[Any]:
         """Send ``pending`` records, then the ``tail`` commands, in one round trip on the
@@ -141,7 +155,7 @@ class RedisHistory(HeldHistory[Held], Broker):
         for i, reply in enumerate(replies[:cut]):
             if isinstance(reply, redis.exceptions.NoScriptError):  # after a restart or SCRIPT FLUSH
                 try:
-                    replies[i] = self._run("history_append", list(commands[i][4:]))
+                    replies[i] = self._run(_script_name(commands[i][1]), list(commands[i][4:]))
                 except redis.exceptions.ResponseError as exc:
                     replies[i] = exc
         failed = [r for r in replies[:cut] if isinstance(r, Exception)]
@@ -259,6 +273,12 @@ class RedisHistory(HeldHistory[Held], Broker):
             top = f"({last}"
             count = _BATCH
         return HistoryPage(found, top[1:])
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        self._history_flush()
+        with self._errors():
+            cutoff = time.time() - self.config.history.max_age
+            return read_links(self._client(), self.keys.history, parent_id, group_id, cutoff)
 
     def _read_batch(
         self,

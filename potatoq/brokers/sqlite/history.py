@@ -18,7 +18,16 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import (
+    Broker,
+    Delivery,
+    HistoryBucket,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    LinkedTask,
+    Outcome,
+)
 from ..history_buffer import HeldHistory
 from ..history_sql import (
     Shape,
@@ -26,6 +35,8 @@ from ..history_sql import (
     buckets_params,
     compose,
     drop_expired,
+    links_from_rows,
+    links_statement,
     page_from_rows,
     query_params,
     row_values,
@@ -123,6 +134,11 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
         self._history_flush()
         rows = self._read("history_buckets", buckets_params(start, step, buckets, name))
         return buckets_from_rows(rows, buckets)
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        self._history_flush()
+        name, params = links_statement(parent_id, group_id)
+        return links_from_rows(self._read(name, params), self.clock() - self.config.history.max_age)
 
     def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
         """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""

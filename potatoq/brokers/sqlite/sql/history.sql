@@ -123,3 +123,18 @@ WHERE seq <= (SELECT max(seq) FROM potatoq_history) - :keep;
 -- Run before job_revoke, in its transaction: a waiting task that revoke removes.
 INSERT INTO potatoq_history (task_id, name, queue, state, finished_at)
 SELECT id, task, queue, 'REVOKED', :now FROM potatoq_jobs WHERE id = :id AND state IN (0, 1);
+
+-- name: history_links_parent
+-- The records of the tasks that ran after :parent_id (chain steps, callbacks), newest first,
+-- on the partial potatoq_history_parent index; history_links keeps each task's newest.
+SELECT task_id, name, state, finished_at, parent_id, group_id FROM potatoq_history
+WHERE parent_id = :parent_id
+ORDER BY seq DESC
+LIMIT :scan;
+
+-- name: history_links_group
+-- The records of the members of group (or chord header) :group_id, as above.
+SELECT task_id, name, state, finished_at, parent_id, group_id FROM potatoq_history
+WHERE group_id = :group_id
+ORDER BY seq DESC
+LIMIT :scan;
