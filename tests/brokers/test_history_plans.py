@@ -187,7 +187,10 @@ def test_the_drivers_are_the_indexed_columns() -> None:
 
 # The task page's links (Broker.history_links): a chain's children and a group's members,
 # each by its partial index. Half the rows have a parent, a tenth a group.
-LINKS = {"potatoq_history_parent": links_statement("task-17", None), "potatoq_history_group": links_statement(None, "group-3")}  # fmt: skip
+LINKS = {
+    "potatoq_history_parent": links_statement("task-17", None),
+    "potatoq_history_group": links_statement(None, "group-3"),
+}
 LINKS_FILL = """
 UPDATE {table} SET parent_id = CASE WHEN seq % 2 = 0 THEN 'task-' || (seq / 2) END,
                    group_id = CASE WHEN seq % 10 = 0 THEN 'group-' || (seq / 100) END

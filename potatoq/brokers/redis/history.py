@@ -25,6 +25,8 @@ filter indexes: ``<prefix>:history:n:<name>``, ``:s:<state>`` and ``:q:<queue>``
 whose entry ids *are* the main stream's ids (one empty field), capped like it and, on each
 exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
 the SET of index keys).
+A batch with records that have a parent or a group also sends ``history_links.lua`` in the
+same round trip (the task page's links: :mod:`~potatoq.brokers.redis.history_links`).
 
 Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor, in
 batches (``history_read.lua``). A query by state, name or queue walks that index (index
