@@ -33,10 +33,7 @@ def _linked(held: HistoryRecord | CompactRecord, settings: HistorySettings) -> H
     if isinstance(held, HistoryRecord):
         record = held
     else:
-        payload = held[2]
-        if b'"parent_id"' not in payload and b'"group_id"' not in payload:
-            return None
-        record = record_of({b"m": held[1].encode(), b"p": payload}, settings, preview=False)
+        record = record_of({b"m": held[1].encode(), b"p": held[2]}, settings, preview=False)
     return record if record.parent_id or record.group_id else None
 
 
@@ -44,6 +41,9 @@ def link_args(records: Sequence[HistoryRecord | CompactRecord], settings: Histor
     """``history_links.lua``'s arguments after the prefix for ``records``; [] when none links."""
     args: list[Any] = []
     for held in records:
+        # most records have neither: two substring searches of the payload, paid per record
+        if type(held) is tuple and b'"parent_id"' not in held[2] and b'"group_id"' not in held[2]:
+            continue
         record = _linked(held, settings)
         if record is None:
             continue
