@@ -5,7 +5,9 @@ parent or group id would put one key per chain step in the registry that every e
 walks. So a record that has a parent or a group also goes, in the same round trip as its
 append, to a small HASH per parent (``<prefix>history:lp:<id>``) and per group
 (``:lg:<id>``): field the task id, value the newest record's finish time, name, state and
-links (``history_links.lua``). Each expires ``task_history_max_age`` after its last write.
+links (``history_links.lua``). Each expires ``task_history_max_age`` after its last write,
+or sooner once the stream is full: after the time the stream spans, about when its records
+are trimmed by ``task_history_max_count`` (so there are never many more links than records).
 A task page reads one key per link (``HSCAN``, ``LINKS_SCAN`` fields at most): no stream
 is read. Records without a parent or group (most) add nothing: a compact record's payload
 is only decoded here when it names one.
@@ -55,7 +57,7 @@ def link_args(records: Sequence[HistoryRecord | CompactRecord], settings: Histor
             repr(record.finished_at),
             shown,
         )
-    return [int(settings.max_age * 1000), *args] if args else []
+    return [int(settings.max_age * 1000), settings.max_count, *args] if args else []
 
 
 def read_links(
