@@ -66,14 +66,14 @@ def test_follow_a_chain_and_a_chord_from_the_task_page(env: Env, client: Any) ->
         shown = _rows(page, "#members")
         assert sorted(shown[:3]) == sorted(("member", m, "SUCCESS") for m in members)
         assert shown[3] == ("chord callback", callback.id, "SUCCESS")
-        assert page.inner_text("#group").startswith(f"Chord {callback.parent.id}: 3 members")
+        assert page.inner_text("#group").startswith(f"Chord {callback.parent.id}: 3 members known")
         _follow(page, "#members", "chord callback", callback.id)
         [(role, completed_by, state)] = _rows(page, "#workflow")[-1:]
         assert role == "parent" and completed_by in members and state == "SUCCESS"
 
         page.goto(f"{url}/tasks/{held}")  # still waiting: its details page
         assert page.inner_text(".state") == "PENDING"
-        assert page.inner_text("#group").startswith(f"Chord {waiting.parent.id}: 2 members recorded of 2")
+        assert page.inner_text("#group").startswith(f"Chord {waiting.parent.id}: 2 members known of 2")
         assert sorted(_rows(page, "#members")) == sorted(
             [
                 ("member", ran, "SUCCESS"),
@@ -84,5 +84,5 @@ def test_follow_a_chain_and_a_chord_from_the_task_page(env: Env, client: Any) ->
         _follow(page, "#members", "member", ran)
         # a member shows up on its siblings' pages once it has a record (it ran, or was revoked)
         # (nor can it tell a chord from a group before the callback ran)
-        assert page.inner_text("#group") == f"Group {waiting.parent.id}: 1 member recorded"
+        assert page.inner_text("#group") == f"Group {waiting.parent.id}: 1 member known"
         assert _rows(page, "#members") == [("member", ran, "SUCCESS")]
