@@ -31,6 +31,7 @@ class Link:
     name: str | None
     state: str | None  # None: nothing recorded for it yet (waiting, or its result expired)
     finished_at: float | None = None
+    group_id: str | None = None  # a parent's or root's group, when its result is stored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +75,7 @@ def _looked_up(broker: Broker | None, task_id: str, name: str | None = None) -> 
     record = broker.get_result(task_id) if broker is not None else None
     if record is None:
         return Link(task_id, name, None)
-    return Link(task_id, record.name or name, record.state, record.date_done)
+    return Link(task_id, record.name or name, record.state, record.date_done, record.group_id)
 
 
 def workflow(
@@ -82,28 +83,34 @@ def workflow(
 ) -> Workflow:
     task_id = view.task_id
     parent_id, root_id, group_id = _own_links(view, deliveries)
+    parent = _looked_up(backend, parent_id) if parent_id else None
     children = [_of(c) for c in broker.history_links(parent_id=task_id)]
-    members = broker.history_links(group_id=group_id) if group_id else []
     callback: Link | None = None
     callback_parent = None
+    is_callback = not group_id and parent is not None and parent.group_id is not None
+    if is_callback:
+        # this task ran after a member of a group: the chord's callback (its completing join)
+        group_id, callback, callback_parent = parent.group_id, Link(task_id, view.name, view.state), parent_id
+    members = broker.history_links(group_id=group_id) if group_id else []
+    ids = {m.task_id for m in members}
+    for member in sorted(members, key=lambda m: m.finished_at, reverse=True)[:CALLBACK_SEARCH]:
+        if callback is not None:
+            break
+        ran_after = children if member.task_id == task_id else broker.history_links(parent_id=member.task_id)
+        after = [c for c in ran_after if c.task_id not in ids]
+        if after:
+            callback, callback_parent = _of(after[0]), member.task_id
     waiting_callback = next(
         (r for r in (view.queued.relatives if view.queued else ()) if r.role.startswith("chord callback")),
         None,
     )
-    if members:
-        ids = {m.task_id for m in members}
-        for member in sorted(members, key=lambda m: m.finished_at, reverse=True)[:CALLBACK_SEARCH]:
-            after = [c for c in broker.history_links(parent_id=member.task_id) if c.task_id not in ids]
-            if after:
-                callback, callback_parent = _of(after[0]), member.task_id
-                break
     if callback is None and waiting_callback is not None and waiting_callback.task_id:
         callback = _looked_up(backend, waiting_callback.task_id, waiting_callback.name)
     shown = [_of(m) for m in members]
-    if group_id and task_id not in {m.task_id for m in shown}:  # this one hasn't finished yet
+    if group_id and not is_callback and task_id not in ids:  # a member yet to finish
         shown.append(Link(task_id, view.name, None))
     return Workflow(
-        parent=_looked_up(backend, parent_id) if parent_id else None,
+        parent=parent,
         root=_looked_up(backend, root_id) if root_id and root_id not in (task_id, parent_id) else None,
         children=children,
         group_id=group_id,

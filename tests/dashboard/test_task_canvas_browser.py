@@ -70,6 +70,10 @@ def test_follow_a_chain_and_a_chord_from_the_task_page(env: Env, client: Any) ->
         _follow(page, "#members", "chord callback", callback.id)
         [(role, completed_by, state)] = _rows(page, "#workflow")[-1:]
         assert role == "parent" and completed_by in members and state == "SUCCESS"
+        # and back: the callback's page lists the chord it ran after
+        assert sorted(_rows(page, "#members")) == sorted(
+            [*(("member", m, "SUCCESS") for m in members), ("chord callback", callback.id, "SUCCESS")]
+        )
 
         page.goto(f"{url}/tasks/{held}")  # still waiting: its details page
         assert page.inner_text(".state") == "PENDING"

@@ -43,3 +43,6 @@ def test_the_task_page_links_a_chain_into_a_chord(any_app: Potatoq) -> None:
         callback = client.get(f"/tasks/{done.id}").text
         assert ("parent", first.parent_id) not in _rows(callback, "workflow")
         assert _rows(callback, "workflow")[-1][1] in members  # the member that completed the chord
+        assert sorted(_rows(callback, "members")) == sorted(
+            [*(("member", m) for m in members), ("chord callback", done.id)]
+        )
