@@ -38,3 +38,10 @@ def test_links_expire_with_max_age_until_max_count_trims_sooner(make: Callable[.
     # kept about as long as the stream spans (an hour): then its record is trimmed by count
     assert 3_500_000 < client.pttl(f"{key}:lp:p1") <= 3_700_000
     assert client.pttl(f"{key}:lp:p0") > 6 * DAY_MS  # a key is only shortened when written
+
+
+def test_links_are_written_after_a_script_flush(broker: RedisBroker) -> None:
+    broker.append_history([record(0, time.time(), parent="p")])
+    broker._client().script_flush()  # both scripts of the next append are refused, then loaded
+    broker.append_history([record(1, time.time(), parent="p")])
+    assert [t.task_id for t in broker.history_links(parent_id="p")] == ["t0", "t1"]
