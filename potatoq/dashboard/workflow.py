@@ -84,19 +84,22 @@ def workflow(
     task_id = view.task_id
     parent_id, root_id, group_id = _own_links(view, deliveries)
     parent = _looked_up(backend, parent_id) if parent_id else None
-    children = [_of(c) for c in broker.history_links(parent_id=task_id)]
+    ran_after_this = broker.history_links(parent_id=task_id)
     callback: Link | None = None
     callback_parent = None
-    is_callback = not group_id and parent is not None and parent.group_id is not None
+    parent_group = parent.group_id if parent is not None else None
+    is_callback = not group_id and parent_group is not None
     if is_callback:
         # this task ran after a member of a group: the chord's callback (its completing join)
-        group_id, callback, callback_parent = parent.group_id, Link(task_id, view.name, view.state), parent_id
+        group_id, callback, callback_parent = parent_group, Link(task_id, view.name, view.state), parent_id
     members = broker.history_links(group_id=group_id) if group_id else []
     ids = {m.task_id for m in members}
     for member in sorted(members, key=lambda m: m.finished_at, reverse=True)[:CALLBACK_SEARCH]:
         if callback is not None:
             break
-        ran_after = children if member.task_id == task_id else broker.history_links(parent_id=member.task_id)
+        ran_after = (
+            ran_after_this if member.task_id == task_id else broker.history_links(parent_id=member.task_id)
+        )
         after = [c for c in ran_after if c.task_id not in ids]
         if after:
             callback, callback_parent = _of(after[0]), member.task_id
@@ -112,7 +115,7 @@ def workflow(
     return Workflow(
         parent=parent,
         root=_looked_up(backend, root_id) if root_id and root_id not in (task_id, parent_id) else None,
-        children=children,
+        children=[_of(c) for c in ran_after_this],
         group_id=group_id,
         members=shown,
         chord_size=view.queued.chord_size if view.queued is not None else None,
