@@ -385,3 +385,45 @@ def test_a_record_past_max_age_is_hidden_before_the_trim_drops_it(make_broker: B
     page = broker.history(HistoryQuery(limit=1))
     assert page.records[0].task_id == "new"
     assert page.next_cursor is None or broker.history(HistoryQuery(cursor=page.next_cursor)).records == []
+
+
+def _linked(broker: Broker, parent_id: str, group_id: str) -> Message:
+    headers = {"sent_at": time.time(), "parent_id": parent_id, "root_id": parent_id, "group_id": group_id}
+    message = Message(id=str(uuid.uuid4()), task=TASK, queue="default", headers=headers)
+    broker.enqueue([message])
+    return message
+
+
+def test_history_links_list_a_tasks_children_and_a_groups_members(broker: Broker) -> None:
+    _check_links(broker)
+
+
+def test_history_links_of_rabbitmq_on_a_redis_result_store(make_broker: BrokerMaker) -> None:
+    broker = with_redis_backend(make_broker)()
+    if not isinstance(getattr(broker, "backend", None), RedisBroker):
+        pytest.skip("only RabbitMQ keeps its history in a result store")
+    _check_links(broker)  # its settles' records go compact to the store, links beside them
+
+
+def _check_links(broker: Broker) -> None:
+    parent = send(broker)
+    run(broker)
+    group = f"group-{uuid.uuid4()}"
+    first, second = _linked(broker, parent.id, group), _linked(broker, parent.id, group)
+    assert run(broker) == first.id
+    delivery = claim_soon(broker, ["default"])
+    assert broker.settle(delivery, RetryLater(message=second.replace(retries=1), error=("KeyError", "a")))
+    assert broker.settle(claim_soon(broker, ["default"]), DeadLetter(reason="ValueError: bad"))
+    send(broker)
+    run(broker)  # a task without links: in neither list
+
+    children = broker.history_links(parent_id=parent.id)
+    # once per task, with its newest record's state (the retry's record is replaced), in finish order
+    assert [(c.task_id, c.state) for c in children] == [(first.id, SUCCESS), (second.id, DEAD)]
+    assert children[0].name == TASK and children[0].group_id == group and children[0].parent_id == parent.id
+    members = broker.history_links(group_id=group)
+    assert [(m.task_id, m.state) for m in members] == [(first.id, SUCCESS), (second.id, DEAD)]
+    assert broker.history_links(parent_id=first.id) == []
+    assert broker.history_links(group_id="no-such-group") == []
+    with pytest.raises(ValueError, match="one of parent_id= or group_id="):
+        broker.history_links(parent_id=parent.id, group_id=group)

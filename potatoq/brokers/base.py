@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ..exceptions import InvalidName, OperationalError
 from ..message import Message
-from .history import HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, HistorySettings
+from .history import HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, HistorySettings, LinkedTask
 from .limits import LimitUsage, RateUsage
 from .records import (
     Capabilities,
@@ -83,6 +83,7 @@ __all__ = [
     "HistoryRecord",
     "HistorySettings",
     "LimitUsage",
+    "LinkedTask",
     "Outcome",
     "ProcessLocal",
     "QueueStats",
@@ -555,6 +556,14 @@ class Broker(abc.ABC):
         seconds from ``start`` (of task ``name``), by bucket number (empty ones left out),
         computed where the records are; None: this broker can't, read the records."""
         return None
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        """The tasks whose history records name ``parent_id`` as their parent (what ran
+        after it: chain steps, callbacks) or ``group_id`` as their group (its members), each
+        once with its newest record's state, in the order they finished (``LINKS_MAX`` at
+        most). Read through an index (the task page's chain and group links); give one of
+        the two. [] for a broker that keeps no history."""
+        return []
 
     @abc.abstractmethod
     def append_history(self, records: Sequence[HistoryRecord]) -> None:

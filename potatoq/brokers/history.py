@@ -44,9 +44,11 @@ __all__ = [
     "HistoryQuery",
     "HistoryRecord",
     "HistorySettings",
+    "LinkedTask",
     "for_lost",
     "for_revoke",
     "for_settle",
+    "linked_tasks",
     "matches",
     "should_trim",
 ]
@@ -260,6 +262,48 @@ def page_of(records: Iterable[HistoryRecord], query: HistoryQuery) -> HistoryPag
     more = len(found) > query.limit
     found = found[: query.limit]
     return HistoryPage(found, found[-1].cursor if more and found else None)
+
+
+#: Tasks one :meth:`Broker.history_links` call returns at most, and records it reads at most.
+LINKS_MAX = 200
+LINKS_SCAN = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkedTask:
+    """A task tied to another by its history records (a child: its ``parent_id`` is the
+    other's id; a group member: its ``group_id`` is the group's), as its newest record says."""
+
+    task_id: str
+    name: str | None
+    state: str
+    finished_at: float
+    parent_id: str | None = None
+    group_id: str | None = None
+
+
+def linked_tasks(newest_first: Iterable[LinkedTask], cutoff: float = 0.0) -> list[LinkedTask]:
+    """One per task (its newest record; ``newest_first`` is in that order), none that
+    finished before ``cutoff`` (past ``max_age``, not trimmed yet), in the order they
+    finished, ``LINKS_MAX`` at most."""
+    seen: dict[str, LinkedTask] = {}
+    for link in newest_first:
+        if link.task_id not in seen and link.finished_at >= cutoff:
+            seen[link.task_id] = link
+    return sorted(seen.values(), key=lambda t: (t.finished_at, t.task_id))[:LINKS_MAX]
+
+
+def link_filter(parent_id: str | None, group_id: str | None) -> tuple[str, str]:
+    """``("parent_id", id)`` or ``("group_id", id)``: the one link a ``history_links`` call asks for."""
+    if (parent_id is None) == (group_id is None):
+        raise ValueError("history_links takes one of parent_id= or group_id=")
+    return ("parent_id", parent_id) if parent_id is not None else ("group_id", str(group_id))
+
+
+def link_of(record: HistoryRecord) -> LinkedTask:
+    return LinkedTask(
+        record.task_id, record.name, record.state, record.finished_at, record.parent_id, record.group_id
+    )
 
 
 def should_trim(settings: HistorySettings, written: int = 1) -> bool:

@@ -28,7 +28,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .history import HistoryPage, HistoryQuery, HistoryRecord
+from .history import (
+    LINKS_SCAN,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    LinkedTask,
+    link_filter,
+    linked_tasks,
+)
 
 __all__ = [
     "COLUMNS",
@@ -38,6 +46,8 @@ __all__ = [
     "column_values",
     "compose",
     "drop_expired",
+    "links_from_rows",
+    "links_statement",
     "page_from_rows",
     "query_params",
     "row_values",
@@ -198,3 +208,15 @@ def drop_expired(page: HistoryPage, cutoff: float) -> HistoryPage:
     the table. Such rows are the oldest, so a page that met one is the last."""
     kept = [r for r in page.records if r.finished_at >= cutoff]
     return page if len(kept) == len(page.records) else HistoryPage(kept, None)
+
+
+def links_statement(parent_id: str | None, group_id: str | None) -> tuple[str, dict[str, Any]]:
+    """The name and parameters of the ``history_links_*`` statement for one link."""
+    field, value = link_filter(parent_id, group_id)
+    return f"history_links_{field.removesuffix('_id')}", {field: value, "scan": LINKS_SCAN}
+
+
+def links_from_rows(rows: Sequence[Sequence[Any]], cutoff: float) -> list[LinkedTask]:
+    """``history_links_*`` rows (task_id, name, state, finished_at, parent_id, group_id),
+    newest first, as one :class:`LinkedTask` per task."""
+    return linked_tasks((LinkedTask(*row) for row in rows), cutoff)

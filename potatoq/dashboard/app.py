@@ -40,6 +40,7 @@ from .chart import throughput_svg
 from .guard import Guard, HostCheck, SecurityHeaders
 from .history_chart import history_charts
 from .security import Auth, Csrf, LoginBackoff
+from .workflow import workflow
 
 __all__ = ["create_app"]
 
@@ -142,6 +143,7 @@ class Dashboard:
             live=not view.ready,
             view=view,
             deliveries=deliveries.records,
+            flow=workflow(broker, self.app.backend, view, deliveries.records),
         )
 
     def history(self, request: Request) -> Response:

@@ -39,6 +39,7 @@ class QueuedView:
     group_id: str | None
     error: str | None  # why the payload can't be decoded (a worker will dead-letter it)
     relatives: tuple[Relative, ...]
+    chord_size: int | None = None  # a chord header member: the header's size
 
 
 def queued_view(task: QueuedTask) -> QueuedView:
@@ -57,7 +58,14 @@ def queued_view(task: QueuedTask) -> QueuedView:
         group_id=str(group) if group is not None else None,
         error=task.error,
         relatives=tuple(relatives(task.id, headers)),
+        chord_size=_chord_size(headers),
     )
+
+
+def _chord_size(headers: Mapping[str, Any]) -> int | None:
+    chord = headers.get("chord")
+    size = chord.get("size") if isinstance(chord, Mapping) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def relatives(task_id: str, headers: Mapping[str, Any]) -> list[Relative]:

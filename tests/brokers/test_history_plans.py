@@ -27,7 +27,7 @@ from typing import Any
 from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig, HistoryQuery
 from potatoq.brokers.history_rollup import window_minutes
-from potatoq.brokers.history_sql import DRIVERS, Shape
+from potatoq.brokers.history_sql import DRIVERS, Shape, links_statement
 
 NOW = time.time()
 INDEX_OF = {"task_id": "potatoq_history_task", "name": "potatoq_history_name",
@@ -246,3 +246,63 @@ def test_every_postgres_history_page_walks_an_index(pg_schema: tuple[str, str]) 
 
 def test_the_drivers_are_the_indexed_columns() -> None:
     assert set(DRIVERS) == set(INDEX_OF)
+
+
+# The task page's links (Broker.history_links): a chain's children and a group's members,
+# each by its partial index. Half the rows have a parent, a tenth a group.
+LINKS = {
+    "potatoq_history_parent": links_statement("task-17", None),
+    "potatoq_history_group": links_statement(None, "group-3"),
+}
+LINKS_FILL = """
+UPDATE {table} SET parent_id = CASE WHEN seq % 2 = 0 THEN 'task-' || (seq / 2) END,
+                   group_id = CASE WHEN seq % 10 = 0 THEN 'group-' || (seq / 100) END
+"""
+
+
+def test_the_sqlite_link_reads_walk_their_index(tmp_path: Path) -> None:
+    from potatoq.brokers.sqlite.setup import SQL
+
+    path = tmp_path / "links.sqlite3"
+    broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
+    conn = sqlite3.connect(path)
+    try:
+        broker.migrate()
+        with conn:
+            conn.execute(SQLITE_FILL, {"now": NOW})
+            conn.execute(LINKS_FILL.format(table="potatoq_history"))
+        conn.execute("ANALYZE")
+        for index, (name, params) in LINKS.items():
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL[name], params)]
+            assert any(f"INDEX {index} " in step for step in plan), (name, plan)
+            assert not any(step.startswith("SCAN potatoq_history") for step in plan), (name, plan)
+    finally:
+        conn.close()
+        broker.close()
+
+
+def test_the_postgres_link_reads_walk_their_index(pg_schema: tuple[str, str]) -> None:
+    import psycopg
+    from psycopg import sql
+
+    from potatoq.brokers.postgres import statements
+
+    url, schema = pg_schema
+    broker = create_broker(BrokerConfig(url=url, transport_options={"schema": schema}))
+    try:
+        broker.migrate()
+        table = sql.SQL("{}.potatoq_history").format(sql.Identifier(schema))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL(PG_FILL).format(schema=sql.Identifier(schema)), {"now": NOW})
+            conn.execute(sql.SQL(LINKS_FILL).format(table=table))
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
+            for index, (name, params) in LINKS.items():
+                stmt = statements.Statements(schema)[name].query
+                row = conn.execute(b"EXPLAIN (FORMAT JSON) " + stmt, params).fetchone()
+                assert row is not None
+                plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+                nodes = list(_pg_nodes(plan[0]["Plan"]))
+                assert any(n.get("Index Name") == index for n in nodes), (name, nodes)
+                assert not any(_history_seq_scan(n) for n in nodes), (name, nodes)
+    finally:
+        broker.close()

@@ -2,15 +2,16 @@
 
     PYTHONPATH=. python -m tests.dashboard.screenshots docs/img [PAGE ...]
 
-With PAGE names (``overview``, ``workers``, ``task``, ``task-waiting``, ``dead-letters``,
-``history``, ``schedules``, ``overview-narrow``) only those images are rewritten, so that a change to one
-page doesn't churn every image in the repository.
+With PAGE names (``overview``, ``workers``, ``task``, ``task-waiting``, ``task-canvas``,
+``dead-letters``, ``history``, ``schedules``, ``overview-narrow``) only those images are
+rewritten, so that a change to one page doesn't churn every image in the repository.
 
 A ``potatoq worker`` subprocess (the tests' ``tests.worker.proj`` app) runs on a temp
 SQLite file; this script sends it work (two tasks that block so the workers page has
 something running, bursts of quick ones for the chart, delayed ones, a delayed chain whose
-first step is shown waiting, one unknown task that becomes a dead letter), serves the
-dashboard with uvicorn and screenshots each page with ``chromium --headless --screenshot``.
+first step is shown waiting, one unknown task that becomes a dead letter, a chain into a
+chord whose member's page shows its workflow), serves the dashboard with uvicorn and
+screenshots each page with ``chromium --headless --screenshot``.
 The periodic entry ``heartbeat-check`` fires every 10 s, so its last run is on record.
 """
 
@@ -25,6 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from potatoq import group
 from potatoq.dashboard import create_app
 from tests.dashboard.browser import CHROMIUM, serve
 
@@ -77,6 +79,12 @@ def main(target: str, only: frozenset[str] = frozenset()) -> int:
             urllib.request.urlopen(base).close()  # the first request starts the throughput sampler
             first = proj.add.delay(20, 22)
             first.get(timeout=30)
+            # a chain into a chord: its second step is a group, so its third is the chord's callback
+            flow = (
+                proj.add.s(1, 1) | group(proj.add.s(n) for n in range(3)) | proj.add.si(4, 4)
+            ).apply_async()
+            flow.get(timeout=30)
+            member = flow.parent.results[1].id
             for burst in range(8):
                 for n in range(5 + 4 * burst):
                     proj.add.delay(n, burst)
@@ -106,6 +114,7 @@ def main(target: str, only: frozenset[str] = frozenset()) -> int:
                 ("workers", "/workers", 1280, 700),
                 ("task", f"/tasks/{first.id}", 1280, 700),
                 ("task-waiting", f"/tasks/{waiting.id}", 1280, 760),
+                ("task-canvas", f"/tasks/{member}", 1280, 1000),
                 ("dead-letters", "/dead", 1280, 700),
                 ("history", "/history?limit=12", 1280, 1100),
                 ("schedules", "/schedules", 1280, 500),

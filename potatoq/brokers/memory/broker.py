@@ -30,7 +30,15 @@ from potatoq.brokers.base import (
     decode_queued,
     validate_queue_name,
 )
-from potatoq.brokers.history import HistoryPage, HistoryQuery, HistoryRecord, for_lost, for_revoke, for_settle
+from potatoq.brokers.history import (
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    LinkedTask,
+    for_lost,
+    for_revoke,
+    for_settle,
+)
 from potatoq.brokers.records import fenced_payload, stored_fence
 from potatoq.exceptions import MessageDecodeError
 from potatoq.message import Message
@@ -445,6 +453,10 @@ class MemoryBroker(MemoryPause, MemoryLimits, Broker):
     def history(self, query: HistoryQuery) -> HistoryPage:
         with self._store.lock:
             return self._store.history.page(query)
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        with self._store.lock:
+            return self._store.history.links(parent_id, group_id)
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
         with self._store.lock:

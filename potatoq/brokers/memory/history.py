@@ -4,8 +4,20 @@
 from __future__ import annotations
 
 import collections
+import itertools
 
-from ..history import HistoryPage, HistoryQuery, HistoryRecord, HistorySettings, page_of
+from ..history import (
+    LINKS_SCAN,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    HistorySettings,
+    LinkedTask,
+    link_filter,
+    link_of,
+    linked_tasks,
+    page_of,
+)
 
 
 class HistoryLog:
@@ -35,6 +47,13 @@ class HistoryLog:
             if after is None or seq < after
         )
         return page_of(newest_first, query)
+
+    def links(self, parent_id: str | None, group_id: str | None) -> list[LinkedTask]:
+        """The process's own list, read newest first (no index to keep: it is in memory),
+        ``LINKS_SCAN`` linked records at most, as the other brokers read."""
+        field, value = link_filter(parent_id, group_id)
+        found = (link_of(r) for _, r in reversed(self.records) if getattr(r, field) == value)
+        return linked_tasks(itertools.islice(found, LINKS_SCAN))
 
 
 def _with_cursor(seq: int, record: HistoryRecord) -> HistoryRecord:

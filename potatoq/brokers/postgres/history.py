@@ -22,7 +22,16 @@ import psycopg
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import (
+    Broker,
+    Delivery,
+    HistoryBucket,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    LinkedTask,
+    Outcome,
+)
 from ..history_buffer import HeldHistory
 from ..history_rollup import (
     buckets_from_rollups,
@@ -37,6 +46,8 @@ from ..history_sql import (
     column_values,
     compose,
     drop_expired,
+    links_from_rows,
+    links_statement,
     page_from_rows,
     query_params,
 )
@@ -129,6 +140,11 @@ class PostgresHistory(HeldHistory[HistoryRecord], Broker):
         span, lo, hi = window_minutes(start, step, buckets)
         rows = self._run("history_rollups", {"name": name or "", "span": span, "lo": lo, "hi": hi})
         return buckets_from_rollups(map(rollup_of_row, rows), start, step, buckets)
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        self._history_flush()
+        name, params = links_statement(parent_id, group_id)
+        return links_from_rows(self._run(name, params), time.time() - self.config.history.max_age)
 
     def _history_shaped(self, shape: Shape) -> tuple[statements.Statement, statements.Statement]:
         """The page and floor statements for ``shape``, rendered for this broker's schema."""

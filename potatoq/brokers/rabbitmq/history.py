@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import (
+    Broker,
+    Delivery,
+    HistoryBucket,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    LinkedTask,
+    Outcome,
+)
 from ..history_buffer import HeldHistory
 
 
@@ -63,3 +72,9 @@ class RabbitMQHistory(Broker):
         if self.backend is None:
             return None
         return self.backend.history_buckets(start, step, buckets, name)
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        hist.link_filter(parent_id, group_id)  # the same refusal with or without a backend
+        if self.backend is None:
+            return []
+        return self.backend.history_links(parent_id=parent_id, group_id=group_id)

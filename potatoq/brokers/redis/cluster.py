@@ -38,6 +38,7 @@ from .broker import HANDOFF, RedisBroker
 from .cluster_admin import ClusterAdmin
 from .cluster_limits import ClusterLimits
 from .cluster_unique import ClusterUnique
+from .history import _script_name
 from .keys import Keys
 from .outbox import ClusterOutbox
 from .packing import _SETTLE_AND_CLAIM, _SETTLE_KIND, _command_once, _message_fields, _messages_fields, _ms
@@ -535,7 +536,7 @@ class RedisClusterBroker(ClusterLimits, ClusterUnique, ClusterOutbox, ClusterAdm
         if pending:
             try:
                 for command in self._history_commands(pending):
-                    self._run("history_append", list(command[4:]))
+                    self._run(_script_name(command[1]), list(command[4:]))  # append, links
             except BaseException:
                 self._history_buffer().restore(pending)
                 raise

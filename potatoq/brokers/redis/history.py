@@ -32,6 +32,9 @@ It also adds the record's id to its task's field in the *task index*: HASH bucke
 ZSET ``<prefix>:history:tasks``; a bucket is dropped by the exact trim once all it points
 at is trimmed (history_append.lua says why buckets, not a key per task).
 
+A batch with records that have a parent or a group also sends ``history_links.lua`` in the
+same round trip (the task page's links: :mod:`~potatoq.brokers.redis.history_links`).
+
 Stream ids are the keyset: a page reads ``XREVRANGE`` from just before its cursor, in
 batches (``history_read.lua``). A query by task id reads the task's ids from every bucket
 (records written before the task index existed, by an older version, are then looked for
@@ -73,6 +76,7 @@ from ..base import (
     HistoryPage,
     HistoryQuery,
     HistoryRecord,
+    LinkedTask,
     Outcome,
     ProcessLocal,
 )
@@ -86,6 +90,7 @@ from ..history_rollup import (
     sample_of,
     window_minutes,
 )
+from .history_links import link_args, read_links
 from .keys import Keys
 from .packing import _pack
 from .scripts import SCRIPTS
@@ -139,7 +144,11 @@ class RedisHistory(HeldHistory[Held], Broker):
                 args += ("r", r.name or "", r.state, r.queue, r.encode())
             else:  # a CompactRecord: already in the script's order
                 args += r
-        return [_evalsha(self, "history_append", args)]
+        commands = [_evalsha(self, "history_append", args)]
+        links = link_args(records, settings)  # the task page's links (history_links.py)
+        if links:
+            commands.append(_evalsha(self, "history_links", links))
+        return commands
 
     def _pipelined(self, pending: Sequence[Held], *tail: tuple[Any, ...]) -> list[Any]:
         """Send ``pending`` records, then the ``tail`` commands, in one round trip on the
@@ -173,7 +182,7 @@ class RedisHistory(HeldHistory[Held], Broker):
         for i, reply in enumerate(replies[:cut]):
             if isinstance(reply, redis.exceptions.NoScriptError):  # after a restart or SCRIPT FLUSH
                 try:
-                    replies[i] = self._run("history_append", list(commands[i][4:]))
+                    replies[i] = self._run(_script_name(commands[i][1]), list(commands[i][4:]))
                 except redis.exceptions.ResponseError as exc:
                     replies[i] = exc
         failed = [r for r in replies[:cut] if isinstance(r, Exception)]
@@ -326,6 +335,12 @@ class RedisHistory(HeldHistory[Held], Broker):
         reply = self._run("history_rollups", [name or "", span, lo, hi])
         minutes = ((int(reply[i]), decode_fields(reply[i + 1])) for i in range(0, len(reply), 2))
         return buckets_from_rollups(minutes, start, step, buckets)
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        self._history_flush()
+        with self._errors():
+            cutoff = time.time() - self.config.history.max_age
+            return read_links(self._client(), self.keys.history, parent_id, group_id, cutoff)
 
     def _read_batch(
         self,

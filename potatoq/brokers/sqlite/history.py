@@ -20,7 +20,16 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import history as hist
-from ..base import Broker, Delivery, HistoryBucket, HistoryPage, HistoryQuery, HistoryRecord, Outcome
+from ..base import (
+    Broker,
+    Delivery,
+    HistoryBucket,
+    HistoryPage,
+    HistoryQuery,
+    HistoryRecord,
+    LinkedTask,
+    Outcome,
+)
 from ..history_buffer import HeldHistory
 from ..history_rollup import (
     Keyed,
@@ -35,6 +44,8 @@ from ..history_sql import (
     Shape,
     compose,
     drop_expired,
+    links_from_rows,
+    links_statement,
     page_from_rows,
     query_params,
     row_values,
@@ -151,6 +162,11 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
         span, lo, hi = window_minutes(start, step, buckets)
         rows = self._read("history_rollups", {"name": name or "", "span": span, "lo": lo, "hi": hi})
         return buckets_from_rollups(map(rollup_of_row, rows), start, step, buckets)
+
+    def history_links(self, *, parent_id: str | None = None, group_id: str | None = None) -> list[LinkedTask]:
+        self._history_flush()
+        name, params = links_statement(parent_id, group_id)
+        return links_from_rows(self._read(name, params), self.clock() - self.config.history.max_age)
 
     def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
         """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""

@@ -156,3 +156,18 @@ WHERE minute < coalesce(
 -- job_revoke returning what the REVOKED record needs (the task name is in the payload).
 DELETE FROM {schema}.potatoq_jobs WHERE id = %(id)s AND state <> 2
 RETURNING queue, payload;
+
+-- name: history_links_parent
+-- The records of the tasks that ran after %(parent_id)s (chain steps, callbacks), newest
+-- first, on the partial potatoq_history_parent index; history_links keeps each task's newest.
+SELECT task_id, name, state, finished_at, parent_id, group_id FROM {schema}.potatoq_history
+WHERE parent_id = %(parent_id)s
+ORDER BY seq DESC
+LIMIT %(scan)s;
+
+-- name: history_links_group
+-- The records of the members of group (or chord header) %(group_id)s, as above.
+SELECT task_id, name, state, finished_at, parent_id, group_id FROM {schema}.potatoq_history
+WHERE group_id = %(group_id)s
+ORDER BY seq DESC
+LIMIT %(scan)s;

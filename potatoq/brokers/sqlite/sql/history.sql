@@ -127,3 +127,18 @@ WHERE minute < coalesce(
     (SELECT CAST(min(finished_at) / 60 AS INTEGER) FROM potatoq_history),
     CAST(:cutoff / 60 AS INTEGER)
 );
+
+-- name: history_links_parent
+-- The records of the tasks that ran after :parent_id (chain steps, callbacks), newest first,
+-- on the partial potatoq_history_parent index; history_links keeps each task's newest.
+SELECT task_id, name, state, finished_at, parent_id, group_id FROM potatoq_history
+WHERE parent_id = :parent_id
+ORDER BY seq DESC
+LIMIT :scan;
+
+-- name: history_links_group
+-- The records of the members of group (or chord header) :group_id, as above.
+SELECT task_id, name, state, finished_at, parent_id, group_id FROM potatoq_history
+WHERE group_id = :group_id
+ORDER BY seq DESC
+LIMIT :scan;

@@ -203,6 +203,13 @@ CREATE INDEX potatoq_history_queue ON {schema}.potatoq_history (queue, seq);
 -- name: index_history_finished
 CREATE INDEX potatoq_history_finished ON {schema}.potatoq_history (finished_at);
 
+-- name: index_history_parent
+-- The task page's chain and group links (migration 0012); partial: most rows have neither.
+CREATE INDEX potatoq_history_parent ON {schema}.potatoq_history (parent_id, seq) WHERE parent_id IS NOT NULL;
+
+-- name: index_history_group
+CREATE INDEX potatoq_history_group ON {schema}.potatoq_history (group_id, seq) WHERE group_id IS NOT NULL;
+
 -- Concurrency limits (migration 0006).
 
 -- name: create_limits

@@ -220,6 +220,13 @@ CREATE INDEX potatoq_history_queue ON potatoq_history (queue, seq);
 -- name: create_history_finished_index
 CREATE INDEX potatoq_history_finished ON potatoq_history (finished_at);
 
+-- name: create_history_parent_index
+-- The task page's chain and group links (migration 0009); partial: most rows have neither.
+CREATE INDEX potatoq_history_parent ON potatoq_history (parent_id, seq) WHERE parent_id IS NOT NULL;
+
+-- name: create_history_group_index
+CREATE INDEX potatoq_history_group ON potatoq_history (group_id, seq) WHERE group_id IS NOT NULL;
+
 -- name: create_jobs_unique_index
 -- One task per unique key.
 CREATE UNIQUE INDEX potatoq_jobs_unique ON potatoq_jobs (unique_key) WHERE unique_key IS NOT NULL;

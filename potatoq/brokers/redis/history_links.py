@@ -1,0 +1,75 @@
+"""The task page's chain and group links on Redis and Valkey (:meth:`Broker.history_links`).
+
+The history stream is indexed by task name, state and queue only, and an index stream per
+parent or group id would put one key per chain step in the registry that every exact trim
+walks. So a record that has a parent or a group also goes, in the same round trip as its
+append, to a small HASH per parent (``<prefix>history:lp:<id>``) and per group
+(``:lg:<id>``): field the task id, value the newest record's finish time, name, state and
+links (``history_links.lua``). Each expires ``task_history_max_age`` after its last write,
+or sooner once the stream is full: after the time the stream spans, about when its records
+are trimmed by ``task_history_max_count`` (so there are never many more links than records).
+A task page reads one key per link (``HSCAN``, ``LINKS_SCAN`` fields at most): no stream
+is read. Records without a parent or group (most) add nothing: a compact record's payload
+is only decoded here when it names one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from ..history import LINKS_SCAN, HistoryRecord, HistorySettings, LinkedTask, link_filter, linked_tasks
+from ..history_compact import CompactRecord, record_of
+
+__all__ = ["link_args", "read_links"]
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_KIND = {"parent_id": ":lp:", "group_id": ":lg:"}
+
+
+def _linked(held: HistoryRecord | CompactRecord, settings: HistorySettings) -> HistoryRecord | None:
+    """The record if it has a parent or a group, else None (a compact one decoded only then)."""
+    if isinstance(held, HistoryRecord):
+        record = held
+    else:
+        record = record_of({b"m": held[1].encode(), b"p": held[2]}, settings, preview=False)
+    return record if record.parent_id or record.group_id else None
+
+
+def link_args(records: Sequence[HistoryRecord | CompactRecord], settings: HistorySettings) -> list[Any]:
+    """``history_links.lua``'s arguments after the prefix for ``records``; [] when none links."""
+    args: list[Any] = []
+    for held in records:
+        # most records have neither: two substring searches of the payload, paid per record
+        if type(held) is tuple and b'"parent_id"' not in held[2] and b'"group_id"' not in held[2]:
+            continue
+        record = _linked(held, settings)
+        if record is None:
+            continue
+        shown = _ENCODER.encode([record.name, record.state, record.parent_id, record.group_id])
+        args += (
+            record.task_id,
+            record.parent_id or "",
+            record.group_id or "",
+            repr(record.finished_at),
+            shown,
+        )
+    return [int(settings.max_age * 1000), settings.max_count, *args] if args else []
+
+
+def read_links(
+    client: redis.Redis[bytes], history_key: str, parent_id: str | None, group_id: str | None, cutoff: float
+) -> list[LinkedTask]:
+    """The links of one parent or group (see the module docstring)."""
+    field, value = link_filter(parent_id, group_id)
+    _, pairs = client.hscan(f"{history_key}{_KIND[field]}{value}", 0, count=LINKS_SCAN)
+    found = []
+    for task_id, stored in pairs.items():
+        finished, _, shown = stored.partition(b" ")
+        name, state, parent, group = json.loads(shown)
+        found.append(LinkedTask(task_id.decode(), name, state, float(finished), parent, group))
+    found.sort(key=lambda t: t.finished_at, reverse=True)
+    return linked_tasks(found, cutoff)
