@@ -10,20 +10,24 @@ wake-ups were most of what a no-op task cost beside RabbitMQ's own round trip.
 Now the right to drive is a *baton* held by one thread at a time (``_driver``, guarded by
 :attr:`Baton.cond`):
 
-* A thread that waits for something the connection brings (the next push, the reply an
-  operation waits for) drives the ioloop itself while nobody else does, and gives the
-  baton back as soon as it has what it waited for (:meth:`Baton.wait_until`). A step
-  needing no reply (an ack) runs at once on the thread that asks, when the baton is
-  free, and its bytes are sent before it returns (:meth:`Baton.submit`). A busy worker's
-  ack, the push of its next task and the wait for it all run on the task's thread.
+* A worker thread between two tasks drives the ioloop itself while nobody else does: it
+  sends its ack at once (:meth:`Baton.submit_here`: the step runs on the calling thread
+  and its bytes are sent before it returns), then, waiting for the next push, polls the
+  socket and gives the baton back as soon as the push is buffered
+  (:meth:`Baton.wait_until`). A busy worker's ack, the push of its next task and the wait
+  for it all run on the task's thread.
 * While another thread drives, a waiting thread sleeps on :attr:`Baton.cond` (callbacks
   run by the driver notify it) and takes the baton over when it is given back; a step is
   queued with the ioloop's thread-safe callback, which wakes the driver's poll.
+* Operations (:meth:`~.io.AmqpLink.run`) are always queued (:meth:`Baton.queue`), never
+  driven by their caller: it may be a task (an enqueue from inside one), and a task's
+  soft time limit raises an exception in its thread at any moment, which must not land
+  inside pika's frame handling.
 * The I/O thread is the fallback. It takes the baton once nobody has held it for
   :data:`LAZY` seconds (a task runs: heartbeats, timers, pushes and background operations
-  keep flowing), or at once when a step was queued with nobody left to run it, and gives
-  it back after the poll during which a thread started waiting. A task shorter than
-  ``LAZY`` never wakes it.
+  keep flowing), or at once when a step was queued with nobody to run it, and gives it
+  back after the poll during which a thread started waiting. A task shorter than ``LAZY``
+  never wakes it.
 
 Everything that touched pika on the I/O thread runs, unchanged, on whichever thread
 holds the baton; one holder at a time, handed over under the lock.
@@ -109,12 +113,6 @@ class Baton:
             if self._parked:
                 self.cond.notify_all()
 
-    def notify_waiters(self) -> None:
-        """Holder: wake threads waiting in wait_until (an operation finished)."""
-        if self._parked:
-            with self.cond:
-                self.cond.notify_all()
-
     def _poll(self, deadline: float | None) -> None:
         """Holder: one poll of the socket (until an event, the next timer or ``deadline``),
         then the callbacks and timers due."""
@@ -132,13 +130,21 @@ class Baton:
 
     # ------------------------------------------------------------------ any thread
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` with the baton without waiting for any reply: here and now if it is
-        free (then send what it wrote), else queued for the driver."""
+    def queue(self, fn: Callable[[], None]) -> None:
+        """Any thread: run ``fn`` with the baton soon, on the driver (the I/O thread, woken
+        now, when nobody drives)."""
         with self.cond:
-            mine = self._take()
-            if not mine:  # (after close nobody runs it)
-                self._ioloop.add_callback_threadsafe(fn)
+            self._ioloop.add_callback_threadsafe(fn)  # wakes a driver blocked in its poll
+            if self._driver is None:
+                self._urgent = True
+                self._io_cond.notify()
+
+    def submit_here(self, fn: Callable[[], None]) -> None:
+        """A thread outside any task: run ``fn`` with the baton without waiting for any
+        reply, here and now if it is free (then send what it wrote), else queued."""
+        with self.cond:
+            if not self._take():
+                self._ioloop.add_callback_threadsafe(fn)  # (after close nobody runs it)
                 return
         try:
             fn()
@@ -147,8 +153,9 @@ class Baton:
             self._give_back()
 
     def wait_until(self, ready: Callable[[], bool], timeout: float | None) -> bool:
-        """Block until ``ready()`` (called under :attr:`cond`) or ``timeout``; drive the
-        ioloop meanwhile whenever nobody else does. Returns ``ready()``."""
+        """A thread outside any task: block until ``ready()`` (called under :attr:`cond`) or
+        ``timeout``; drive the ioloop meanwhile whenever nobody else does. Returns
+        ``ready()``."""
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
             with self.cond:

@@ -6,9 +6,8 @@ does, else the link's I/O thread. Threads hand the link *operations*: generator 
 that run with the baton and ``yield`` an :class:`Await` whenever they need a reply from the
 server (a declare-ok, a batch of publisher confirms, a basic.get). The driver resumes the
 generator with the reply, or throws :class:`ChannelLost` into it when the channel it waits
-on closes. :meth:`AmqpLink.run` starts an operation (on the calling thread when the baton
-is free) and blocks the caller until it finishes, driving the connection meanwhile if
-nobody else does, so each broker method reads as straight-line code. "The I/O thread"
+on closes. :meth:`AmqpLink.run` queues an operation for the driver and blocks the caller
+until it finishes, so each broker method reads as straight-line code. "The I/O thread"
 below means whichever thread holds the baton.
 
 Because the I/O thread takes the baton whenever nobody has held it for a few
@@ -190,15 +189,13 @@ class AmqpLink(LinkSteps, Baton):
             else:  # lost between the check above and now
                 future.set_exception(self._unreachable())
 
-        future.add_done_callback(lambda _f: self.notify_waiters())
-        self.submit(submit)
+        self.queue(submit)
         if timeout is None:
             wait = max(30.0, self.connect_timeout * 4)
         else:
             wait = max(0.01, timeout - (time.monotonic() - started))
         try:
-            self.wait_until(future.done, wait)
-            return future.result(0)
+            return future.result(wait)
         except FutureTimeout:
             if not self._ready.is_set():
                 raise self._unreachable() from None
@@ -223,7 +220,7 @@ class AmqpLink(LinkSteps, Baton):
             return True
         with self._attempt_cond:
             failed = self._attempts_failed
-        self.submit(self._retry_now)
+        self.queue(self._retry_now)
         with self._attempt_cond:
             self._attempt_cond.wait_for(
                 lambda: self._ready.is_set() or self._fatal is not None or self._attempts_failed > failed,
@@ -239,13 +236,14 @@ class AmqpLink(LinkSteps, Baton):
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` with the baton without waiting (fire and forget)."""
         self._start()
-        self.submit(fn)
+        self.queue(fn)
 
     def post(self, fn: Callable[..., None], *args: Any) -> bool:
         """Run ``fn(*args)`` with the baton without waiting (errors are logged), for a step
         that needs no reply (an ack): a plain function, without the generator, future and
         driver of an operation; on the calling thread, its bytes sent before this returns,
-        unless another thread drives. False, running nothing, while the connection is down."""
+        unless another thread drives. Call it outside any task (see :mod:`.baton`). False,
+        running nothing, while the connection is down."""
         if self._thread is None or self._fatal is not None or not self._ready.is_set():
             return False
 
@@ -256,7 +254,7 @@ class AmqpLink(LinkSteps, Baton):
                 except Exception:  # must not stop the I/O thread
                     log.exception("background AMQP call failed")
 
-        self.submit(call)
+        self.submit_here(call)
         return True
 
     @property
@@ -276,7 +274,7 @@ class AmqpLink(LinkSteps, Baton):
             else:
                 self._stop_driving()
 
-        self.submit(stop)
+        self.queue(stop)
         self._thread.join(10)
 
     def _unreachable(self) -> OperationalError:
