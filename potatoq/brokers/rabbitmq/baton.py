@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pika.adapters.select_connection import IOLoop
+from pika.adapters.select_connection import IOLoop, PollEvents
 
 log = logging.getLogger("potatoq.brokers.rabbitmq")
 
@@ -79,7 +79,7 @@ class Baton:
 
     def _watch_wake(self) -> None:
         """Holder: poll the wake-up socket with the connection's."""
-        self._ioloop.add_handler(self._wake_r.fileno(), self._drain_wake, 0x0001)  # READ
+        self._ioloop.add_handler(self._wake_r.fileno(), self._drain_wake, PollEvents.READ)
 
     def _drain_wake(self, _fd: int, _events: int) -> None:
         with contextlib.suppress(OSError):
