@@ -28,6 +28,11 @@ Now the right to drive is a *baton* held by one thread at a time (``_driver``, g
   keep flowing), or at once when a step was queued with nobody to run it, and gives it
   back after the poll during which a thread started waiting. A task shorter than ``LAZY``
   never wakes it.
+* All this with a prefetch of 1 only. A process holding more (a prefetch multiplier, or
+  several threads) keeps the I/O thread driving all the time, as before the baton: its
+  next deliveries are on their way while a task runs, and reading them on the I/O thread
+  then measured faster (paired runs with ``worker_prefetch_multiplier=4``, see
+  docs/benchmarks.md) than reading them at each ack.
 
 Everything that touched pika on the I/O thread runs, unchanged, on whichever thread
 holds the baton; one holder at a time, handed over under the lock.
@@ -59,6 +64,11 @@ class Baton:
     """The driving of one process's ioloop (mixed into :class:`~.io.AmqpLink`)."""
 
     _ioloop: IOLoop
+    prefetch: int
+
+    def _shared(self) -> bool:
+        """Whether other threads may drive (prefetch 1): else only the I/O thread does."""
+        return self.prefetch <= 1
 
     def _init_baton(self) -> None:
         lock = threading.RLock()  # reentrant: interrupt() notifies from a signal handler
@@ -142,6 +152,9 @@ class Baton:
     def submit_here(self, fn: Callable[[], None]) -> None:
         """A thread outside any task: run ``fn`` with the baton without waiting for any
         reply, here and now if it is free (then send what it wrote), else queued."""
+        if not self._shared():
+            self.queue(fn)
+            return
         with self.cond:
             if not self._take():
                 self._ioloop.add_callback_threadsafe(fn)  # (after close nobody runs it)
@@ -164,7 +177,10 @@ class Baton:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                if not self._take():
+                if not self._shared() or not self._take():
+                    if self._driver is None and not self._shared():
+                        self._urgent = True  # the idle I/O thread drives for us
+                        self._io_cond.notify()
                     self._parked += 1
                     try:
                         self.cond.wait(left)
@@ -191,7 +207,7 @@ class Baton:
         the link stops, give it back, and take it again once nobody holds it for
         ``LAZY`` (or a step is queued with nobody to run it)."""
         while True:
-            while not self._stopping and not self._parked:
+            while not self._stopping and (not self._parked or not self._shared()):
                 self._poll(None)
             if self._stopping:
                 return
@@ -207,7 +223,7 @@ class Baton:
                         self._io_cond.wait(LAZY)
                         continue
                     idle = time.monotonic() - self._released_at
-                    if self._driver is None and (self._urgent or idle >= LAZY):
+                    if self._driver is None and (self._urgent or idle >= LAZY or not self._shared()):
                         self._urgent = False
                         self._driver = threading.get_ident()
                         break
