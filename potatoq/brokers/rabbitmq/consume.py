@@ -105,7 +105,9 @@ class Intake(RateHolds):
         # it is given back for another worker (see hand_back_stale).
         self.hold = hold
         self._handing_back = False
-        self.cond = threading.Condition()
+        # The link's: a thread waiting for a push may drive the connection itself (see
+        # .baton), and the driver's callbacks notify the others with it.
+        self.cond = self.link.cond
         # Guarded by cond (read by waiting threads, written on the I/O thread):
         self._buffer: list[Pending] = []
         self._waiting = 0
@@ -608,17 +610,15 @@ class Intake(RateHolds):
                 return
             self._waiting += 1
         try:
-            # A busy worker's consumers already run: no hop to the I/O thread then.
+            # A busy worker's consumers already run: no operation then.
             if not self.consuming(queues) or self._draining:
                 with contextlib.suppress(ChannelLost):  # a spurious return; the caller claims
                     self.link.run(self.resume_op, list(queues))
-            with self.cond:
-                self.cond.wait_for(
-                    lambda: (
-                        self._has_buffered(queues) or self._interrupted != interrupted or self._lost != lost
-                    ),
-                    max(0.0, deadline - time.monotonic()),
-                )
+            # The push is read here when no other thread drives the connection (no hop).
+            self.link.wait_until(
+                lambda: self._has_buffered(queues) or self._interrupted != interrupted or self._lost != lost,
+                max(0.0, deadline - time.monotonic()),
+            )
         finally:
             with self.cond:
                 self._waiting -= 1
@@ -631,3 +631,4 @@ class Intake(RateHolds):
         with self.cond:
             self._interrupted += 1
             self.cond.notify_all()
+        self.link.wake()  # a thread driving the connection may be blocked in its poll

@@ -1,15 +1,17 @@
-"""The RabbitMQ broker's I/O thread: one AMQP connection per process, owned by one thread.
+"""The RabbitMQ broker's AMQP link: one connection per process, driven by one thread at a time.
 
-pika is not thread-safe, so nothing but this thread ever touches the connection or a
-channel. Other threads hand it *operations*: generator functions that run on the I/O
-thread and ``yield`` an :class:`Await` whenever they need a reply from the server (a
-declare-ok, a batch of publisher confirms, a basic.get). The driver resumes the generator
-with the reply, or throws :class:`ChannelLost` into it when the channel it waits on
-closes. :meth:`AmqpLink.run` submits an operation with ``add_callback_threadsafe`` and
-blocks the caller until it finishes, so each broker method reads as straight-line code.
+pika is not thread-safe, so only the thread holding the *baton* (see :mod:`.baton`) touches
+the connection or a channel: the thread that waits on the connection when nobody else
+does, else the link's I/O thread. Threads hand the link *operations*: generator functions
+that run with the baton and ``yield`` an :class:`Await` whenever they need a reply from the
+server (a declare-ok, a batch of publisher confirms, a basic.get). The driver resumes the
+generator with the reply, or throws :class:`ChannelLost` into it when the channel it waits
+on closes. :meth:`AmqpLink.run` queues an operation for the driver and blocks the caller
+until it finishes, so each broker method reads as straight-line code. "The I/O thread"
+below means whichever thread holds the baton.
 
-Because this thread runs the ioloop all the time, heartbeats keep flowing while a task
-runs in another thread of the same process.
+Because the I/O thread takes the baton whenever nobody has held it for a few
+milliseconds, heartbeats keep flowing while a task runs in another thread of the process.
 
 Channels, opened on every (re)connect:
 
@@ -47,6 +49,7 @@ from pika.adapters.select_connection import IOLoop
 
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
 
+from .baton import Baton
 from .ops import ChannelLost, Op, T, _ConfirmBatch
 from .steps import LinkSteps
 
@@ -82,7 +85,7 @@ def version_text(properties: dict[str, Any] | None) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-class AmqpLink(LinkSteps):
+class AmqpLink(LinkSteps, Baton):
     """One process's AMQP connection and the thread that owns it.
 
     ``on_connected(link)`` runs on the I/O thread after every (re)connect, once the three
@@ -130,6 +133,7 @@ class AmqpLink(LinkSteps):
         self.admin: pika.channel.Channel | None = None
         self.server_properties: dict[str, Any] = {}
         self._ioloop = IOLoop()
+        self._init_baton()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._ready = threading.Event()
@@ -162,8 +166,8 @@ class AmqpLink(LinkSteps):
     # ------------------------------------------------------------------ caller side
 
     def run(self, op: Callable[..., Op[T]], *args: Any, timeout: float | None = None) -> T:
-        """Run ``op(*args)`` on the I/O thread; block until it returns (or raise its error)."""
-        if threading.current_thread() is self._thread:
+        """Run ``op(*args)`` with the baton; block until it returns (or raise its error)."""
+        if threading.current_thread() is self._thread or self.driving_here():
             raise RuntimeError("AmqpLink.run called from the I/O thread itself")
         self._start()
         started = time.monotonic()
@@ -185,7 +189,7 @@ class AmqpLink(LinkSteps):
             else:  # lost between the check above and now
                 future.set_exception(self._unreachable())
 
-        self._ioloop.add_callback_threadsafe(submit)
+        self.queue(submit)
         if timeout is None:
             wait = max(30.0, self.connect_timeout * 4)
         else:
@@ -216,7 +220,7 @@ class AmqpLink(LinkSteps):
             return True
         with self._attempt_cond:
             failed = self._attempts_failed
-        self._ioloop.add_callback_threadsafe(self._retry_now)
+        self.queue(self._retry_now)
         with self._attempt_cond:
             self._attempt_cond.wait_for(
                 lambda: self._ready.is_set() or self._fatal is not None or self._attempts_failed > failed,
@@ -230,14 +234,16 @@ class AmqpLink(LinkSteps):
             self._attempt_cond.notify_all()
 
     def call_soon(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the I/O thread without waiting (fire and forget)."""
+        """Run ``fn`` with the baton without waiting (fire and forget)."""
         self._start()
-        self._ioloop.add_callback_threadsafe(fn)
+        self.queue(fn)
 
     def post(self, fn: Callable[..., None], *args: Any) -> bool:
-        """Run ``fn(*args)`` on the I/O thread without waiting (errors are logged), for a
-        step that needs no reply (an ack): a plain function, without the generator, future
-        and driver of an operation. False, running nothing, while the connection is down."""
+        """Run ``fn(*args)`` with the baton without waiting (errors are logged), for a step
+        that needs no reply (an ack): a plain function, without the generator, future and
+        driver of an operation; on the calling thread, its bytes sent before this returns,
+        unless another thread drives. Call it outside any task (see :mod:`.baton`). False,
+        running nothing, while the connection is down."""
         if self._thread is None or self._fatal is not None or not self._ready.is_set():
             return False
 
@@ -248,7 +254,7 @@ class AmqpLink(LinkSteps):
                 except Exception:  # must not stop the I/O thread
                     log.exception("background AMQP call failed")
 
-        self._ioloop.add_callback_threadsafe(call)
+        self.submit_here(call)
         return True
 
     @property
@@ -266,9 +272,9 @@ class AmqpLink(LinkSteps):
             if conn is not None and conn.is_open:
                 conn.close()
             else:
-                self._ioloop.stop()
+                self._stop_driving()
 
-        self._ioloop.add_callback_threadsafe(stop)
+        self.queue(stop)
         self._thread.join(10)
 
     def _unreachable(self) -> OperationalError:
@@ -289,13 +295,18 @@ class AmqpLink(LinkSteps):
             self._thread.start()
 
     def _main(self) -> None:
-        self._connect()
-        self._ioloop.call_later(TICK, self._tick)
+        with self.cond:  # nobody else drives before the first connection is made
+            self._driver = threading.get_ident()
         try:
-            self._ioloop.start()
+            self._ioloop.activate_poller()  # what IOLoop.start() does before its loop
+            self._watch_wake()
+            self._connect()
+            self._ioloop.call_later(TICK, self._tick)
+            self._drive_in_background()
         finally:
             with contextlib.suppress(Exception):
                 self._ioloop.close()
+            self._close_baton()
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -430,7 +441,7 @@ class AmqpLink(LinkSteps):
         self._fail_waiters(0, ChannelLost(f"connection to {self.describe} closed: {reason}"))
         if self._closing:
             self._fail_queued()
-            self._ioloop.stop()
+            self._stop_driving()
             return
         self._last_error = reason
         log.warning("connection to RabbitMQ at %s lost (%s); reconnecting", self.describe, reason)
@@ -439,7 +450,7 @@ class AmqpLink(LinkSteps):
 
     def _schedule_reconnect(self) -> None:
         if self._closing:
-            self._ioloop.stop()
+            self._stop_driving()
             return
         if len(self.nodes) > 1 and self._failed_in_row % len(self.nodes) != 0:
             self._retry_timer = self._ioloop.call_later(0, self._retry)  # next node: now
