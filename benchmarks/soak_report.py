@@ -49,6 +49,14 @@ def middle(run: dict[str, Any]) -> dict[str, Any]:
     return min(run["samples"], key=lambda s: abs(s["t"] - half))
 
 
+def _peaks(run: dict[str, Any], key: str) -> tuple[float, float]:
+    """The highest ``key`` in the first half of the run and in the second."""
+    half = middle(run)["t"]
+    first = max(s[key] for s in run["samples"] if s["t"] <= half)
+    second = max(s[key] for s in run["samples"] if s["t"] > half)
+    return first, second
+
+
 def _ratio(end: float, mid: float) -> float | None:
     if mid == 0:
         return None if end else 1.0
@@ -80,6 +88,12 @@ def targets(run: dict[str, Any]) -> list[tuple[str, str]]:
             what = f"{count} (rows, keys or messages), minute {minute} → end"
             rows.append((what, _growth(end[count], mid[count])))
     rows.append((f"storage: {key} (MB)", _growth(end[key] / MB, mid[key] / MB, "{:,.1f}")))
+    for name in (key, "node rss"):
+        if name in end:
+            first, second = _peaks(run, name)
+            shown = f"{second / MB:,.1f} / {first / MB:,.1f} MB ({second / first:.2f})"
+            what = f"… {name}: highest in the second half / in the first (for a sawtooth)"
+            rows.append((what, f"{shown}: {_verdict(second <= GROWTH * first)}"))
     for name in sorted(k for k in end if k.endswith(" bytes") and k != key and not k.endswith("heap bytes")):
         if name in ("file bytes", "wal bytes") or name.split(" ")[0] in PG_TABLES:
             rows.append((f"… {name} (MB)", _growth(end[name] / MB, mid[name] / MB, "{:,.2f}")))
@@ -180,8 +194,14 @@ def plot(name: str, run: dict[str, Any], target: Path) -> None:
     backlog.plot(minutes, [s["oldest waiting s"] for s in samples], label="oldest waiting (s)")
     if "lock wait ms" in samples[-1]:
         backlog.plot(minutes, [s["lock wait ms"] for s in samples], label="longest write-lock wait (ms)")
-    backlog.set_title("backlog")
+        if "control wait ms" in samples[-1]:
+            control = [s["control wait ms"] for s in samples]
+            backlog.plot(minutes, control, label="... on an idle file (ms): the machine", linestyle=":")
+        backlog.axhline(LOCK_MS, color="grey", linewidth=0.8, linestyle="--")
+    backlog.set_title("backlog" + (" and the write lock" if "lock wait ms" in samples[-1] else ""))
+    half = middle(run)["t"] / 60
     for ax in axes.flat:
+        ax.axvline(half, color="grey", linewidth=0.8, linestyle="--")  # the middle the end is compared to
         ax.set_xlabel("minutes")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
