@@ -156,13 +156,15 @@ bench-footprint: $(STAMP)
 # A soak per broker (issue 27): a real `potatoq worker -c 2` at half its measured maximum
 # rate for 30 minutes, results kept 10 minutes, sampling storage, worker memory and the
 # backlog every 30 s into $(SOAK_JSON) (docs/benchmarks.md, "Soak"). Not in CI: 32 minutes
-# per broker. RabbitMQ 4 runs on a node of its own (port 5694). E.g.
-# SOAK_ARGS="--brokers sqlite,redis --minutes 10"; `make bench-soak-plot` draws docs/img/soak-*.png.
+# per broker. PostgreSQL and RabbitMQ 4 run on servers of their own (ports 5442 and 5694:
+# a test server may turn autovacuum off, and the delay cascade is shared by a node's
+# users). E.g. SOAK_ARGS="--brokers sqlite,redis --minutes 10"; `make bench-soak-plot`
+# draws docs/img/soak-*.png.
 SOAK_JSON ?= bench-soak.jsonl
 bench-soak: $(STAMP)
-	@exports=$$($(SERVICES_UP) postgres) && eval "$$exports" && \
+	@pg=$$(POTATOQ_POSTGRES_PORT=5442 bash scripts/services/postgres.sh start) && \
 	  POTATOQ_RABBITMQ4_PORT=5694 bash scripts/services/rabbitmq4.sh start >/dev/null && \
-	  $(PY) -m benchmarks.soak --json $(SOAK_JSON) $(SOAK_ARGS)
+	  $(PY) -m benchmarks.soak --postgres-url "$$pg" --json $(SOAK_JSON) $(SOAK_ARGS)
 
 bench-soak-plot: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m benchmarks.soak_report $(SOAK_JSON) --plot docs/img
