@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale bench-soak bench-soak-plot reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -158,6 +158,22 @@ bench-limits: $(STAMP)
 # CI. E.g. FOOTPRINT_ARGS="--brokers sqlite,redis,postgres --busy-writer --seconds 30".
 bench-footprint: $(STAMP)
 	$(PY) -m benchmarks.footprint $(FOOTPRINT_ARGS)
+
+# A soak per broker (issue 27): a real `potatoq worker -c 2` at half its measured maximum
+# rate for 30 minutes, results kept 10 minutes, sampling storage, worker memory and the
+# backlog every 30 s into $(SOAK_JSON) (docs/benchmarks.md, "Soak"). Not in CI: 32 minutes
+# per broker. PostgreSQL and RabbitMQ 4 run on servers of their own (ports 5442 and 5694:
+# a test server may turn autovacuum off, and the delay cascade is shared by a node's
+# users). E.g. SOAK_ARGS="--brokers sqlite,redis --minutes 10"; `make bench-soak-plot`
+# draws docs/img/soak-*.png.
+SOAK_JSON ?= bench-soak.jsonl
+bench-soak: $(STAMP)
+	@pg=$$(POTATOQ_POSTGRES_PORT=5442 bash scripts/services/postgres.sh start) && \
+	  POTATOQ_RABBITMQ4_PORT=5694 bash scripts/services/rabbitmq4.sh start >/dev/null && \
+	  $(PY) -m benchmarks.soak --postgres-url "$$pg" --json $(SOAK_JSON) $(SOAK_ARGS)
+
+bench-soak-plot: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m benchmarks.soak_report $(SOAK_JSON) --plot docs/img
 
 # Task history at 10 million records (issue 31): SQLite and PostgreSQL filled by bulk SQL,
 # Redis by pipelined stream adds; page, filter and dashboard timings (docs/benchmarks.md,

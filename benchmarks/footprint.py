@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 URLS = {
@@ -113,13 +114,16 @@ def drop(broker: str, url: str, options: dict[str, object]) -> None:
 
 
 @contextlib.contextmanager
-def idle_worker(app_dir: Path, queue: str, timeout: float = 60.0) -> Iterator[int]:
-    """Start ``potatoq worker -c 2``; yield the supervisor's pid once it logged "ready"."""
+def idle_worker(
+    app_dir: Path, queue: str, timeout: float = 60.0, app: str = "fpapp", log_path: Path | None = None
+) -> Iterator[int]:
+    """Start ``potatoq worker -c 2`` on the module ``app`` of ``app_dir``; yield the
+    supervisor's pid once it logged "ready". Its log goes on to ``log_path``, when given."""
     env = dict(os.environ, PYTHONPATH=f"{app_dir}{os.pathsep}{ROOT}")
     cmd = [
         str(Path(sys.executable).with_name("potatoq")),
         "-A",
-        "fpapp",
+        app,
         "worker",
         "-c",
         "2",
@@ -145,7 +149,7 @@ def idle_worker(app_dir: Path, queue: str, timeout: float = 60.0) -> Iterator[in
                     break
         sel.close()
         # keep draining its log so a full pipe never blocks it
-        threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+        threading.Thread(target=_drain, args=(proc.stderr, log, log_path), daemon=True).start()
         yield proc.pid
     finally:
         proc.terminate()
@@ -154,6 +158,18 @@ def idle_worker(app_dir: Path, queue: str, timeout: float = 60.0) -> Iterator[in
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _drain(stream: IO[str], head: list[str], log_path: Path | None) -> None:
+    if log_path is None:
+        for _ in stream:
+            pass
+        return
+    with log_path.open("a") as log:
+        log.writelines(head)
+        for line in stream:
+            log.write(line)
+            log.flush()
 
 
 def busy_writer(path: Path, stop: threading.Event, counter: list[int]) -> None:
