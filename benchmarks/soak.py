@@ -114,6 +114,10 @@ class Run:
         log = self.tmp / f"{self.name}.log"
         with idle_worker(self.tmp, QUEUE, timeout=120, app=self.name, log_path=log) as pid:
             yield pid
+        # SQLite: the longest write transactions the worker's processes timed themselves
+        for line in log.read_text(errors="replace").splitlines():
+            if "held the database's write lock" in line:
+                print(f"  worker: {line.strip()}", flush=True)
 
     def send(self) -> None:
         with self.lock:

@@ -52,7 +52,9 @@ class SQLiteStorage(Storage):
         self.path = tmp / f"soak-{tag}.sqlite3"
 
     def settings(self) -> dict[str, Any]:
-        return {"broker": f"sqlite:///{self.path}"}
+        # the worker logs each new longest write transaction of its processes past 20 ms
+        # (the broker's own timing, beside the probe's wait: soak.Run.worker prints them)
+        return {"broker": f"sqlite:///{self.path}", "broker_transport_options": {"slow_write_ms": 20}}
 
     def sample(self) -> dict[str, float]:
         import sqlite3
