@@ -398,6 +398,7 @@ def run(name: str, made: Callable[[argparse.Namespace], Any], args: argparse.Nam
             bytes_jobs, bytes_results, filled = bytes_jobs + added[0], bytes_results + added[1], want
             behind = figures(broker, "behind", args.samples, args.tasks)
             points.append({"backlog": 0, "ready": want[0], "delayed": want[1], "results": want[2], **behind})
+        paired = paired_rounds(name, made, args, broker) if args.paired else []
         done, seconds = process(broker, "backlog", args.tasks)
         own = done / seconds
         inspect = inspection_ms(broker)
@@ -419,9 +420,49 @@ def run(name: str, made: Callable[[argparse.Namespace], Any], args: argparse.Nam
         "bytes per waiting task": bytes_jobs / max(1, ready + delayed),
         "bytes per result": bytes_results / results if results else None,
         "also": target.also,
+        "paired": paired,
     }
     _print(out, fill_s, own, inspect, (drained, drain_s), extra)
     return out
+
+
+def _twin_args(name: str, args: argparse.Namespace) -> argparse.Namespace | None:
+    """The arguments that make an empty twin of the broker ``made`` builds, or None where
+    there is none: SQLite and PostgreSQL make a new file or schema anyway; Redis takes the
+    next database of the same server (a prefix alone would share the full keyspace);
+    RabbitMQ's backlog is a queue of the node every queue shares, so no empty twin."""
+    twin = argparse.Namespace(**vars(args))
+    if name == "Redis":
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(args.redis_url)
+        db = int(parts.path.strip("/") or 0)
+        twin.redis_url = urlunsplit(parts._replace(path=f"/{(db + 1) % 16}"))
+    elif name == "RabbitMQ":
+        return None
+    return twin
+
+
+def paired_rounds(
+    name: str, made: Callable[[argparse.Namespace], Any], args: argparse.Namespace, full: Broker
+) -> list[dict[str, dict[str, float]]]:
+    """``--paired N``: N rounds, each measuring an empty twin of the broker and the full one
+    one right after the other (which goes first alternates), so that a ratio compares two
+    figures taken within seconds of each other, not minutes apart as empty-then-behind
+    does: on a shared machine the drift between those is often larger than the effect."""
+    twin_args = _twin_args(name, args)
+    if twin_args is None:
+        print(f"({name}: no empty twin to pair with; --paired skipped)", flush=True)
+        return []
+    rounds: list[dict[str, dict[str, float]]] = []
+    with made(twin_args) as twin:
+        for i in range(args.paired):
+            pair: dict[str, dict[str, float]] = {}
+            for which in ("empty", "full") if i % 2 == 0 else ("full", "empty"):
+                broker = twin.broker if which == "empty" else full
+                pair[which] = figures(broker, f"pair-{which}", args.samples, args.tasks)
+            rounds.append(pair)
+    return rounds
 
 
 def _print(
@@ -458,6 +499,22 @@ def _print(
         print(f"| {what} per waiting task |{gap[:-2]} {value:,.0f} | |")
     for what, value in extra:
         print(f"| {what} |{gap[:-2]} {value} | |")
+    if out["paired"]:
+        _print_paired(out["paired"])
+
+
+def _print_paired(rounds: list[dict[str, dict[str, float]]]) -> None:
+    print(f"\nPaired: {len(rounds)} rounds, an empty twin and the full broker one right after the other\n")
+    print("| figure | empty (median) | full (median) | full / empty, median of rounds | rounds |")
+    print("|---|---:|---:|---:|---|")
+    for key in ("enqueue/s", "processed/s", "idle-to-start p50 ms", "idle-to-start p99 ms"):
+        empty = [r["empty"][key] for r in rounds]
+        full = [r["full"][key] for r in rounds]
+        ratios = [f / e if e else float("nan") for e, f in zip(empty, full, strict=True)]
+        print(
+            f"| {key} | {statistics.median(empty):,.1f} | {statistics.median(full):,.1f} |"
+            f" {statistics.median(ratios):.2f} | {' · '.join(f'{r:.2f}' for r in ratios)} |"
+        )
 
 
 BROKERS = ("sqlite", "postgres", "redis", "rabbitmq")
@@ -479,6 +536,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000, help="tasks per rate measurement")
     parser.add_argument("--samples", type=int, default=50, help="idle-to-start samples")
     parser.add_argument("--drain-seconds", type=float, default=float("inf"))
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        help="after the fill, N rounds of an empty twin broker and the full one measured back to back"
+        " (not RabbitMQ); the ratios that matter on a shared machine",
+    )
     parser.add_argument("--expire", type=int, default=200_000, help="PostgreSQL: expired results to sweep")
     parser.add_argument("--brokers", default="sqlite,postgres,redis,rabbitmq")
     parser.add_argument("--postgres-url", default="postgresql://127.0.0.1:5432/test")
