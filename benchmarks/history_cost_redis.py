@@ -15,7 +15,7 @@ measures two things:
   key prefix). A chunk's cost is this process's CPU time plus the server's ``INFO cpu``
   (``used_cpu_sys + used_cpu_user``), per task, the chunk's final history flush
   included; enqueueing the chunk is not counted. Reported: the medians, and the paired
-  median of on − off (chunk by chunk).
+  median of on - off (chunk by chunk).
 * **append**: the server alone, ``--append-calls`` ``history_append`` calls of 32 compact
   records as a worker sends them (the same arguments: rollups included), ``INFO cpu``
   around them, per record; median of 9 such batches.
@@ -113,8 +113,8 @@ def chunk_cost(broker: object, client: redis.Redis[bytes], n: int) -> tuple[floa
 
 
 def loop(url: str, chunks: int, size: int) -> tuple[float, float, float, float]:
-    """Medians, µs per task: on, off, paired on − off, and of that the server's share
-    (the paired median of the server's on − off)."""
+    """Medians, µs per task: on, off, paired on - off, and of that the server's share
+    (the paired median of the server's on - off)."""
     client = redis.Redis.from_url(url)
     on, off = _broker(url, True), _broker(url, False)
     chunk_cost(on, client, size)  # warm up: scripts loaded, connections open
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
             on, off, paired, server = loop(url, args.chunks, args.chunk)
             line = (
                 f"{stamp} UTC load {os.getloadavg()[0]:.1f}: loop on {on:.1f} off {off:.1f} µs/task,"
-                f" paired on−off {paired:+.1f} µs ({paired / off * 100:+.1f} %; server {server:+.1f})"
+                f" paired on-off {paired:+.1f} µs ({paired / off * 100:+.1f} %; server {server:+.1f})"
             )
             if args.append_calls:
                 line += f"; append {append(url, args.append_calls):.2f} µs/record (server)"

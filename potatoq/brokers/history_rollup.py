@@ -30,7 +30,6 @@ distinct (minute, name) of the batch, not one per record.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import json
 import math
@@ -43,7 +42,6 @@ __all__ = [
     "ALL",
     "BASE",
     "ERROR",
-    "FLOORS_US",
     "HOUR",
     "MINUTE",
     "STATES",
@@ -51,7 +49,6 @@ __all__ = [
     "Keyed",
     "Rollup",
     "bucket_of",
-    "bucket_of_us",
     "buckets_from_rollups",
     "decode_fields",
     "percentile",
@@ -82,18 +79,6 @@ def bucket_of(seconds: float) -> int:
     if seconds < BASE:
         return 0
     return min(TOP, 1 + int((math.log2(seconds) - _LOG2_BASE) * PER_DOUBLING))
-
-
-#: The least whole microseconds of each bucket from 1 (``FLOORS_US[b - 1]``): Redis's
-#: ``history_append.lua`` buckets compact records' microseconds by these same floors
-#: (the same ``pow``), so it counts as :func:`bucket_of_us` does.
-FLOORS_US = tuple(10 * 2 ** ((b - 1) / PER_DOUBLING) for b in range(1, TOP + 1))  # BASE: 10 µs
-
-
-def bucket_of_us(us: int) -> int:
-    """The histogram bucket of a value in whole microseconds: :func:`bucket_of` but for
-    float rounding at a bucket's edge (how many floors lie at or below it)."""
-    return bisect.bisect_right(FLOORS_US, us)
 
 
 def value_of(bucket: int) -> float:

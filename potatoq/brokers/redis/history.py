@@ -82,7 +82,7 @@ from ..base import (
     ProcessLocal,
 )
 from ..history_buffer import HeldHistory
-from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of
+from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of, sample_of_compact
 from ..history_rollup import (
     buckets_from_rollups,
     decode_fields,
@@ -384,17 +384,15 @@ class RedisHistory(HeldHistory[Held], Broker):
 
 
 def rollup_args(records: Sequence[Held], settings: hist.HistorySettings) -> list[str | int]:
-    """``history_append.lua``'s rollup arguments for ``records``: the TTL, then, of the
-    full records, per (span, minute, name) those three, the field count and (field,
-    increment) pairs. The compact records' rollups are counted by the script itself
-    from their meta (no Python per record: this was a third of what history cost a
-    worker, issue 31)."""
-    full = [sample_of(r) for r in records if isinstance(r, HistoryRecord)]
-    args: list[str | int] = [int(settings.max_age) + 120]
-    for span, minute, name, rollup in rollups_of(full) if full else ():
+    """``history_append.lua``'s rollup arguments for ``records`` (none for none): the TTL,
+    then per (span, minute, name) those three, the field count and (field, increment)
+    pairs."""
+    samples = (sample_of(r) if isinstance(r, HistoryRecord) else sample_of_compact(r) for r in records)
+    args: list[str | int] = []
+    for span, minute, name, rollup in rollups_of(samples):
         fields = rollup_fields(rollup)
         args += (span, minute, name, len(fields) // 2, *fields)
-    return args
+    return [int(settings.max_age) + 120, *args] if args else []
 
 
 def _finished_at(data: bytes) -> float:

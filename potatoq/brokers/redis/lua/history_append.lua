@@ -2,8 +2,7 @@
 -- KEYS: none (history, history:n:<name>, history:s:<state>, history:q:<queue>, history:indexes,
 --       history:late, history:tasks, history:tasks:<id>)
 -- ARGV: [1] prefix, [2] max_count, [3] '1' to trim exactly now, [4] oldest ms kept (by age),
---       [5] how many arguments the rollups take (their TTL and the full records' rollups,
---       which follow; see the end),
+--       [5] how many arguments the rollups take (0: none; they follow, see the end),
 --       then per record its kind and
 --       'r': name ('' for none), state, queue, the encoded record (stored as field r), or
 --       'c': a compact record (history_compact.py): its meta string (name, state, queue,
@@ -49,33 +48,6 @@ local function task_of(text, pattern, field)
   if ok and type(body) == 'table' and type(body[field]) == 'string' then return body[field] end
   return nil
 end
--- The compact records' rollups are counted here, from their meta: history_rollup.py's
--- rollups_of in whole microseconds (rollup_us there), so the worker does no per-record
--- work for them. counts['<span>:<minute>:<name>'] is a rollup's {field = increment}.
-local counts, counted = {}, {}
-local STATE_FIELDS = {SUCCESS = 'success', FAILURE = 'failure', RETRY = 'retry', REVOKED = 'revoked', DEAD = 'dead'}
-local FLOORS = {}  -- FLOORS[b]: the least microseconds in histogram bucket b (FLOORS_US)
-for b = 1, 160 do FLOORS[b] = 10 * 2 ^ ((b - 1) / 4) end
-local function bucket(us)  -- history_rollup.bucket_of_us: how many floors are <= us
-  if us < FLOORS[1] then return 0 end
-  local lo, hi = 1, 160
-  while lo < hi do
-    local mid = math.floor((lo + hi + 1) / 2)
-    if FLOORS[mid] <= us then lo = mid else hi = mid - 1 end
-  end
-  return lo
-end
-local function rollup(span, minute, name)
-  local key = span .. ':' .. minute .. ':' .. name
-  local fields = counts[key]
-  if not fields then
-    fields = {}
-    counts[key] = fields
-    counted[#counted + 1] = {span, minute, name, fields}
-  end
-  return fields
-end
-local into, into_name, into_minute = nil, nil, nil  -- the last record's rollups
 local i = 6 + tonumber(ARGV[5])  -- the records follow the rollups
 while i <= #ARGV do
   local name, state, queue, id
@@ -89,37 +61,8 @@ while i <= #ARGV do
     name, state, queue = string.sub(meta, 1, a - 1), string.sub(meta, a + 1, b - 1), string.sub(meta, b + 1, c - 1)
     id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'm', meta, 'p', ARGV[i + 2])
     tid = task_of(ARGV[i + 2], PAYLOAD_ID, 'id')
-    -- finish and start times, deliveries, node, pid, latency (microseconds, '' for none)
-    local fin, start, lat = string.match(meta, '^(%d+)%z(%d+)%z[^%z]*%z[^%z]*%z[^%z]*%z(%d*)', c + 1)
-    fin = tonumber(fin)
-    finished = fin and fin / 1000
-    if fin then
-      local minute = math.floor(fin / 60000000)
-      if name ~= into_name or minute ~= into_minute then
-        local hour = minute - minute % 60
-        into, into_name, into_minute = {rollup(1, minute, name), rollup(60, hour, name)}, name, minute
-        if name ~= '' then
-          into[3], into[4] = rollup(1, minute, ''), rollup(60, hour, '')
-        end
-      end
-      local sfield = STATE_FIELDS[state]
-      local run = math.max(0, fin - tonumber(start))
-      local rb = 'r' .. bucket(run)
-      lat = tonumber(lat)
-      local lb = lat and 'l' .. bucket(lat)
-      for j = 1, #into do
-        local f = into[j]
-        if sfield then f[sfield] = (f[sfield] or 0) + 1 end
-        f.run_n = (f.run_n or 0) + 1
-        f.run_sum = (f.run_sum or 0) + run
-        f[rb] = (f[rb] or 0) + 1
-        if lat then
-          f.lat_n = (f.lat_n or 0) + 1
-          f.lat_sum = (f.lat_sum or 0) + lat
-          f[lb] = (f[lb] or 0) + 1
-        end
-      end
-    end
+    finished = tonumber(string.match(meta, '^%d+', c + 1))
+    finished = finished and finished / 1000
     i = i + 3
   else
     name, state, queue = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -209,14 +152,13 @@ if ARGV[3] == '1' then
   end
 end
 -- Rollups per minute and per hour (history_rollup.py: the dashboard's charts read these,
--- not the stream): ARGV[6] their TTL (seconds: max_age, plus a little), then the full
--- records' rollups (the worker's), per rollup: its span (1: a minute, 60: an hour), the
--- minute since the epoch it starts at, the name ('' for every task), how many fields, and
--- (field, increment) pairs; and the compact records' counted above. HASH
+-- not the stream): ARGV[6] their TTL (seconds: max_age, plus a little), then per rollup:
+-- its span (1: a minute, 60: an hour), the minute since the epoch it starts at, the name
+-- ('' for every task), how many fields, and (field, increment) pairs. HASH
 -- <hk>:m<span>:<minute>:<name>, listed in the ZSET <hk>:minutes by minute; same hash tag
 -- as the stream on a cluster (the prefix), so the same slot.
 local rollups_end = 5 + tonumber(ARGV[5])
-if rollups_end > 6 or #counted > 0 then
+if rollups_end > 5 then
   local rollup_ttl, minutes = ARGV[6], hk .. ':minutes'
   local j = 7
   while j <= rollups_end do
@@ -228,14 +170,6 @@ if rollups_end > 6 or #counted > 0 then
     redis.call('EXPIRE', rkey, rollup_ttl)
     redis.call('ZADD', minutes, ARGV[j + 1], rkey)
     j = last + 1
-  end
-  for _, one in ipairs(counted) do
-    local rkey = hk .. ':m' .. one[1] .. ':' .. one[2] .. ':' .. one[3]
-    for field, by in pairs(one[4]) do
-      redis.call('HINCRBY', rkey, field, string.format('%d', by))
-    end
-    redis.call('EXPIRE', rkey, rollup_ttl)
-    redis.call('ZADD', minutes, one[2], rkey)
   end
   redis.call('EXPIRE', minutes, rollup_ttl)
 end
