@@ -20,17 +20,21 @@ its oldest is a second old; or when the thread next waits for work, reads histor
 closes. A worker killed meanwhile loses the records it held (see history_buffer), never a
 task or its result.
 
-Every append is one ``history_append.lua`` call, which also adds each entry's id to three
-filter indexes: ``<prefix>:history:n:<name>``, ``:s:<state>`` and ``:q:<queue>``, STREAMs
-whose entry ids *are* the main stream's ids (one empty field), capped like it and, on each
-exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
-the SET of index keys); a record appended ``LATE`` or more after it finished also goes
-to a fourth, ``:late``.
+Every append is one ``history_append.lua`` call, which also adds each entry's id to its
+filter indexes: ``<prefix>:history:n:<name>``, ``:q:<queue>`` and, but for SUCCESS,
+``:s:<state>``, STREAMs whose entry ids *are* the main stream's ids (one empty field),
+trimmed on each exact trim to the stream's oldest id (empty ones deleted;
+``<prefix>:history:indexes`` is the SET of index keys); a record appended ``LATE`` or more
+after it finished also goes to ``:late``. SUCCESS has no index: most records are, so it
+would be a near copy of the stream that costs the server an XADD per record (issue 31);
+an index ``:s:SUCCESS`` that an older version wrote is no longer read, and the exact
+trim empties and deletes it.
 
 It also adds the record's id to its task's field in the *task index*: HASH buckets
 ``<prefix>:history:tasks:<first id>`` (task id -> its ids joined by ``,``) listed in the
-ZSET ``<prefix>:history:tasks``; a bucket is dropped by the exact trim once all it points
-at is trimmed (history_append.lua says why buckets, not a key per task).
+ZSET ``<prefix>:history:tasks``, with one HMGET and one HSET per call; a bucket is dropped
+by the exact trim once all it points at is trimmed (history_append.lua says why buckets,
+not a key per task).
 
 A batch with records that have a parent or a group also sends ``history_links.lua`` in the
 same round trip (the task page's links: :mod:`~potatoq.brokers.redis.history_links`).
@@ -40,8 +44,8 @@ batches (``history_read.lua``). A query by task id reads the task's ids from eve
 (records written before the task index existed, by an older version, are then looked for
 in the stream below the oldest bucket, as before). A query by state, name or queue walks
 that index (index ids, then each record by id): a state other than SUCCESS first (rare in
-a working deployment), then name, queue, SUCCESS. The other filters are checked while
-reading: the script sends back only the entries that hold each other filter's field (a
+a working deployment), then name, queue; a query by SUCCESS alone reads the stream. The
+other filters are checked while reading: the script sends back only the entries that hold each other filter's field (a
 full record's JSON holds it as written, a compact entry's meta or payload holds its
 value) and, for exception text it can match so, the text; :func:`hist.matches` checks
 those exactly. A time range bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
