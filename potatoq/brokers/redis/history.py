@@ -1,15 +1,18 @@
 """Task history on Redis and Valkey: a capped stream per deployment (see
 :mod:`potatoq.brokers.history`).
 
-``<prefix>:history`` is a STREAM with one entry per record, capped by ``MAXLEN ~
-max_count``. A settle's record is usually *compact* (:mod:`~potatoq.brokers.history_compact`):
+``<prefix>:history`` is a STREAM with one entry per record, capped at ``max_count`` by
+the exact trims below (a record's XADD has no ``MAXLEN``: its check cost about a third
+of the XADD, issue 31). A settle's record is usually *compact* (:mod:`~potatoq.brokers.history_compact`):
 the task's payload as delivered (field ``p``) and what only the settle knows (field ``m``:
 name, state, queue, times, deliveries, worker, pid and the exception or result preview,
 joined by NULs), and the full record, argument preview and redaction included, is built
 when read. Others (revokes, crash recovery, a payload over ``RAW_MAX`` bytes or with a
 keyword argument to redact) are stored whole (field ``r``: the record as JSON). About one
-append in ``trim_every`` also trims exactly to ``max_count`` and drops entries older than
-``max_age`` (``XTRIM MINID``: stream ids are milliseconds).
+record in ``trim_every`` (200) its append also trims exactly to ``max_count``, with the
+indexes, and drops entries older than ``max_age`` (``XTRIM MINID``: stream ids are
+milliseconds): the stream holds a few hundred records more than ``max_count`` between
+two trims.
 
 Every state change is one round trip (one EVALSHA), and whether a settle applied is known
 only from its reply. So a settle's record goes to this thread's
@@ -45,16 +48,17 @@ batches (``history_read.lua``). A query by task id reads the task's ids from eve
 in the stream below the oldest bucket, as before). A query by state, name or queue walks
 that index (index ids, then each record by id): a state other than SUCCESS first (rare in
 a working deployment), then name, queue; a query by SUCCESS alone reads the stream. The
-other filters are checked while reading: the script sends back only the entries that hold each other filter's field (a
-full record's JSON holds it as written, a compact entry's meta or payload holds its
-value) and, for exception text it can match so, the text; :func:`hist.matches` checks
-those exactly. A time range bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
-``APPEND_LAG``), and the script leaves the records that finished outside it. With an
-end, only the ids up to ``LATE`` past it are read from the stream (or its index); above
-them, the late index (``:late``: records appended ``LATE`` or more after they finished)
-is read instead. At most ``SCAN_MAX`` entries are read per call:
-when a filter without an index (exception text, a second filter) finds fewer
-matches than asked within them, the page comes back short with a cursor to read on from.
+other filters are checked while reading: the script sends back only the entries that
+hold each other filter's field (a full record's JSON holds it as written, a compact
+entry's meta or payload holds its value) and, for exception text it can match so, the
+text; :func:`hist.matches` checks those exactly. A time range bounds the ids read (ids
+are append times: since less ``CLOCK_SKEW``, until plus ``APPEND_LAG``), and the script
+leaves the records that finished outside it. With an end, only the ids up to ``LATE``
+past it are read from the stream (or its index); above them, the late index (``:late``:
+records appended ``LATE`` or more after they finished) is read instead. At most
+``SCAN_MAX`` entries are read per call: when a filter without an index (exception text,
+a second filter, SUCCESS) finds fewer matches than asked within them, the page comes back
+short with a cursor to read on from.
 """
 
 from __future__ import annotations

@@ -197,3 +197,21 @@ def test_success_has_no_index_and_its_pages_read_the_stream(broker: RedisBroker)
     broker.append_history([record(90)])
     assert not client.exists(success_index)
     assert pages(state=SUCCESS)[0] == "t90"
+
+
+def test_only_the_exact_trim_caps_the_stream_and_its_indexes(make: Callable[..., RedisBroker]) -> None:
+    """An append doesn't cap the stream or its indexes (``MAXLEN ~`` cost a third of each
+    XADD): the exact trim, about once per ``trim_every`` records, caps them all."""
+    seldom = make(history=HistorySettings(max_count=100, trim_every=10**9))
+    for start in range(0, 400, 25):  # batches smaller than trim_every: no exact trim
+        seldom.append_history([record(n, rare=n % 2 == 0) for n in range(start, start + 25)])
+    client = seldom._client()
+    history = seldom.keys.history
+    assert client.xlen(history) == 400
+    assert client.xlen(f"{history}:n:tests.rare") == 200
+    make(history=HistorySettings(max_count=100, trim_every=1)).append_history([record(400)])
+    assert client.xlen(history) == 100
+    oldest = client.xrange(history, count=1)[0][0]
+    for key in (f"{history}:n:tests.rare", f"{history}:s:{FAILURE}", f"{history}:q:default"):
+        assert client.xrange(key, count=1)[0][0] >= oldest, key
+    assert len(seldom.history(HistoryQuery(name="tests.rare", limit=200)).records) == 49  # 302..398

@@ -9,7 +9,12 @@
 --            ... joined by NULs; stored as field m) and the task's payload (field p).
 -- Each index is a STREAM whose entry ids are the ids of the main stream's entries it
 -- covers (field 'i', empty): a filtered read walks it instead of the whole stream. The
--- indexes are trimmed with the main stream: never older than its oldest entry.
+-- indexes are trimmed with the main stream: never older than its oldest entry. SUCCESS
+-- has none (most records are: it would be a near copy of the stream; history.py reads
+-- SUCCESS from the stream). No XADD here caps its stream (MAXLEN ~ cost about a third of
+-- an XADD): the exact trim (ARGV[3], about once per 200 records) caps them all.
+-- (Per record, each XADD or other command costs the server about as much as the rest of
+-- the script's work for it: the task index is written with two commands per call.)
 -- A fourth index, 'history:late', holds the records appended LATE_MS or more after they
 -- finished (held in a worker's buffer during a long task, or a clock apart): a time range
 -- reads it for the ids past its end, and the stream itself only up to LATE_MS past it.
@@ -59,22 +64,21 @@ while i <= #ARGV do
     local b = string.find(meta, '\0', a + 1, true)
     local c = string.find(meta, '\0', b + 1, true)
     name, state, queue = string.sub(meta, 1, a - 1), string.sub(meta, a + 1, b - 1), string.sub(meta, b + 1, c - 1)
-    id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'm', meta, 'p', ARGV[i + 2])
+    id = redis.call('XADD', hk, '*', 'm', meta, 'p', ARGV[i + 2])
     tid = task_of(ARGV[i + 2], PAYLOAD_ID, 'id')
     finished = tonumber(string.match(meta, '^%d+', c + 1))
     finished = finished and finished / 1000
     i = i + 3
   else
     name, state, queue = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-    id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 4])
+    id = redis.call('XADD', hk, '*', 'r', ARGV[i + 4])
     tid = task_of(ARGV[i + 4], RECORD_ID, 'task_id')
     local at = string.find(ARGV[i + 4], '"finished_at":', 1, true)
     finished = at and tonumber(string.match(ARGV[i + 4], '^[^,}]+', at + 14))
     finished = finished and finished * 1000
     i = i + 5
   end
-  -- no state index for SUCCESS: most records are, so its index would be a near copy of
-  -- the stream (history.py reads SUCCESS from the stream, or a name or queue index)
+  -- no state index for SUCCESS (see the top)
   local idx = {hk .. ':q:' .. queue}
   if state ~= 'SUCCESS' then idx[2] = hk .. ':s:' .. state end
   if name ~= '' then idx[#idx + 1] = hk .. ':n:' .. name end
@@ -83,8 +87,7 @@ while i <= #ARGV do
   end
   for j = 1, #idx do
     -- pcall: an index holding a higher id (stream deleted, server clock set back) refuses
-    -- this one; the record is kept anyway. No MAXLEN (its check cost about a third of an
-    -- XADD here): the exact trim below trims the indexes to the stream's oldest id.
+    -- this one; the record is kept anyway
     redis.pcall('XADD', idx[j], id, 'i', '')
     if not registered[idx[j]] then
       registered[idx[j]] = true
