@@ -20,8 +20,12 @@ measures two things:
   records as a worker sends them (the same arguments: rollups included), ``INFO cpu``
   around them, per record; median of 9 such batches.
 
-Run it with ``PYTHONPATH`` set to another checkout to measure that code (the script
-imports ``potatoq`` from the path), alternating with this one for a before/after.
+``make bench-history-cost`` runs it. To measure another checkout's code, run it by its
+path with ``PYTHONPATH`` set to that checkout (it imports ``potatoq`` from there; ``-m``
+would put this checkout first), alternating with this one for a before/after::
+
+    PYTHONPATH=../before .venv/bin/python benchmarks/history_cost_redis.py --runs 1
+    PYTHONPATH=. .venv/bin/python benchmarks/history_cost_redis.py --runs 1
 """
 
 from __future__ import annotations
