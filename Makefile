@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale bench-soak bench-soak-plot reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale bench-history-cost bench-soak bench-soak-plot reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -180,6 +180,14 @@ bench-soak-plot: $(BENCH_STAMP)
 # "History at 10 million records"). Not in CI: minutes, and ~6 GB of disk per SQL broker.
 bench-history-scale: $(STAMP)
 	$(PY) -m benchmarks.history_scale $(HISTORY_SCALE_ARGS)
+
+# What task history costs on Redis, in CPU (issue 31's 5 %): a one-process settle-and-claim
+# loop with history on and off alternating, the process's CPU plus a private redis-server's
+# (port 6395, started and stopped by it), and the server's CPU per history_append record
+# (docs/benchmarks.md, "Task history cost"). Another checkout's code: run the script by its
+# path with PYTHONPATH=that checkout. E.g. HISTORY_COST_ARGS="--chunks 20 --runs 3".
+bench-history-cost: $(STAMP)
+	$(PY) benchmarks/history_cost_redis.py $(HISTORY_COST_ARGS)
 
 # The fault-injection suite at full size (a 2,000-task kill storm per broker, broker restarts,
 # fencing, bad input, SQLite faults): rewrites docs/reliability-figures.md. Needs root (a

@@ -265,7 +265,10 @@ def fill_redis(
             seq = 0
         last_ms, entry_id = ms, f"{ms}-{seq}"
         batch.append(("XADD", hk, entry_id, "r", record.encode()))
-        for key in (f"{hk}:s:{record.state}", f"{hk}:q:{record.queue}", f"{hk}:n:{record.name}"):
+        keys = [f"{hk}:q:{record.queue}", f"{hk}:n:{record.name}"]
+        if record.state != "SUCCESS":  # no SUCCESS index (history_append.lua)
+            keys.append(f"{hk}:s:{record.state}")
+        for key in keys:
             batch.append(("XADD", key, entry_id, "i", ""))
             if key not in registered:
                 registered.add(key)

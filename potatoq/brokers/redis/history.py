@@ -1,15 +1,18 @@
 """Task history on Redis and Valkey: a capped stream per deployment (see
 :mod:`potatoq.brokers.history`).
 
-``<prefix>:history`` is a STREAM with one entry per record, capped by ``MAXLEN ~
-max_count``. A settle's record is usually *compact* (:mod:`~potatoq.brokers.history_compact`):
+``<prefix>:history`` is a STREAM with one entry per record, capped at ``max_count`` by
+the exact trims below (a record's XADD has no ``MAXLEN``: its check cost about a third
+of the XADD, issue 31). A settle's record is usually *compact* (:mod:`~potatoq.brokers.history_compact`):
 the task's payload as delivered (field ``p``) and what only the settle knows (field ``m``:
 name, state, queue, times, deliveries, worker, pid and the exception or result preview,
 joined by NULs), and the full record, argument preview and redaction included, is built
 when read. Others (revokes, crash recovery, a payload over ``RAW_MAX`` bytes or with a
 keyword argument to redact) are stored whole (field ``r``: the record as JSON). About one
-append in ``trim_every`` also trims exactly to ``max_count`` and drops entries older than
-``max_age`` (``XTRIM MINID``: stream ids are milliseconds).
+record in ``trim_every`` (200) its append also trims exactly to ``max_count``, with the
+indexes, and drops entries older than ``max_age`` (``XTRIM MINID``: stream ids are
+milliseconds): the stream holds a few hundred records more than ``max_count`` between
+two trims.
 
 Every state change is one round trip (one EVALSHA), and whether a settle applied is known
 only from its reply. So a settle's record goes to this thread's
@@ -20,17 +23,21 @@ its oldest is a second old; or when the thread next waits for work, reads histor
 closes. A worker killed meanwhile loses the records it held (see history_buffer), never a
 task or its result.
 
-Every append is one ``history_append.lua`` call, which also adds each entry's id to three
-filter indexes: ``<prefix>:history:n:<name>``, ``:s:<state>`` and ``:q:<queue>``, STREAMs
-whose entry ids *are* the main stream's ids (one empty field), capped like it and, on each
-exact trim, trimmed to its oldest id (empty ones deleted; ``<prefix>:history:indexes`` is
-the SET of index keys); a record appended ``LATE`` or more after it finished also goes
-to a fourth, ``:late``.
+Every append is one ``history_append.lua`` call, which also adds each entry's id to its
+filter indexes: ``<prefix>:history:n:<name>``, ``:q:<queue>`` and, but for SUCCESS,
+``:s:<state>``, STREAMs whose entry ids *are* the main stream's ids (one empty field),
+trimmed on each exact trim to the stream's oldest id (empty ones deleted;
+``<prefix>:history:indexes`` is the SET of index keys); a record appended ``LATE`` or more
+after it finished also goes to ``:late``. SUCCESS has no index: most records are, so it
+would be a near copy of the stream that costs the server an XADD per record (issue 31);
+an index ``:s:SUCCESS`` that an older version wrote is no longer read, and the exact
+trim empties and deletes it.
 
 It also adds the record's id to its task's field in the *task index*: HASH buckets
 ``<prefix>:history:tasks:<first id>`` (task id -> its ids joined by ``,``) listed in the
-ZSET ``<prefix>:history:tasks``; a bucket is dropped by the exact trim once all it points
-at is trimmed (history_append.lua says why buckets, not a key per task).
+ZSET ``<prefix>:history:tasks``, with one HMGET and one HSET per call; a bucket is dropped
+by the exact trim once all it points at is trimmed (history_append.lua says why buckets,
+not a key per task).
 
 A batch with records that have a parent or a group also sends ``history_links.lua`` in the
 same round trip (the task page's links: :mod:`~potatoq.brokers.redis.history_links`).
@@ -40,17 +47,18 @@ batches (``history_read.lua``). A query by task id reads the task's ids from eve
 (records written before the task index existed, by an older version, are then looked for
 in the stream below the oldest bucket, as before). A query by state, name or queue walks
 that index (index ids, then each record by id): a state other than SUCCESS first (rare in
-a working deployment), then name, queue, SUCCESS. The other filters are checked while
-reading: the script sends back only the entries that hold each other filter's field (a
-full record's JSON holds it as written, a compact entry's meta or payload holds its
-value) and, for exception text it can match so, the text; :func:`hist.matches` checks
-those exactly. A time range bounds the ids read (ids are append times: since less ``CLOCK_SKEW``, until plus
-``APPEND_LAG``), and the script leaves the records that finished outside it. With an
-end, only the ids up to ``LATE`` past it are read from the stream (or its index); above
-them, the late index (``:late``: records appended ``LATE`` or more after they finished)
-is read instead. At most ``SCAN_MAX`` entries are read per call:
-when a filter without an index (exception text, a second filter) finds fewer
-matches than asked within them, the page comes back short with a cursor to read on from.
+a working deployment), then name, queue; a query by SUCCESS alone reads the stream. The
+other filters are checked while reading: the script sends back only the entries that
+hold each other filter's field (a full record's JSON holds it as written, a compact
+entry's meta or payload holds its value) and, for exception text it can match so, the
+text; :func:`hist.matches` checks those exactly. A time range bounds the ids read (ids
+are append times: since less ``CLOCK_SKEW``, until plus ``APPEND_LAG``), and the script
+leaves the records that finished outside it. With an end, only the ids up to ``LATE``
+past it are read from the stream (or its index); above them, the late index (``:late``:
+records appended ``LATE`` or more after they finished) is read instead. At most
+``SCAN_MAX`` entries are read per call: when a filter without an index (exception text,
+a second filter, SUCCESS) finds fewer matches than asked within them, the page comes back
+short with a cursor to read on from.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis.connection import AbstractConnection as Connection
 
+from ... import states
 from ...exceptions import MessageDecodeError
 from ...message import Message
 from .. import history as hist
@@ -432,17 +441,18 @@ _INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"
 def _index_of(query: HistoryQuery) -> str | None:
     """The index (key suffix) a query reads: by task id (the task index's buckets, see
     history_append.lua), else a state but SUCCESS (rare in a working deployment), else
-    name, else queue, else SUCCESS; None: the stream."""
+    name, else queue; None: the stream. SUCCESS has no index (most records are, so it
+    would be a near copy of the stream, written at a cost per record): a query by it
+    alone reads the stream and keeps the SUCCESS records. An index ``:s:SUCCESS``
+    written by an older version is left unread, and goes with the exact trim."""
     if query.task_id is not None:
         return f":t:{query.task_id}"
-    if query.state is not None and query.state != "SUCCESS":
+    if query.state is not None and query.state != states.SUCCESS:
         return f":s:{query.state}"
     if query.name is not None:
         return f":n:{query.name}"
     if query.queue is not None:
         return f":q:{query.queue}"
-    if query.state is not None:
-        return f":s:{query.state}"
     return None
 
 

@@ -15,10 +15,11 @@ from collections.abc import Callable
 
 import pytest
 
-from potatoq.brokers.base import HistoryQuery, HistoryRecord, HistorySettings
+from potatoq.brokers.base import Complete, HistoryQuery, HistoryRecord, HistorySettings, WorkerRef
 from potatoq.brokers.redis import RedisBroker
 from potatoq.brokers.redis import history as redis_history
-from potatoq.states import FAILURE, SUCCESS
+from potatoq.message import Message
+from potatoq.states import FAILURE, RETRY, SUCCESS
 
 TOTAL, RARE = 5_000, 5
 
@@ -76,7 +77,7 @@ def test_indexes_are_trimmed_with_the_stream(make: Callable[..., RedisBroker]) -
     # The rare record's indexes went with it, and are no longer listed.
     assert not client.exists(f"{history}:n:tests.rare", f"{history}:s:{FAILURE}", f"{history}:q:rare")
     listed = {k.decode() for k in client.smembers(f"{history}:indexes")}
-    assert listed == {f"{history}:n:tests.bulk", f"{history}:s:{SUCCESS}", f"{history}:q:default"}
+    assert listed == {f"{history}:n:tests.bulk", f"{history}:q:default"}  # SUCCESS: none (the stream)
     assert client.xlen(f"{history}:n:tests.bulk") == 3
     assert broker.history(HistoryQuery(name="tests.rare")).records == []
 
@@ -135,3 +136,82 @@ def test_a_time_range_reads_late_records_from_their_index(broker: RedisBroker) -
     assert page.next_cursor is None
     client = broker._client()
     assert client.xlen(f"{broker.keys.history}:late") == RARE
+
+
+def test_success_has_no_index_and_its_pages_read_the_stream(broker: RedisBroker) -> None:
+    """SUCCESS records get no state index (most records are: it would copy the stream);
+    a SUCCESS query reads the stream (or a name or queue index) instead, and its keyset
+    pages hold exactly the SUCCESS records, newest first. An index an older version wrote
+    for SUCCESS is not read: its records are found, and so are the newer ones it lacks."""
+    client = broker._client()
+    success_index = f"{broker.keys.history}:s:{SUCCESS}"
+    states = [FAILURE if n % 7 == 3 else RETRY if n % 11 == 5 and n < 60 else SUCCESS for n in range(90)]
+    full = [
+        HistoryRecord(
+            task_id=f"t{n}",
+            name=f"tests.n{n % 2}",
+            queue=f"q{n % 3}",
+            state=state,
+            finished_at=time.time(),
+            exc_message="SUCCESS in the text" if state != SUCCESS else None,  # the pre-filter's needle
+        )
+        for n, state in enumerate(states)
+    ]
+    broker.append_history(full[:30])
+    # as an older version left it: the first 30 records' SUCCESS ones in an index
+    for entry_id, fields in client.xrange(broker.keys.history):
+        if b'"state":"SUCCESS"' in fields[b"r"]:
+            client.xadd(success_index, {"i": ""}, id=entry_id)
+    old_entries = client.xlen(success_index)
+    broker.append_history(full[30:60])
+    # and compact records from settles, one failure holding the word SUCCESS in its payload
+    worker = WorkerRef("node-index", 7)
+    for n in range(60, 90):
+        broker.enqueue([Message(id=f"t{n}", task=f"tests.n{n % 2}", queue=f"q{n % 3}", args=("SUCCESS",))])
+        delivery = broker.claim([f"q{n % 3}"], worker)
+        assert delivery is not None
+        outcome = Complete() if states[n] == SUCCESS else Complete(error=("ValueError", "no"))
+        assert broker.settle(delivery, outcome)
+    assert client.xlen(success_index) == old_entries  # no entry for a newer record
+
+    def pages(**filters: object) -> list[str]:
+        ids: list[str] = []
+        cursor = None
+        while True:
+            page = broker.history(HistoryQuery(limit=7, cursor=cursor, **filters))  # type: ignore[arg-type]
+            ids += [r.task_id for r in page.records]
+            if page.next_cursor is None:
+                return ids
+            cursor = page.next_cursor
+
+    def expected(keep: Callable[[int], bool]) -> list[str]:
+        return [f"t{n}" for n in reversed(range(90)) if states[n] == SUCCESS and keep(n)]
+
+    assert pages(state=SUCCESS) == expected(lambda n: True)
+    assert pages(state=SUCCESS, name="tests.n1") == expected(lambda n: n % 2 == 1)
+    assert pages(state=SUCCESS, queue="q2") == expected(lambda n: n % 3 == 2)
+    assert pages(state=SUCCESS, since=time.time() - 3600, until=time.time() + 1) == expected(lambda n: True)
+    assert pages(state=FAILURE) == [f"t{n}" for n in reversed(range(90)) if states[n] == FAILURE]
+    # a history written by this version alone has no SUCCESS index at all
+    client.delete(success_index)
+    broker.append_history([record(90)])
+    assert not client.exists(success_index)
+    assert pages(state=SUCCESS)[0] == "t90"
+
+
+def test_only_the_exact_trim_caps_the_stream_and_its_indexes(make: Callable[..., RedisBroker]) -> None:
+    """An append doesn't cap the stream or its indexes (``MAXLEN ~`` cost a third of each
+    XADD): the exact trim, about once per ``trim_every`` records, caps them all."""
+    seldom = make(history=HistorySettings(max_count=100, trim_every=10**9))
+    for start in range(0, 400, 25):  # batches smaller than trim_every: no exact trim
+        seldom.append_history([record(n, rare=n % 2 == 0) for n in range(start, start + 25)])
+    client = seldom._client()
+    history = seldom.keys.history
+    assert client.xlen(history) == 400
+    assert client.xlen(f"{history}:n:tests.rare") == 200
+    make(history=HistorySettings(max_count=100, trim_every=1)).append_history([record(400)])
+    assert client.xlen(history) == 100
+    oldest = client.xrange(history, count=1)[0][0]
+    for key in (f"{history}:n:tests.rare", f"{history}:s:{FAILURE}", f"{history}:q:default"):
+        assert client.xrange(key, count=1)[0][0] >= oldest, key
+    assert len(seldom.history(HistoryQuery(name="tests.rare", limit=200)).records) == 49  # 302..398

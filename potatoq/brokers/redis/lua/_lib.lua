@@ -38,8 +38,9 @@
 --   P..'rates:waiting'   SET   keys with a waiting set
 --   (a job hash also holds 'rk', 'ri', 'rb': its rate key, ms per token and burst, and
 --   'rw' while it waits for a token)
---   P..'history'  STREAM task-history records; P..'history:n:'..name, ':s:'..state, ':q:'..queue
---                 STREAM indexes (entry ids = history ids); P..'history:indexes' SET of index keys
+--   P..'history'  STREAM task-history records; P..'history:n:'..name, ':s:'..state (not
+--                 SUCCESS), ':q:'..queue STREAM indexes (entry ids = history ids);
+--                 P..'history:indexes' SET of index keys
 --
 -- Time: every script reads the server clock (TIME), so leases, due times and heartbeats
 -- are judged by one clock however skewed the workers' clocks are.

@@ -9,7 +9,12 @@
 --            ... joined by NULs; stored as field m) and the task's payload (field p).
 -- Each index is a STREAM whose entry ids are the ids of the main stream's entries it
 -- covers (field 'i', empty): a filtered read walks it instead of the whole stream. The
--- indexes are trimmed with the main stream: never older than its oldest entry.
+-- indexes are trimmed with the main stream: never older than its oldest entry. SUCCESS
+-- has none (most records are: it would be a near copy of the stream; history.py reads
+-- SUCCESS from the stream). No XADD here caps its stream (MAXLEN ~ cost about a third of
+-- an XADD): the exact trim (ARGV[3], about once per 200 records) caps them all.
+-- (Per record, each XADD or other command costs the server about as much as the rest of
+-- the script's work for it: the task index is written with two commands per call.)
 -- A fourth index, 'history:late', holds the records appended LATE_MS or more after they
 -- finished (held in a worker's buffer during a long task, or a clock apart): a time range
 -- reads it for the ids past its end, and the stream itself only up to LATE_MS past it.
@@ -33,6 +38,11 @@ local treg = hk .. ':tasks'
 local tcap = math.min(65536, math.max(1024, math.floor(tonumber(maxc) / 8)))
 local tkey = redis.call('ZRANGE', treg, -1, -1)[1]
 local tlen = tkey and redis.call('HLEN', tkey) or tcap
+-- this call's task ids in the order first seen (and that record's id), each with its
+-- record ids joined by ','; written below, one HMGET and one HSET per TASK_SLICE tasks
+-- (or a bucket's room) instead of a HSETNX (and HGET, HSET) per record
+local tids, order, firsts = {}, {}, {}
+local TASK_SLICE = 512
 -- The task id: at the head of the JSON object as potatoq writes it (a payload's 'id', a
 -- record's 'task_id'), else decoded (an escape in it, another writer).
 local PAYLOAD_ID, RECORD_ID = '^{"v":1,"id":"([^"\\]*)"', '^{"task_id":"([^"\\]*)"'
@@ -54,52 +64,75 @@ while i <= #ARGV do
     local b = string.find(meta, '\0', a + 1, true)
     local c = string.find(meta, '\0', b + 1, true)
     name, state, queue = string.sub(meta, 1, a - 1), string.sub(meta, a + 1, b - 1), string.sub(meta, b + 1, c - 1)
-    id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'm', meta, 'p', ARGV[i + 2])
+    id = redis.call('XADD', hk, '*', 'm', meta, 'p', ARGV[i + 2])
     tid = task_of(ARGV[i + 2], PAYLOAD_ID, 'id')
     finished = tonumber(string.match(meta, '^%d+', c + 1))
     finished = finished and finished / 1000
     i = i + 3
   else
     name, state, queue = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-    id = redis.call('XADD', hk, 'MAXLEN', '~', maxc, '*', 'r', ARGV[i + 4])
+    id = redis.call('XADD', hk, '*', 'r', ARGV[i + 4])
     tid = task_of(ARGV[i + 4], RECORD_ID, 'task_id')
     local at = string.find(ARGV[i + 4], '"finished_at":', 1, true)
     finished = at and tonumber(string.match(ARGV[i + 4], '^[^,}]+', at + 14))
     finished = finished and finished * 1000
     i = i + 5
   end
-  local idx = {hk .. ':s:' .. state, hk .. ':q:' .. queue}
-  if name ~= '' then idx[3] = hk .. ':n:' .. name end
+  -- no state index for SUCCESS (see the top)
+  local idx = {hk .. ':q:' .. queue}
+  if state ~= 'SUCCESS' then idx[2] = hk .. ':s:' .. state end
+  if name ~= '' then idx[#idx + 1] = hk .. ':n:' .. name end
   if finished and tonumber(string.match(id, '^%d+')) - finished >= LATE_MS then
     idx[#idx + 1] = hk .. ':late'
   end
   for j = 1, #idx do
     -- pcall: an index holding a higher id (stream deleted, server clock set back) refuses
     -- this one; the record is kept anyway
-    redis.pcall('XADD', idx[j], 'MAXLEN', '~', maxc, id, 'i', '')
+    redis.pcall('XADD', idx[j], id, 'i', '')
     if not registered[idx[j]] then
       registered[idx[j]] = true
       redis.call('SADD', reg, idx[j])
     end
   end
   if tid and tid ~= '' then
-    if tlen >= tcap then
-      tkey, tlen = treg .. ':' .. id, 0
-      redis.call('ZADD', treg, string.match(id, '^%d+'), tkey)
+    local ids = tids[tid]
+    if ids then
+      tids[tid] = ids .. ',' .. id
+    else
+      local k = #order + 1
+      tids[tid], order[k], firsts[k] = id, tid, id
     end
-    if redis.call('HSETNX', tkey, tid, id) == 1 then
-      tlen = tlen + 1
-    else  -- a retry or another delivery of a task already in this bucket
-      local ids = redis.call('HGET', tkey, tid)
+  end
+  n = n + 1
+end
+local first = 1
+while first <= #order do
+  if tlen >= tcap then  -- a new bucket, named by the first id it holds
+    tkey, tlen = treg .. ':' .. firsts[first], 0
+    redis.call('ZADD', treg, string.match(firsts[first], '^%d+'), tkey)
+  end
+  -- no more tasks than the bucket has room for (fewer if some are in it already)
+  local last = math.min(#order, first + math.min(TASK_SLICE, tcap - tlen) - 1)
+  local held = redis.call('HMGET', tkey, unpack(order, first, last))
+  local set = {}
+  for j = first, last do
+    local tid, ids = order[j], held[j - first + 1]
+    if ids then  -- a retry or another delivery of a task already in this bucket
       if #ids > 16384 then
         -- a task id sent again and again (task_id= is the caller's): keep its newest ~500
         -- here, so an append never copies more than 16 KiB
         ids = string.sub(ids, string.find(ids, ',', #ids - 8192, true) + 1)
       end
-      redis.call('HSET', tkey, tid, ids .. ',' .. id)
+      ids = ids .. ',' .. tids[tid]
+    else
+      ids = tids[tid]
+      tlen = tlen + 1
     end
+    set[2 * (j - first) + 1] = tid
+    set[2 * (j - first) + 2] = ids
   end
-  n = n + 1
+  redis.call('HSET', tkey, unpack(set))
+  first = last + 1
 end
 if ARGV[3] == '1' then
   -- exact now and then: "~" leaves whole stream nodes (100 entries) behind
