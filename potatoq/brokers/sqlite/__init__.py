@@ -29,6 +29,11 @@ Why it is built this way:
   would stop checkpoints.
 * WAL with ``synchronous=NORMAL`` survives process crashes; only an OS crash or power loss
   can drop the last commits (``{"durable": True}`` selects FULL).
+* The broker checkpoints the WAL itself, after a commit, on SQLite's 1,000-frame threshold
+  (module ``wal``): SQLite's auto-checkpoint runs inside COMMIT, where the write-lock
+  timing (module ``holds``) would count it. It also cuts an oversized WAL file back to
+  ``journal_size_limit`` in 16 MiB steps, each its own short transaction: SQLite cuts it
+  all at once inside whichever commit starts the log over, under the write lock.
 * Settling is one transaction: the fenced delete (or update) of the job row, the result,
   the chord join and the follow-up tasks. ``settle_and_claim`` adds the next claim to it.
 * Idle workers wake up through a doorbell (module ``doorbell``, Linux): each waiting

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import random
 import sqlite3
@@ -56,8 +57,11 @@ from .setup import (
 )
 from .unique import insert_jobs
 from .waiting import SQLiteWaiting
+from .wal import Checkpoints, WalWatch, no_trim, trim_step
 
 __all__ = ["SQLiteBroker", "SQLiteOptions"]
+
+log = logging.getLogger("potatoq.brokers.sqlite")
 
 # How long claimed periodic fire times are remembered (nobody races for older ones).
 PERIODIC_RETENTION = 7 * 86400.0
@@ -118,6 +122,8 @@ class SQLiteBroker(
         self._result_backend = backend if backend is not None and backend is not self else None
         #: the longest write transaction of this process (logged past ``slow_write_ms``)
         self.write_holds = WriteHolds(self.options.slow_write_ms)
+        #: the WAL checkpoints this process ran after its commits (see wal.py)
+        self.checkpoints = Checkpoints(self.options.slow_write_ms, self.options.journal_size_limit)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -141,7 +147,7 @@ class SQLiteBroker(
         except BaseException:
             conn.close()
             raise
-        return ThreadConnection(conn)
+        return ThreadConnection(conn, WalWatch(self.path + "-wal"))
 
     def _set_up(self, conn: sqlite3.Connection) -> None:
         """Pragmas and schema for a new connection.
@@ -158,7 +164,10 @@ class SQLiteBroker(
                 enable_wal(conn, self.options.busy_timeout / 1000)
                 conn.execute(f"PRAGMA synchronous = {'FULL' if self.options.durable else 'NORMAL'}")
                 conn.execute("PRAGMA secure_delete = OFF")  # Debian builds turn it on: extra writes
-                conn.execute(f"PRAGMA journal_size_limit = {int(self.options.journal_size_limit)}")
+                # SQLite would checkpoint inside COMMIT (timed as a hold) and cut the WAL
+                # file inside the write lock: _write does both after the commit (wal.py)
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
+                no_trim(conn)
                 if not self._schema_ready:
                     migrate(conn, self.clock())
                     self._schema_ready = True
@@ -173,10 +182,13 @@ class SQLiteBroker(
         return self._local.get()
 
     @contextlib.contextmanager
-    def _write(self, rings: Collection[str] | None = None) -> Iterator[sqlite3.Connection]:
+    def _write(
+        self, rings: Collection[str] | None = None, *, checkpoint: bool = True
+    ) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction on this thread's connection; once committed, the
         doorbell wakes the threads waiting on ``rings`` (None: every waiting thread, for a
-        write that may free work anywhere; empty: nobody)."""
+        write that may free work anywhere; empty: nobody), then a WAL checkpoint runs if
+        one is due (wal.py), outside the timed hold."""
         local = self._local.get()
         conn = local.conn
         try:
@@ -201,6 +213,23 @@ class SQLiteBroker(
             # latency, up to their fallback poll, and must not fail the write
             with contextlib.suppress(OSError):
                 self._doorbell.ring(rings, skip=local.listener.token if local.listener is not None else None)
+        if checkpoint and local.wal.due():  # after the ring: waiters needn't wait for it
+            trim_to = self.checkpoints.run_checkpoint(conn, local.wal)
+            if trim_to is not None:
+                self._trim_wal(trim_to)
+
+    def _trim_wal(self, size: int) -> None:
+        """Cut the WAL file to ``size`` bytes: one short write transaction of its own
+        (wal.py), best effort: the caller's own write has committed already."""
+        local = self._local.get()
+        try:
+            with self._write(rings=(), checkpoint=False) as conn:
+                trim_step(conn, size)
+        except OperationalError as exc:
+            log.debug("SQLite WAL file not trimmed this time: %s", exc)
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                no_trim(local.conn)
 
     def _read(self, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         return self._read_sql(SQL[name], params or {})

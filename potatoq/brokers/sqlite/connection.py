@@ -7,6 +7,7 @@ import contextlib
 import sqlite3
 
 from .doorbell import Listener
+from .wal import WalWatch
 
 WAIT_MIN = 0.002  # data_version backoff: first check after 2 ms ...
 WAIT_MAX = 0.050  # ... doubling up to 50 ms
@@ -21,10 +22,12 @@ STATE_NAMES = {SCHEDULED: "scheduled", READY: "ready", RUNNING: "running"}  # fo
 class ThreadConnection:
     """One thread's connection, plus the interrupts its wait() calls have seen."""
 
-    __slots__ = ("backoff", "conn", "interrupts", "listener", "pause")
+    __slots__ = ("backoff", "conn", "interrupts", "listener", "pause", "wal")
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, wal: WalWatch) -> None:
         self.conn = conn
+        #: says when this connection's commits should be followed by a checkpoint (wal.py)
+        self.wal = wal
         #: this thread's doorbell socket, made by its first wait() (None: not yet, or no doorbell)
         self.listener: Listener | None = None
         #: wait()'s poll backoff and ring pause, kept from a wait that timed out (see wait)
@@ -41,4 +44,6 @@ class ThreadConnection:
         if self.listener is not None:
             with contextlib.suppress(OSError):
                 self.listener.close()
+        with contextlib.suppress(OSError):
+            self.wal.close()
         self.conn.close()

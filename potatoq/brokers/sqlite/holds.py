@@ -5,7 +5,9 @@ waits while a write transaction runs, so the longest one bounds their wait. Timi
 waits from outside can't tell a long transaction from a waiter that lost the race to a
 stream of short ones (SQLite's busy handler sleeps and retries; it queues nobody), so the
 broker times its own transactions: from the moment ``BEGIN IMMEDIATE`` returns (the lock
-is held) to the moment ``COMMIT`` returns.
+is held) to the moment ``COMMIT`` returns. Its connections don't checkpoint inside COMMIT
+(SQLite's would run there, after the lock is released, and be counted): the broker runs
+checkpoints after the commit, timed apart (``wal.py``).
 
 The longest is kept per process, and logged when it grows past ``slow_write_ms`` (a
 transport option, 100 ms by default), with what the transaction was: a log line per new
@@ -59,7 +61,9 @@ class WriteHolds:
 
 
 #: frames that are the transaction's plumbing, not the broker method that wrote
-_PLUMBING = frozenset({"_write", "_write_with_history", "__exit__", "held", "writer_name"})
+_PLUMBING = frozenset(
+    {"_write", "_write_with_history", "__exit__", "held", "writer_name", "run_checkpoint", "_note_checkpoint"}
+)
 
 
 def writer_name() -> str:
