@@ -195,6 +195,7 @@ class RabbitMQBroker(
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
         self._not_revoked: OrderedDict[str, float] = OrderedDict()  # task id -> monotonic read time
+        self._valid_lists: set[tuple[str, ...]] = set()  # lists of queue names validated (_valid)
         # Chord parts (group id, index) whose join in this process hasn't finished
         # publishing the callback it may owe (a settle that failed and will be retried).
         self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
@@ -297,9 +298,23 @@ class RabbitMQBroker(
         validate_queue_name(message.queue, allow_dots=False)
         return message
 
-    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
-        for queue in queues:
+    def _valid(self, queues: Sequence[str]) -> None:
+        """``validate_queue_name`` of each queue, remembered per list: a worker asks with the
+        same few lists before every task (a claim, a settle and a wait each)."""
+        key = queues if type(queues) is tuple else tuple(queues)
+        try:
+            if key in self._valid_lists:
+                return
+        except TypeError:  # an unhashable "name": refused below
+            pass
+        for queue in key:
             validate_queue_name(queue, allow_dots=False)
+        if len(self._valid_lists) >= 64:  # many callers with different lists: stay small
+            self._valid_lists.clear()
+        self._valid_lists.add(key)
+
+    def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
+        self._valid(queues)
         state = self._process()
         while True:
             # A delivery pushed meanwhile (a busy worker's usual case) is taken without a
@@ -433,8 +448,7 @@ class RabbitMQBroker(
         :meth:`.Intake.settle_claim_op`): no barrier round trip, and with nothing to
         publish no wait for the I/O thread at all. None when nothing was pushed yet; the
         worker's ``wait`` then returns on the push."""
-        for queue in queues:
-            validate_queue_name(queue, allow_dots=False)
+        self._valid(queues)
         state = self._process()
         prepared = self._prepare_settle(state, delivery, outcome)
         if prepared is None:
@@ -556,8 +570,7 @@ class RabbitMQBroker(
         state.link.run(state.session.publish_all, [item], timeout=self.config.connection_timeout + 1.0)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        for queue in queues:
-            validate_queue_name(queue, allow_dots=False)
+        self._valid(queues)
         timeout = self._history_idle(timeout)  # held history records (issue 31)
         self._process().intake.wait(queues, timeout)
 
