@@ -50,6 +50,7 @@ from potatoq.brokers.rabbitmq.topology import (
     H_ONCE,
     H_QUEUE,
     H_REASON,
+    CheckedNames,
     Topology,
 )
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError
@@ -195,7 +196,7 @@ class RabbitMQBroker(
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
         self._not_revoked: OrderedDict[str, float] = OrderedDict()  # task id -> monotonic read time
-        self._valid_lists: set[tuple[str, ...]] = set()  # lists of queue names validated (_valid)
+        self._valid = CheckedNames()  # a worker's queue lists, each validated once
         # Chord parts (group id, index) whose join in this process hasn't finished
         # publishing the callback it may owe (a settle that failed and will be retried).
         self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
@@ -297,21 +298,6 @@ class RabbitMQBroker(
     def _checked(self, message: Message) -> Message:
         validate_queue_name(message.queue, allow_dots=False)
         return message
-
-    def _valid(self, queues: Sequence[str]) -> None:
-        """``validate_queue_name`` of each queue, remembered per list: a worker asks with the
-        same few lists before every task (a claim, a settle and a wait each)."""
-        key = queues if type(queues) is tuple else tuple(queues)
-        try:
-            if key in self._valid_lists:
-                return
-        except TypeError:  # an unhashable "name": refused below
-            pass
-        for queue in key:
-            validate_queue_name(queue, allow_dots=False)
-        if len(self._valid_lists) >= 64:  # many callers with different lists: stay small
-            self._valid_lists.clear()
-        self._valid_lists.add(key)
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
         self._valid(queues)

@@ -170,12 +170,9 @@ class Intake(RateHolds):
             return best
 
     def _has_buffered(self, queues: Sequence[str]) -> bool:
-        # A loop over a worker's few queue names: cheaper than a set made at every call
-        # (several per task, while waiting for a push).
-        for item in self._buffer:
-            if item.queue in queues:
-                return True
-        return False
+        # ``in`` a worker's few queue names: cheaper than a set made at every call (several
+        # per task, while waiting for a push).
+        return any(item.queue in queues for item in self._buffer)
 
     # ------------------------------------------------------------------ operations
 
