@@ -56,7 +56,7 @@ log = logging.getLogger("potatoq.brokers.rabbitmq")
 LAZY = 0.02
 
 
-class DeadlineIOLoop(IOLoop):
+class DeadlineIOLoop(IOLoop):  # type: ignore[misc]  # pika has no type information here
     """pika's ioloop, whose next poll also ends by :attr:`poll_until` (monotonic; None: no
     bound of ours). The driver bounds each poll by the deadline of its wait with this
     attribute instead of a timer: a pika timer per poll (two per task on a busy worker) cost
@@ -68,7 +68,7 @@ class DeadlineIOLoop(IOLoop):
         super().__init__()
 
     def _get_remaining_interval(self) -> float | None:  # pika asks it before each poll
-        interval = super()._get_remaining_interval()
+        interval: float | None = super()._get_remaining_interval()
         until = self.poll_until
         if until is None:
             return interval
