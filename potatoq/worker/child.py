@@ -146,6 +146,7 @@ class ChildRunner:
         limits: tuple[float | None, float | None] = (None, None)
         backoff = Backoff(cap=5.0)
         unreachable_since: float | None = None  # an outage is logged once, not at every retry
+        looked = False  # the last settle claimed too, and found nothing
         while True:
             if delivery is None:
                 if self.stopping.is_set():
@@ -157,6 +158,15 @@ class ChildRunner:
                         self._history_out()
                         self.stopping.wait(self.gate.refresh)
                         continue
+                    if looked:
+                        # A claim now would find nothing too (a busy RabbitMQ worker's usual
+                        # case: its next task is pushed once RabbitMQ has the ack). Wait for
+                        # work first (work already ready returns at once), for at most the
+                        # paused set's refresh: an empty claim and a fresh read of the
+                        # paused set (a result-store round trip on RabbitMQ) before every
+                        # task cost more than the wait. Still nothing: the usual idle below.
+                        looked = False
+                        self.broker.wait(queues, min(self.gate.refresh, self.options.idle_wait))
                     delivery = self.broker.claim(queues, self.worker)
                     if unreachable_since is not None:
                         logger.info(
@@ -196,7 +206,7 @@ class ChildRunner:
                 self.reporter.start(delivery, *limits, thread=index)  # its time limits count from now
             outcome = self._execute(delivery, limits[0])
             self._count_task()
-            delivery, limits = self._settle(delivery, outcome, index)
+            delivery, limits, looked = self._settle(delivery, outcome, index)
 
     def _idle(self) -> None:
         """Wait for work on the claimable queues (if every one is paused, for the next look).
@@ -279,8 +289,9 @@ class ChildRunner:
 
     def _settle(
         self, delivery: Delivery, outcome: Outcome, index: int
-    ) -> tuple[Delivery | None, tuple[float | None, float | None]]:
-        """Settle ``delivery``; return the next delivery when the same call claimed one."""
+    ) -> tuple[Delivery | None, tuple[float | None, float | None], bool]:
+        """Settle ``delivery``; return the next delivery when the same call claimed one, its
+        time limits, and whether the call claimed and found nothing."""
         queues = self.gate.claimable(self.rotation())
         if queues and not self.stopping.is_set():
             try:
@@ -294,13 +305,13 @@ class ChildRunner:
                     log_stale(delivery, outcome)
                 if nxt is None:
                     self.reporter.end(delivery)
-                    return None, (None, None)
+                    return None, (None, None), True
                 limits = self._limits(nxt)
                 self.reporter.end_and_start(delivery, nxt, *limits, thread=index)
-                return nxt, limits
+                return nxt, limits, False
         settle_reliably(self.broker, delivery, outcome, on_retry=lambda: self.reporter.settling(delivery))
         self.reporter.end(delivery)
-        return None, (None, None)
+        return None, (None, None), False
 
 
 def _cancelled(exc: BaseException) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,3 +160,43 @@ def test_prefetched_messages_behind_a_long_task_go_to_an_idle_worker(rabbit_env:
     rabbit_env.mark("go")
     long.get(timeout=30)
     assert busy.stop() == 0 and idle.stop() == 0
+
+
+def test_a_busy_child_waits_for_its_push_without_an_empty_claim(rclient: Any) -> None:
+    """With prefetch 1, a busy child's next task is pushed only once RabbitMQ has its ack,
+    so ``settle_and_claim`` almost always comes back empty: the child then waits for the
+    push and claims once, without an empty claim and a fresh read of the paused queues
+    (a result-store round trip) before every task. Counted on the real broker, in process."""
+    from potatoq.worker.child import ChildRunner
+    from potatoq.worker.executor import Executor
+    from potatoq.worker.options import WorkerOptions
+    from potatoq.worker.running import RunningTable, TableReporter
+
+    app = rclient.app
+    tasks = 30
+    results = [rclient.add.delay(i, 1) for i in range(tasks)]
+    broker = app.broker
+    calls = {"claim": 0, "paused_queues": 0}
+    for name in calls:
+        real = getattr(broker, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        setattr(broker, name, counted)  # the real broker, its calls counted
+    try:
+        options = WorkerOptions.from_app(app, concurrency=1, pool="solo")
+        runner = ChildRunner(app, options, TableReporter(RunningTable(), os.getpid()), Executor(app))
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        assert [r.get(timeout=60) for r in results] == [i + 1 for i in range(tasks)]
+        runner.request_stop()
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        for name in calls:
+            delattr(broker, name)
+    # Before: two claims and one fresh paused-set read per task (60 and 30 here).
+    assert calls["claim"] < tasks * 1.5, calls
+    assert calls["paused_queues"] < tasks // 2, calls

@@ -50,6 +50,7 @@ from potatoq.brokers.rabbitmq.topology import (
     H_ONCE,
     H_QUEUE,
     H_REASON,
+    CheckedNames,
     Topology,
 )
 from potatoq.exceptions import ImproperlyConfigured, MessageDecodeError
@@ -195,6 +196,7 @@ class RabbitMQBroker(
         self._state: _ProcessState | None = None
         self._fired: OrderedDict[tuple[str, float], None] = OrderedDict()
         self._not_revoked: OrderedDict[str, float] = OrderedDict()  # task id -> monotonic read time
+        self._valid = CheckedNames()  # a worker's queue lists, each validated once
         # Chord parts (group id, index) whose join in this process hasn't finished
         # publishing the callback it may owe (a settle that failed and will be retried).
         self._unfinished_joins: OrderedDict[tuple[str, int], None] = OrderedDict()
@@ -298,8 +300,7 @@ class RabbitMQBroker(
         return message
 
     def claim(self, queues: Sequence[str], worker: WorkerRef) -> Delivery | None:
-        for queue in queues:
-            validate_queue_name(queue, allow_dots=False)
+        self._valid(queues)
         state = self._process()
         while True:
             # A delivery pushed meanwhile (a busy worker's usual case) is taken without a
@@ -433,8 +434,7 @@ class RabbitMQBroker(
         :meth:`.Intake.settle_claim_op`): no barrier round trip, and with nothing to
         publish no wait for the I/O thread at all. None when nothing was pushed yet; the
         worker's ``wait`` then returns on the push."""
-        for queue in queues:
-            validate_queue_name(queue, allow_dots=False)
+        self._valid(queues)
         state = self._process()
         prepared = self._prepare_settle(state, delivery, outcome)
         if prepared is None:
@@ -556,8 +556,7 @@ class RabbitMQBroker(
         state.link.run(state.session.publish_all, [item], timeout=self.config.connection_timeout + 1.0)
 
     def wait(self, queues: Sequence[str], timeout: float) -> None:
-        for queue in queues:
-            validate_queue_name(queue, allow_dots=False)
+        self._valid(queues)
         timeout = self._history_idle(timeout)  # held history records (issue 31)
         self._process().intake.wait(queues, timeout)
 

@@ -45,11 +45,10 @@ from typing import Any
 import pika
 import pika.channel
 import pika.spec
-from pika.adapters.select_connection import IOLoop
 
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
 
-from .baton import Baton
+from .baton import Baton, DeadlineIOLoop
 from .ops import ChannelLost, Op, T, _ConfirmBatch
 from .steps import LinkSteps
 
@@ -132,7 +131,7 @@ class AmqpLink(LinkSteps, Baton):
         self.pub: pika.channel.Channel | None = None
         self.admin: pika.channel.Channel | None = None
         self.server_properties: dict[str, Any] = {}
-        self._ioloop = IOLoop()
+        self._ioloop = DeadlineIOLoop()
         self._init_baton()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from potatoq.brokers.base import validate_queue_name
@@ -174,3 +175,24 @@ class Topology:
 
     def killed_queue(self, task_id: str, deliveries: int) -> QueueDecl:
         return QueueDecl(self.killed(task_id, deliveries), {"x-expires": KILLED_TTL_MS})
+
+
+class CheckedNames:
+    """``validate_queue_name`` of each queue of a list, remembered per list: a worker asks
+    with the same few lists before every task (a claim, a settle and a wait each)."""
+
+    def __init__(self) -> None:
+        self._lists: set[tuple[str, ...]] = set()
+
+    def __call__(self, queues: Sequence[str]) -> None:
+        key = queues if type(queues) is tuple else tuple(queues)
+        try:
+            if key in self._lists:
+                return
+        except TypeError:  # an unhashable "name": refused below
+            pass
+        for queue in key:
+            validate_queue_name(queue, allow_dots=False)
+        if len(self._lists) >= 64:  # many callers with different lists: stay small
+            self._lists.clear()
+        self._lists.add(key)
