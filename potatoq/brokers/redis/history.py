@@ -68,6 +68,7 @@ from redis.connection import AbstractConnection as Connection
 
 from ...exceptions import MessageDecodeError
 from ...message import Message
+from ...states import SUCCESS
 from .. import history as hist
 from ..base import (
     Broker,
@@ -427,12 +428,18 @@ def _needles(query: HistoryQuery, index: str | None) -> tuple[list[str], list[st
 
 
 _INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}
+#: The union (history_read.lua's ``:u:``) of the indexes of every state but SUCCESS: the
+#: records that can carry exception text (a success records none: history._outcome_fields).
+#: Not SUCCESS's index, which is the bulk of the records, and which the write side may stop
+#: keeping.
+_EXCEPTIONS = ":u:" + ",".join(sorted(s for s in hist.HISTORY_STATES if s != SUCCESS))
 
 
 def _index_of(query: HistoryQuery) -> str | None:
     """The index (key suffix) a query reads: by task id (the task index's buckets, see
     history_append.lua), else a state but SUCCESS (rare in a working deployment), else
-    name, else queue, else SUCCESS; None: the stream."""
+    name, else queue, else exception text (``_EXCEPTIONS``: the indexes of the states a
+    record with an exception has, merged), else SUCCESS; None: the stream."""
     if query.task_id is not None:
         return f":t:{query.task_id}"
     if query.state is not None and query.state != "SUCCESS":
@@ -441,6 +448,8 @@ def _index_of(query: HistoryQuery) -> str | None:
         return f":n:{query.name}"
     if query.queue is not None:
         return f":q:{query.queue}"
+    if hist.text_window(query):
+        return _EXCEPTIONS
     if query.state is not None:
         return f":s:{query.state}"
     return None

@@ -3,7 +3,8 @@
 -- KEYS: none (history, the index stream)
 -- ARGV: [1] prefix, [2] index key suffix (':n:<name>', ':s:<state>' or ':q:<queue>'; '' for
 --       the main stream; ':t:<task id>' for a task's ids in the task index, see
---       history_append.lua), [3] highest id (XREVRANGE bound: '+', '(<id>' or '<ms>'),
+--       history_append.lua; ':u:<state>,<state>...' for the union of those states'
+--       indexes, merged newest first: the records with exception text), [3] highest id (XREVRANGE bound: '+', '(<id>' or '<ms>'),
 --       [4] lowest id, [5] entries to read, [6] k, [7] e, [8] and [9] the finish times
 --       (epoch seconds, '' for none) a record must be at or after and before, then k
 --       needles the entry's
@@ -56,6 +57,25 @@ elseif string.sub(ARGV[2], 1, 3) == ':t:' then
     if #entries >= want then break end
     if under_top(ms, seq) and over_bottom(ms, seq) then entries[#entries + 1] = {ids[j]} end
   end
+elseif string.sub(ARGV[2], 1, 3) == ':u:' then
+  -- each state index's newest ids within the bounds, merged: the newest ARGV[5] of them
+  -- all are among each index's newest ARGV[5], so the next batch goes on below the last
+  local function key(id)  -- {ms, seq}: stream ids compare as numbers, not as text
+    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+    return {tonumber(ms), tonumber(seq)}
+  end
+  local all = {}
+  for state in string.gmatch(string.sub(ARGV[2], 4), '[^,]+') do
+    for _, entry in ipairs(redis.call('XREVRANGE', hk .. ':s:' .. state, ARGV[3], ARGV[4], 'COUNT', ARGV[5])) do
+      all[#all + 1] = {entry[1], key(entry[1])}
+    end
+  end
+  table.sort(all, function(a, b)
+    if a[2][1] ~= b[2][1] then return a[2][1] > b[2][1] end
+    return a[2][2] > b[2][2]
+  end)
+  entries = {}
+  for j = 1, math.min(#all, tonumber(ARGV[5])) do entries[j] = {all[j][1]} end
 else
   entries = redis.call('XREVRANGE', hk .. ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
 end
