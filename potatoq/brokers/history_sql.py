@@ -80,7 +80,6 @@ def drivers(query: HistoryQuery) -> tuple[str, ...]:
     return DRIVERS
 
 
-
 COLUMNS = (
     "task_id", "name", "queue", "state", "finished_at", "started_at", "enqueued_at", "due_at",
     "runtime", "worker", "pid", "deliveries", "retries", "exc_type", "exc_message",

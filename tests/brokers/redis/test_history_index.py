@@ -178,6 +178,7 @@ def test_exception_text_merges_the_failing_states_indexes(broker: RedisBroker) -
     rest = broker.history(HistoryQuery(text="checksum", cursor=first.next_cursor))
     assert [r.task_id for r in rest.records] == expected[3:]
     # the read script's own count: the failing states' index entries, all 8, and no more
-    read, last, pairs = broker._read_batch(redis_history._EXCEPTIONS, "+", "0", 100, (0.0, math.inf), [], [], [])
+    everything = (0.0, math.inf)
+    read, last, pairs = broker._read_batch(redis_history._EXCEPTIONS, "+", "0", 100, everything, [], [], [])
     assert read == len(failing)
     assert [p[0].decode() for p in pairs][-1] == last
