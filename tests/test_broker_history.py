@@ -352,6 +352,8 @@ def test_exception_text_reads_only_the_records_with_an_exception(
         if (cursor := page.next_cursor) is None:
             break
     assert len(found) == 45
+    unfiltered = broker.history(HistoryQuery(limit=50))
+    assert broker.history(HistoryQuery(text="", limit=50)) == unfiltered  # no text: no filter
 
 
 def test_a_time_range_pages_newest_first_through_equal_finish_times(broker: Broker) -> None:

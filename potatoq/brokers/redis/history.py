@@ -40,7 +40,10 @@ batches (``history_read.lua``). A query by task id reads the task's ids from eve
 (records written before the task index existed, by an older version, are then looked for
 in the stream below the oldest bucket, as before). A query by state, name or queue walks
 that index (index ids, then each record by id): a state other than SUCCESS first (rare in
-a working deployment), then name, queue, SUCCESS. The other filters are checked while
+a working deployment), then name, queue, SUCCESS. Exception text (after queue) walks the
+indexes of every state but SUCCESS, merged newest first by id in ``history_read.lua``:
+the records a settle leaves with an exception (a success has none; a SUCCESS record
+handed to ``append_history`` with one isn't found by such a search). The other filters are checked while
 reading: the script sends back only the entries that hold each other filter's field (a
 full record's JSON holds it as written, a compact entry's meta or payload holds its
 value) and, for exception text it can match so, the text; :func:`hist.matches` checks
