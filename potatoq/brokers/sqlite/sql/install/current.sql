@@ -229,11 +229,12 @@ CREATE INDEX potatoq_history_group ON potatoq_history (group_id, seq) WHERE grou
 
 -- name: create_history_exc_index
 -- Exception-text search (migration 0010): the records that carry an exception, by seq and
--- by finish time; partial: successes cost them nothing.
-CREATE INDEX potatoq_history_exc ON potatoq_history (seq) WHERE exc_type IS NOT NULL OR exc_message IS NOT NULL;
+-- by finish time, with the text (checked on the index, no row read); partial: successes
+-- cost them nothing.
+CREATE INDEX potatoq_history_exc ON potatoq_history (seq, exc_type, exc_message) WHERE exc_type IS NOT NULL OR exc_message IS NOT NULL;
 
 -- name: create_history_exc_finished_index
-CREATE INDEX potatoq_history_exc_finished ON potatoq_history (finished_at) WHERE exc_type IS NOT NULL OR exc_message IS NOT NULL;
+CREATE INDEX potatoq_history_exc_finished ON potatoq_history (finished_at, exc_type, exc_message) WHERE exc_type IS NOT NULL OR exc_message IS NOT NULL;
 
 -- name: create_jobs_unique_index
 -- One task per unique key.
