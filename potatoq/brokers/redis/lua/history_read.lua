@@ -58,24 +58,37 @@ elseif string.sub(ARGV[2], 1, 3) == ':t:' then
     if under_top(ms, seq) and over_bottom(ms, seq) then entries[#entries + 1] = {ids[j]} end
   end
 elseif string.sub(ARGV[2], 1, 3) == ':u:' then
-  -- each state index's newest ids within the bounds, merged: the newest ARGV[5] of them
-  -- all are among each index's newest ARGV[5], so the next batch goes on below the last
-  local function key(id)  -- {ms, seq}: stream ids compare as numbers, not as text
-    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  -- each state index's newest ids within the bounds, merged (each list is newest first:
+  -- take the highest head, ARGV[5] times); the newest ARGV[5] of them all are among each
+  -- index's newest ARGV[5], so the next batch goes on below the last
+  local want = tonumber(ARGV[5])
+  local lists, heads, at = {}, {}, {}
+  local function key(list, j)  -- {ms, seq}: stream ids compare as numbers, not as text
+    local ms, seq = string.match(list[j][1], '^(%d+)-(%d+)$')
     return {tonumber(ms), tonumber(seq)}
   end
-  local all = {}
   for state in string.gmatch(string.sub(ARGV[2], 4), '[^,]+') do
-    for _, entry in ipairs(redis.call('XREVRANGE', hk .. ':s:' .. state, ARGV[3], ARGV[4], 'COUNT', ARGV[5])) do
-      all[#all + 1] = {entry[1], key(entry[1])}
+    local list = redis.call('XREVRANGE', hk .. ':s:' .. state, ARGV[3], ARGV[4], 'COUNT', want)
+    if #list > 0 then
+      lists[#lists + 1] = list
+      at[#lists], heads[#lists] = 1, key(list, 1)
     end
   end
-  table.sort(all, function(a, b)
-    if a[2][1] ~= b[2][1] then return a[2][1] > b[2][1] end
-    return a[2][2] > b[2][2]
-  end)
   entries = {}
-  for j = 1, math.min(#all, tonumber(ARGV[5])) do entries[j] = {all[j][1]} end
+  while #entries < want do
+    local best
+    for l = 1, #lists do
+      local h = heads[l]
+      if h and (not best or h[1] > heads[best][1] or (h[1] == heads[best][1] and h[2] > heads[best][2])) then
+        best = l
+      end
+    end
+    if not best then break end
+    local list, j = lists[best], at[best]
+    entries[#entries + 1] = {list[j][1]}
+    at[best] = j + 1
+    heads[best] = list[j + 1] and key(list, j + 1) or nil
+  end
 else
   entries = redis.call('XREVRANGE', hk .. ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
 end
