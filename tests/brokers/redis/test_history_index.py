@@ -182,3 +182,21 @@ def test_exception_text_merges_the_failing_states_indexes(broker: RedisBroker) -
     read, last, pairs = broker._read_batch(redis_history._EXCEPTIONS, "+", "0", 100, everything, [], [], [])
     assert read == len(failing)
     assert [p[0].decode() for p in pairs][-1] == last
+
+
+def test_the_failing_states_merge_reads_each_index_on_in_chunks(broker: RedisBroker) -> None:
+    """history_read.lua reads each state index in chunks of 64 ids: 300 failing records of
+    three states, unevenly interleaved, come back whole and in stream order."""
+    cycle = [SUCCESS, FAILURE, FAILURE, RETRY, SUCCESS, DEAD, FAILURE]
+    records = [
+        dataclasses.replace(record(n), state=cycle[n % 7], exc_type="OSError", exc_message=f"err {n}")
+        if cycle[n % 7] != SUCCESS
+        else record(n)
+        for n in range(420)
+    ]
+    append(broker, records)
+    expected = [r.task_id for r in reversed(records) if r.state != SUCCESS]
+    assert len(expected) == 300
+    page = broker.history(HistoryQuery(text="oserror", limit=1000))
+    assert [r.task_id for r in page.records] == expected
+    assert page.next_cursor is None

@@ -58,36 +58,43 @@ elseif string.sub(ARGV[2], 1, 3) == ':t:' then
     if under_top(ms, seq) and over_bottom(ms, seq) then entries[#entries + 1] = {ids[j]} end
   end
 elseif string.sub(ARGV[2], 1, 3) == ':u:' then
-  -- each state index's newest ids within the bounds, merged (each list is newest first:
-  -- take the highest head, ARGV[5] times); the newest ARGV[5] of them all are among each
-  -- index's newest ARGV[5], so the next batch goes on below the last
+  -- the state indexes' ids within the bounds, merged newest first: each index is read in
+  -- chunks (newest first) and the highest head taken, ARGV[5] times, so about ARGV[5] ids
+  -- are read in all, not ARGV[5] from each
   local want = tonumber(ARGV[5])
-  local lists, heads, at = {}, {}, {}
-  local function key(list, j)  -- {ms, seq}: stream ids compare as numbers, not as text
+  local CHUNK = 64
+  local keys, lists, at, heads, done = {}, {}, {}, {}, {}
+  local function head(l)  -- {ms, seq} of list l's next id (nil: none left): numbers, not text
+    local list, j = lists[l], at[l]
+    if j > #list then
+      if done[l] then return nil end
+      local top = #list > 0 and '(' .. list[#list][1] or ARGV[3]
+      list = redis.call('XREVRANGE', keys[l], top, ARGV[4], 'COUNT', CHUNK)
+      lists[l], at[l], j = list, 1, 1
+      done[l] = #list < CHUNK
+      if #list == 0 then return nil end
+    end
     local ms, seq = string.match(list[j][1], '^(%d+)-(%d+)$')
     return {tonumber(ms), tonumber(seq)}
   end
   for state in string.gmatch(string.sub(ARGV[2], 4), '[^,]+') do
-    local list = redis.call('XREVRANGE', hk .. ':s:' .. state, ARGV[3], ARGV[4], 'COUNT', want)
-    if #list > 0 then
-      lists[#lists + 1] = list
-      at[#lists], heads[#lists] = 1, key(list, 1)
-    end
+    local l = #keys + 1
+    keys[l], lists[l], at[l], done[l] = hk .. ':s:' .. state, {}, 1, false
+    heads[l] = head(l)
   end
   entries = {}
   while #entries < want do
     local best
-    for l = 1, #lists do
+    for l = 1, #keys do
       local h = heads[l]
       if h and (not best or h[1] > heads[best][1] or (h[1] == heads[best][1] and h[2] > heads[best][2])) then
         best = l
       end
     end
     if not best then break end
-    local list, j = lists[best], at[best]
-    entries[#entries + 1] = {list[j][1]}
-    at[best] = j + 1
-    heads[best] = list[j + 1] and key(list, j + 1) or nil
+    entries[#entries + 1] = {lists[best][at[best]][1]}
+    at[best] = at[best] + 1
+    heads[best] = head(best)
   end
 else
   entries = redis.call('XREVRANGE', hk .. ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
