@@ -72,6 +72,12 @@ def cases(task_id: str, now: float) -> list[Case]:
         Case("name + queue", HistoryQuery(name=top, queue="billing")),
         Case("name + 1 h, 3 days ago", HistoryQuery(name=top, since=three_days, until=three_days + 3600)),
         Case("state FAILURE + text", HistoryQuery(state="FAILURE", text=fill.COMMON_TEXT)),
+        Case("name + text", HistoryQuery(name=top, text=fill.COMMON_TEXT)),
+        Case(
+            "text (rare) + 1 h, 3 days ago",
+            HistoryQuery(text=fill.RARE_TEXT, since=three_days, until=three_days + 3600),
+        ),
+        Case("text (rare) + last hour", HistoryQuery(text=fill.RARE_TEXT, since=hour_ago)),
     ]
 
 
@@ -113,11 +119,13 @@ def table(title: str, rows: list[Row], slow_ms: float) -> None:
 
 def bench_queries(
     broker: Broker, deep_cursor: str, task_id: str, repeat: int, slow_ms: float,
-    explain: Callable[[HistoryQuery], str] | None,
+    explain: Callable[[HistoryQuery], str] | None, only: tuple[str, ...] = (),
 ) -> list[Row]:  # fmt: skip
     rows: list[Row] = []
     now = time.time()
     for case in cases(task_id, now):
+        if only and not any(word in case.label for word in only):
+            continue
         deep = replace(case.query, cursor=cursor_for(case.query, deep_cursor))
         for depth, query in (("page 1", case.query), ("deep", deep)):
             if case.query.task_id is not None and depth == "deep":
@@ -139,7 +147,9 @@ def bench_queries(
     return rows
 
 
-def bench_dashboard(app: Potatoq, deep_cursor: str, task_id: str, repeat: int) -> list[Row]:
+def bench_dashboard(
+    app: Potatoq, deep_cursor: str, task_id: str, repeat: int, only: tuple[str, ...] = ()
+) -> list[Row]:
     from starlette.testclient import TestClient
 
     from potatoq.dashboard import create_app
@@ -164,6 +174,8 @@ def bench_dashboard(app: Potatoq, deep_cursor: str, task_id: str, repeat: int) -
     ]
     rows = []
     for label, path in paths:
+        if only and not any(word in label for word in only):
+            continue
 
         def get(p: str = path) -> int:
             response = client.get(p)
@@ -247,30 +259,30 @@ def sqlite_app(
 
 @contextlib.contextmanager
 def postgres_app(
-    url: str, rows: int, refill: bool
+    url: str, rows: int, refill: bool, schema: str = PG_SCHEMA
 ) -> Iterator[tuple[Potatoq, Callable[[HistoryQuery], str]]]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         if refill:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{PG_SCHEMA}" CASCADE')
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     app = Potatoq("bench-history", broker=url)
-    app.conf.broker_transport_options = {"schema": PG_SCHEMA}
+    app.conf.broker_transport_options = {"schema": schema}
     broker = app.broker
     broker.history(HistoryQuery(limit=1))  # creates the schema (migrations)
     conn = psycopg.connect(url, autocommit=True)
-    table_name = f'"{PG_SCHEMA}".potatoq_history'
+    table_name = f'"{schema}".potatoq_history'
     have = conn.execute(f"SELECT count(*) FROM {table_name}").fetchone()[0]  # type: ignore[index]
     if have != rows:
-        log(f"PostgreSQL: filling {rows:,} rows into schema {PG_SCHEMA} (had {have:,})")
+        log(f"PostgreSQL: filling {rows:,} rows into schema {schema} (had {have:,})")
         conn.execute(f"TRUNCATE {table_name}")
         indexes = conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s "
             "AND tablename = 'potatoq_history' AND indexname NOT LIKE '%%pkey'",
-            (PG_SCHEMA,),
+            (schema,),
         ).fetchall()
         for name, _ in indexes:
-            conn.execute(f'DROP INDEX "{PG_SCHEMA}"."{name}"')
+            conn.execute(f'DROP INDEX "{schema}"."{name}"')
         conn.execute("SET maintenance_work_mem = '512MB'")
 
         def execute(sql: str, params: dict[str, Any]) -> None:
@@ -282,8 +294,8 @@ def postgres_app(
             conn.execute(sql)
             log(f"  index {name}: {time.monotonic() - t0:.0f} s")
         conn.execute(f"VACUUM ANALYZE {table_name}")
-        conn.execute(f'TRUNCATE "{PG_SCHEMA}".potatoq_history_rollups')
-    rollups = f'"{PG_SCHEMA}".potatoq_history_rollups'
+        conn.execute(f'TRUNCATE "{schema}".potatoq_history_rollups')
+    rollups = f'"{schema}".potatoq_history_rollups'
     if not conn.execute(f"SELECT count(*) FROM {rollups}").fetchone()[0]:  # type: ignore[index]
         from potatoq.brokers.history_rollup import rollup_values
         from potatoq.brokers.history_sql import COLUMNS
@@ -291,7 +303,7 @@ def postgres_app(
 
         log("PostgreSQL: filling the rollups")
         low, high = conn.execute(f"SELECT min(seq), max(seq) FROM {table_name}").fetchone()  # type: ignore[misc]
-        upsert = statements.Statements(PG_SCHEMA)["history_insert"].text  # no records, only rollups
+        upsert = statements.Statements(schema)["history_insert"].text  # no records, only rollups
 
         def write(found: list[Any]) -> None:
             conn.execute(upsert, {**{c: [] for c in COLUMNS}, **rollup_values(found)})  # type: ignore[arg-type]
@@ -318,9 +330,11 @@ def postgres_app(
 
 
 @contextlib.contextmanager
-def redis_app(url: str, rows: int, refill: bool) -> Iterator[tuple[Potatoq, None]]:
+def redis_app(
+    url: str, rows: int, refill: bool, prefix: str = REDIS_PREFIX
+) -> Iterator[tuple[Potatoq, None]]:
     app = Potatoq("bench-history", broker=url)
-    app.conf.broker_transport_options = {"global_keyprefix": REDIS_PREFIX}
+    app.conf.broker_transport_options = {"global_keyprefix": prefix}
     broker: Any = app.broker
     client = broker._client()
     hk = broker.keys.history
@@ -373,6 +387,7 @@ def run_broker(
     slow_ms: float,
     fill_only: bool = False,
     dashboard_only: bool = False,
+    only: tuple[str, ...] = (),
 ) -> None:
     t0 = time.monotonic()
     with manager as (app, explain):
@@ -383,11 +398,12 @@ def run_broker(
         cursor, task_id = middle_cursor(broker), some_task_id(broker)
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         if not dashboard_only:
-            rows = bench_queries(broker, cursor, task_id, repeat, slow_ms, explain)
+            rows = bench_queries(broker, cursor, task_id, repeat, slow_ms, explain, only)
             table(f"{title}: broker.history() ({started}, load {os.getloadavg()[0]:.1f})", rows, slow_ms)
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        rows = bench_dashboard(app, cursor, task_id, repeat)
-        table(f"{title}: dashboard ({started}, load {os.getloadavg()[0]:.1f})", rows, slow_ms)
+        rows = bench_dashboard(app, cursor, task_id, repeat, only)
+        if rows:
+            table(f"{title}: dashboard ({started}, load {os.getloadavg()[0]:.1f})", rows, slow_ms)
 
 
 def main() -> None:
@@ -408,6 +424,13 @@ def main() -> None:
     parser.add_argument("--dashboard-only", action="store_true", help="time the dashboard only")
     parser.add_argument("--fill-only", action="store_true", help="fill (if needed) and stop")
     parser.add_argument("--refill", action="store_true", help="fill again even if the sizes match")
+    parser.add_argument("--pg-schema", default=PG_SCHEMA, help="PostgreSQL schema to fill and read")
+    parser.add_argument("--redis-prefix", default=REDIS_PREFIX, help="Redis key prefix to fill and read")
+    parser.add_argument(
+        "--cases",
+        default="",
+        help="time only the queries and dashboard requests whose label holds one of these (comma-separated)",
+    )
     args = parser.parse_args()
     wanted = args.brokers.split(",")
     log(f"history scale: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
@@ -419,17 +442,18 @@ def main() -> None:
         ),
         "postgres": lambda: (
             f"PostgreSQL, {args.rows:,} records",
-            postgres_app(args.postgres_url, args.rows, args.refill),
+            postgres_app(args.postgres_url, args.rows, args.refill, args.pg_schema),
         ),
         "redis": lambda: (
             f"Redis, {args.redis_rows:,} records",
-            redis_app(args.redis_url, args.redis_rows, args.refill),
+            redis_app(args.redis_url, args.redis_rows, args.refill, args.redis_prefix),
         ),
     }
     for name, target in targets.items():  # in this order, whatever order --brokers gives
         if name in wanted:
             title, app = target()  # the fill runs here, one broker at a time
-            run_broker(title, app, args.repeat, args.slow_ms, args.fill_only, args.dashboard_only)
+            only = tuple(word for word in args.cases.split(",") if word)
+            run_broker(title, app, args.repeat, args.slow_ms, args.fill_only, args.dashboard_only, only)
 
 
 if __name__ == "__main__":

@@ -272,8 +272,9 @@ def test_a_task_recovery_dead_letters_is_recorded(make_broker: BrokerMaker) -> N
 def test_a_rare_filter_reads_a_bounded_window_per_page_and_the_cursor_reads_on(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A filter no index serves (exception text) reads at most the broker's scan budget per
-    call: a short page with a cursor, and the cursors reach the one old match."""
+    """A filter no index serves (a queue beside the name whose index the page walks; and
+    exception text among failures that don't hold it) reads at most the broker's scan
+    budget per call: a short page with a cursor, and the cursors reach the one old match."""
     from potatoq.brokers import history_sql
     from potatoq.brokers.redis import history as redis_history
 
@@ -283,21 +284,76 @@ def test_a_rare_filter_reads_a_bounded_window_per_page_and_the_cursor_reads_on(
 
     def record(i: int, message: str | None = None) -> HistoryRecord:
         return HistoryRecord(
-            task_id=f"t{i}", name=TASK, queue="default", state=FAILURE if message else SUCCESS,
-            finished_at=now - 100 + i, exc_type="OSError" if message else None, exc_message=message,
+            task_id=f"t{i}", name=TASK, queue="rare" if i == 0 else "default", state=FAILURE,
+            finished_at=now - 100 + i, exc_type="OSError", exc_message=message or "timed out",
         )  # fmt: skip
 
     broker.append_history([record(0, "disk quota exceeded")] + [record(i) for i in range(1, 12)])
-    pages, cursor = [], None
+    for query in (HistoryQuery(name=TASK, queue="rare", limit=2), HistoryQuery(text="QUOTA", limit=2)):
+        pages, cursor = [], None
+        while True:
+            page = broker.history(dataclasses.replace(query, cursor=cursor))
+            pages.append([r.task_id for r in page.records])
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert [t for p in pages for t in p] == ["t0"], query
+        if type(broker).__name__ in ("SQLiteBroker", "PostgresBroker", "RedisBroker"):
+            assert pages[0] == [] and len(pages) >= 3, query  # 12 records, 4 read per call
+
+
+def test_exception_text_reads_only_the_records_with_an_exception(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A text search walks the records that carry an exception (an index of them on the
+    SQL brokers, the failing states' indexes merged on Redis), not the successes between
+    them: with a budget of 5 records read per call, 4 matches among 41 successes come back
+    in one page, newest first, with or without a time range or a second filter."""
+    from potatoq.brokers import history_sql
+    from potatoq.brokers.redis import history as redis_history
+
+    monkeypatch.setattr(history_sql, "SCAN_MAX", 5)
+    monkeypatch.setattr(redis_history, "SCAN_MAX", 5)
+    now = time.time()
+    failing = {5: FAILURE, 17: RETRY, 29: DEAD, 41: REVOKED}  # a revoked running task has one too
+
+    def record(i: int) -> HistoryRecord:
+        state = failing.get(i, SUCCESS)
+        return HistoryRecord(
+            task_id=f"t{i}", name=TASK, queue="default", state=state, finished_at=now - 100 + i,
+            exc_type=None if state == SUCCESS else "IOError",
+            exc_message=None if state == SUCCESS else f"disk quota exceeded on vol{i}",
+        )  # fmt: skip
+
+    broker.append_history([record(i) for i in range(45)])
+    expected = ["t41", "t29", "t17", "t5"]
+    windowed = type(broker).__name__ in ("SQLiteBroker", "PostgresBroker", "RedisBroker")
+    for query in (
+        HistoryQuery(text="Quota", limit=10),
+        HistoryQuery(text="ioerror", since=now - 200, limit=10),
+        HistoryQuery(text="quota", name=TASK, limit=10),  # a common name's index comes first
+    ):
+        page = broker.history(query)
+        if windowed and query.name is None:
+            assert ([r.task_id for r in page.records], page.next_cursor) == (expected, None), query
+        assert [r.task_id for r in page.records] == expected[: len(page.records)], query
+    # pages of two: the same records, in the same order, the cursor reads on
+    first = broker.history(HistoryQuery(text="quota", limit=2))
+    assert [r.task_id for r in first.records] == expected[:2]
+    assert first.next_cursor is not None
+    rest = broker.history(HistoryQuery(text="quota", limit=2, cursor=first.next_cursor))
+    assert [r.task_id for r in rest.records] == expected[2:]
+    assert broker.history(HistoryQuery(text="quota", state=SUCCESS)).records == []
+    # a lone space is in every record's text (type, a space, message): all 45 match
+    found, cursor = [], None
     while True:
-        page = broker.history(HistoryQuery(text="QUOTA", cursor=cursor, limit=2))
-        pages.append([r.task_id for r in page.records])
-        cursor = page.next_cursor
-        if cursor is None:
+        page = broker.history(HistoryQuery(text=" ", limit=50, cursor=cursor))
+        found += page.records
+        if (cursor := page.next_cursor) is None:
             break
-    assert [t for p in pages for t in p] == ["t0"]
-    if type(broker).__name__ in ("SQLiteBroker", "PostgresBroker", "RedisBroker"):
-        assert pages[0] == [] and len(pages) >= 3  # 12 records, 4 read per call
+    assert len(found) == 45
+    unfiltered = broker.history(HistoryQuery(limit=50))
+    assert broker.history(HistoryQuery(text="", limit=50)) == unfiltered  # no text: no filter
 
 
 def test_a_time_range_pages_newest_first_through_equal_finish_times(broker: Broker) -> None:

@@ -51,6 +51,7 @@ __all__ = [
     "linked_tasks",
     "matches",
     "should_trim",
+    "text_window",
 ]
 
 #: The state of a dead-lettered delivery (Celery has no name for it).
@@ -249,6 +250,13 @@ def matches(record: HistoryRecord, query: HistoryQuery) -> bool:
         if query.text.lower() not in haystack:
             return False
     return True
+
+
+def text_window(query: HistoryQuery) -> bool:
+    """Whether only the records with an exception can match ``query``'s exception text, so
+    a broker may read just those (an index of them): any text but a lone space, which the
+    haystack of a record without one (``" "``, see :func:`matches`) holds too."""
+    return bool(query.text) and query.text != " "
 
 
 def page_of(records: Iterable[HistoryRecord], query: HistoryQuery) -> HistoryPage:

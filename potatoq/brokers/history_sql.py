@@ -9,9 +9,13 @@ keeps the planner off the indexes), in two roles:
 
 * the *window*: the index range a page walks, newest first, from just after its cursor.
   With a time range (and no task id): the ``finished_at`` index, and the page is in finish
-  time order (the cursor is ``<finished_at>/<seq>``). Else by ``seq`` (the cursor is a seq)
-  on the index of the first of task id, a state but SUCCESS, name, queue and SUCCESS that
-  is set (:func:`drivers`), or the table;
+  time order (the cursor is ``<finished_at>/<seq>``); with exception text too, its partial
+  twin over the records that carry an exception (``potatoq_history_exc_finished``). Else by
+  ``seq`` (the cursor is a seq) on the index of the first of task id, a state but SUCCESS,
+  name, queue, exception text and SUCCESS that is set (:func:`drivers`), or the table.
+  Exception text walks ``potatoq_history_exc``, the records with an exception type or
+  message (a few % in a working deployment): a record without one can't hold any text but
+  a single space (its haystack is ``" "``), so the text stays a check, on fewer rows;
 * the *checks*: every other filter (a second equality filter, exception text, a time range
   beside a task id), tested on each row of the window. A page with checks reads at most
   ``SCAN_MAX`` window rows (down to the ``floor``: the window's ``SCAN_MAX``-th row): when
@@ -36,6 +40,7 @@ from .history import (
     LinkedTask,
     link_filter,
     linked_tasks,
+    text_window,
 )
 
 __all__ = [
@@ -59,17 +64,19 @@ CURSOR_START = 2**62
 SCAN_MAX = 20_000  # window rows one page with checks reads at most (as Redis)
 TIME_TOP = 1e300  # later than any finish time: a time-ordered first page starts before it
 
-#: The equality filters that can drive a page (their ``(x, seq)`` index).
-DRIVERS = ("task_id", "name", "queue", "state")
+#: The filters that can drive a page: the equality filters (their ``(x, seq)`` index) and
+#: exception text (the partial index of the records with an exception).
+DRIVERS = ("task_id", "name", "queue", "text", "state")
 
 
 def drivers(query: HistoryQuery) -> tuple[str, ...]:
     """The filters that may drive ``query``'s window, the likely rarest first: a task id; a
     state other than SUCCESS (failures, retries, dead letters and revokes are the exception
     in a working deployment, and "failures of this task" the common search); a name; a
-    queue; then SUCCESS."""
+    queue; exception text (the records with an exception: after a name or queue, which
+    keep a rare name's text search on that name's few rows); then SUCCESS."""
     if query.state is not None and query.state != "SUCCESS":
-        return ("task_id", "state", "name", "queue")
+        return ("task_id", "state", "name", "queue", "text")
     return DRIVERS
 
 
@@ -94,12 +101,17 @@ class Shape:
 
     @classmethod
     def of(cls, query: HistoryQuery) -> Shape:
-        given = {f for f in (*DRIVERS, "since", "until", "text") if getattr(query, f) is not None}
+        # an empty text filters nothing (as hist.matches)
+        given = {f for f in (*DRIVERS, "since", "until") if getattr(query, f) not in (None, "")}
         by_time = bool(given & {"since", "until"}) and query.task_id is None
-        driver = None if by_time else next((f for f in drivers(query) if f in given), None)
-        # a time window's until is its upper bound, time_top (see query_params)
-        window = frozenset(given & {"since", "until"}) if by_time else frozenset(given & {driver})
-        return cls(by_time, driver, window, frozenset(given - window))
+        narrows = {"text"} if text_window(query) else set()
+        can_drive = (given - {"text"}) | narrows
+        driver = None if by_time else next((f for f in drivers(query) if f in can_drive), None)
+        # a time window's until is its upper bound, time_top (see query_params); its text
+        # line picks the finished_at index of the records with an exception
+        window = frozenset(given & ({"since", "until"} | narrows)) if by_time else frozenset(given & {driver})
+        # a text window holds the records with an exception: the text is still checked
+        return cls(by_time, driver, window, frozenset((given - window) | (given & {"text"})))
 
     @property
     def capped(self) -> bool:

@@ -47,8 +47,11 @@ batches (``history_read.lua``). A query by task id reads the task's ids from eve
 (records written before the task index existed, by an older version, are then looked for
 in the stream below the oldest bucket, as before). A query by state, name or queue walks
 that index (index ids, then each record by id): a state other than SUCCESS first (rare in
-a working deployment), then name, queue; a query by SUCCESS alone reads the stream. The
-other filters are checked while reading: the script sends back only the entries that
+a working deployment), then name, queue; exception text (after queue) walks the indexes
+of every state but SUCCESS, merged newest first by id in ``history_read.lua`` (the records
+a settle leaves with an exception; a success has none, and a SUCCESS record handed to
+``append_history`` with one isn't found by such a search); a query by SUCCESS alone reads
+the stream. The other filters are checked while reading: the script sends back only the entries that
 hold each other filter's field (a full record's JSON holds it as written, a compact
 entry's meta or payload holds its value) and, for exception text it can match so, the
 text; :func:`hist.matches` checks those exactly. A time range bounds the ids read (ids
@@ -56,8 +59,8 @@ are append times: since less ``CLOCK_SKEW``, until plus ``APPEND_LAG``), and the
 leaves the records that finished outside it. With an end, only the ids up to ``LATE``
 past it are read from the stream (or its index); above them, the late index (``:late``:
 records appended ``LATE`` or more after they finished) is read instead. At most
-``SCAN_MAX`` entries are read per call: when a filter without an index (exception text,
-a second filter, SUCCESS) finds fewer matches than asked within them, the page comes back
+``SCAN_MAX`` entries are read per call: when a filter without an index (a second filter,
+SUCCESS) finds fewer matches than asked within them, the page comes back
 short with a cursor to read on from.
 """
 
@@ -436,12 +439,18 @@ def _needles(query: HistoryQuery, index: str | None) -> tuple[list[str], list[st
 
 
 _INDEX_PREFIX = {"task_id": ":t:", "name": ":n:", "queue": ":q:", "state": ":s:"}
+#: The union (history_read.lua's ``:u:``) of the indexes of every state but SUCCESS: the
+#: records that can carry exception text (a success records none: history._outcome_fields).
+#: Not SUCCESS's index, which is the bulk of the records, and which the write side may stop
+#: keeping.
+_EXCEPTIONS = ":u:" + ",".join(sorted(s for s in hist.HISTORY_STATES if s != states.SUCCESS))
 
 
 def _index_of(query: HistoryQuery) -> str | None:
     """The index (key suffix) a query reads: by task id (the task index's buckets, see
     history_append.lua), else a state but SUCCESS (rare in a working deployment), else
-    name, else queue; None: the stream. SUCCESS has no index (most records are, so it
+    name, else queue, else exception text (``_EXCEPTIONS``: the indexes of the states a
+    record with an exception has, merged); None: the stream. SUCCESS has no index (most records are, so it
     would be a near copy of the stream, written at a cost per record): a query by it
     alone reads the stream and keeps the SUCCESS records. An index ``:s:SUCCESS``
     written by an older version is left unread, and goes with the exact trim."""
@@ -453,6 +462,8 @@ def _index_of(query: HistoryQuery) -> str | None:
         return f":n:{query.name}"
     if query.queue is not None:
         return f":q:{query.queue}"
+    if hist.text_window(query):
+        return _EXCEPTIONS
     return None
 
 

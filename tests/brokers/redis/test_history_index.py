@@ -10,16 +10,19 @@ scan reads 20 non-matching entries and returns a short page with a cursor.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Callable
 
 import pytest
 
 from potatoq.brokers.base import Complete, HistoryQuery, HistoryRecord, HistorySettings, WorkerRef
+from potatoq.brokers.history import DEAD
 from potatoq.brokers.redis import RedisBroker
 from potatoq.brokers.redis import history as redis_history
 from potatoq.message import Message
-from potatoq.states import FAILURE, RETRY, SUCCESS
+from potatoq.states import FAILURE, RETRY, REVOKED, SUCCESS
 
 TOTAL, RARE = 5_000, 5
 
@@ -215,3 +218,65 @@ def test_only_the_exact_trim_caps_the_stream_and_its_indexes(make: Callable[...,
     for key in (f"{history}:n:tests.rare", f"{history}:s:{FAILURE}", f"{history}:q:default"):
         assert client.xrange(key, count=1)[0][0] >= oldest, key
     assert len(seldom.history(HistoryQuery(name="tests.rare", limit=200)).records) == 49  # 302..398
+
+
+@pytest.mark.usefixtures("small_budget")
+def test_exception_text_merges_the_failing_states_indexes(broker: RedisBroker) -> None:
+    """Exception text reads the indexes of the states a record with an exception has
+    (RETRY, FAILURE, DEAD, REVOKED), merged newest first by id: 5 matches among 5,000
+    successes come back complete, in stream order, with SUCCESS's index gone (the write
+    side may stop keeping it); one call of the read script reads the 8 failing records'
+    index entries and nothing else."""
+    states = [RETRY, FAILURE, DEAD, REVOKED, FAILURE, RETRY, DEAD, FAILURE]
+    failing = dict(zip(range(0, TOTAL, TOTAL // len(states)), states, strict=False))
+    records = [
+        dataclasses.replace(
+            record(n),
+            state=failing[n],
+            exc_type="OSError",
+            exc_message=f"checksum mismatch in part {n}" if i % 2 == 0 else "timed out",
+        )
+        if n in failing
+        else record(n)
+        for i, n in enumerate(range(TOTAL))
+    ]
+    append(broker, records)
+    client = broker._client()
+    client.delete(f"{broker.keys.history}:s:{SUCCESS}")
+    matching = [r for r in reversed(records) if r.exc_message and "checksum" in r.exc_message]
+    expected = [r.task_id for r in matching]
+    assert len(expected) == 4
+    for query in (
+        HistoryQuery(text="CHECKSUM"),
+        HistoryQuery(text="checksum mismatch", since=time.time() - 3600, until=time.time() + 1),
+    ):
+        page = broker.history(query)
+        assert [r.task_id for r in page.records] == expected, query
+        assert page.next_cursor is None, query
+    first = broker.history(HistoryQuery(text="checksum", limit=3))
+    assert [r.task_id for r in first.records] == expected[:3]
+    rest = broker.history(HistoryQuery(text="checksum", cursor=first.next_cursor))
+    assert [r.task_id for r in rest.records] == expected[3:]
+    # the read script's own count: the failing states' index entries, all 8, and no more
+    everything = (0.0, math.inf)
+    read, last, pairs = broker._read_batch(redis_history._EXCEPTIONS, "+", "0", 100, everything, [], [], [])
+    assert read == len(failing)
+    assert [p[0].decode() for p in pairs][-1] == last
+
+
+def test_the_failing_states_merge_reads_each_index_on_in_chunks(broker: RedisBroker) -> None:
+    """history_read.lua reads each state index in chunks of 64 ids: 300 failing records of
+    three states, unevenly interleaved, come back whole and in stream order."""
+    cycle = [SUCCESS, FAILURE, FAILURE, RETRY, SUCCESS, DEAD, FAILURE]
+    records = [
+        dataclasses.replace(record(n), state=cycle[n % 7], exc_type="OSError", exc_message=f"err {n}")
+        if cycle[n % 7] != SUCCESS
+        else record(n)
+        for n in range(420)
+    ]
+    append(broker, records)
+    expected = [r.task_id for r in reversed(records) if r.state != SUCCESS]
+    assert len(expected) == 300
+    page = broker.history(HistoryQuery(text="oserror", limit=1000))
+    assert [r.task_id for r in page.records] == expected
+    assert page.next_cursor is None

@@ -104,8 +104,9 @@ LIMIT 1 OFFSET %(scan_last)s;
 
 -- name: history_filters
 -- The filter lines history_sql.compose takes, by their trailing marker (this statement, all
--- of them at once, is only planned by the tests). window: the index range a page walks;
--- check: tested on each row read.
+-- of them at once, is only planned by the tests). window: the index range a page walks
+-- (text: the partial indexes of the records with an exception, whose predicate it
+-- repeats); check: tested on each row read.
 SELECT seq FROM {schema}.potatoq_history
 WHERE seq < %(cursor)s
   AND task_id = %(task_id)s -- window: task_id
@@ -113,6 +114,7 @@ WHERE seq < %(cursor)s
   AND queue = %(queue)s -- window: queue
   AND state = %(state)s -- window: state
   AND finished_at >= %(since)s -- window: since
+  AND (exc_type IS NOT NULL OR exc_message IS NOT NULL) -- window: text
   AND name = %(name)s -- check: name
   AND queue = %(queue)s -- check: queue
   AND state = %(state)s -- check: state

@@ -3,7 +3,8 @@
 -- KEYS: none (history, the index stream)
 -- ARGV: [1] prefix, [2] index key suffix (':n:<name>', ':s:<state>' or ':q:<queue>'; '' for
 --       the main stream; ':t:<task id>' for a task's ids in the task index, see
---       history_append.lua), [3] highest id (XREVRANGE bound: '+', '(<id>' or '<ms>'),
+--       history_append.lua; ':u:<state>,<state>...' for the union of those states'
+--       indexes, merged newest first: the records with exception text), [3] highest id (XREVRANGE bound: '+', '(<id>' or '<ms>'),
 --       [4] lowest id, [5] entries to read, [6] k, [7] e, [8] and [9] the finish times
 --       (epoch seconds, '' for none) a record must be at or after and before, then k
 --       needles the entry's
@@ -55,6 +56,45 @@ elseif string.sub(ARGV[2], 1, 3) == ':t:' then
     ms, seq = tonumber(ms), tonumber(seq)
     if #entries >= want then break end
     if under_top(ms, seq) and over_bottom(ms, seq) then entries[#entries + 1] = {ids[j]} end
+  end
+elseif string.sub(ARGV[2], 1, 3) == ':u:' then
+  -- the state indexes' ids within the bounds, merged newest first: each index is read in
+  -- chunks (newest first) and the highest head taken, ARGV[5] times, so about ARGV[5] ids
+  -- are read in all, not ARGV[5] from each
+  local want = tonumber(ARGV[5])
+  local CHUNK = 64
+  local keys, lists, at, heads, done = {}, {}, {}, {}, {}
+  local function head(l)  -- {ms, seq} of list l's next id (nil: none left): numbers, not text
+    local list, j = lists[l], at[l]
+    if j > #list then
+      if done[l] then return nil end
+      local top = #list > 0 and '(' .. list[#list][1] or ARGV[3]
+      list = redis.call('XREVRANGE', keys[l], top, ARGV[4], 'COUNT', CHUNK)
+      lists[l], at[l], j = list, 1, 1
+      done[l] = #list < CHUNK
+      if #list == 0 then return nil end
+    end
+    local ms, seq = string.match(list[j][1], '^(%d+)-(%d+)$')
+    return {tonumber(ms), tonumber(seq)}
+  end
+  for state in string.gmatch(string.sub(ARGV[2], 4), '[^,]+') do
+    local l = #keys + 1
+    keys[l], lists[l], at[l], done[l] = hk .. ':s:' .. state, {}, 1, false
+    heads[l] = head(l)
+  end
+  entries = {}
+  while #entries < want do
+    local best
+    for l = 1, #keys do
+      local h = heads[l]
+      if h and (not best or h[1] > heads[best][1] or (h[1] == heads[best][1] and h[2] > heads[best][2])) then
+        best = l
+      end
+    end
+    if not best then break end
+    entries[#entries + 1] = {lists[best][at[best]][1]}
+    at[best] = at[best] + 1
+    heads[best] = head(best)
   end
 else
   entries = redis.call('XREVRANGE', hk .. ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])

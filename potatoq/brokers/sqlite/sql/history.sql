@@ -57,8 +57,10 @@ LIMIT 1 OFFSET :scan_last;
 
 -- name: history_filters
 -- The filter lines history_sql.compose takes, by their trailing marker (this statement, all
--- of them at once, is only planned by the tests). window: the index range a page walks;
--- check: tested on each row read ("+" keeps SQLite from walking that column's index).
+-- of them at once, is only planned by the tests). window: the index range a page walks
+-- (text: the partial indexes of the records with an exception, whose predicate it repeats
+-- word for word, so SQLite may use them); check: tested on each row read ("+" keeps SQLite
+-- from walking that column's index).
 SELECT seq FROM potatoq_history
 WHERE seq < :cursor
   AND task_id = :task_id -- window: task_id
@@ -66,6 +68,7 @@ WHERE seq < :cursor
   AND queue = :queue -- window: queue
   AND state = :state -- window: state
   AND finished_at >= :since -- window: since
+  AND (exc_type IS NOT NULL OR exc_message IS NOT NULL) -- window: text
   AND +name = :name -- check: name
   AND +queue = :queue -- check: queue
   AND +state = :state -- check: state

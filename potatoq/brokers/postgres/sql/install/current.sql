@@ -210,6 +210,14 @@ CREATE INDEX potatoq_history_parent ON {schema}.potatoq_history (parent_id, seq)
 -- name: index_history_group
 CREATE INDEX potatoq_history_group ON {schema}.potatoq_history (group_id, seq) WHERE group_id IS NOT NULL;
 
+-- name: index_history_exc
+-- Exception-text search (migration 0013): the records that carry an exception, by seq and
+-- by finish time; partial: successes cost them nothing.
+CREATE INDEX potatoq_history_exc ON {schema}.potatoq_history (seq) WHERE exc_type IS NOT NULL OR exc_message IS NOT NULL;
+
+-- name: index_history_exc_finished
+CREATE INDEX potatoq_history_exc_finished ON {schema}.potatoq_history (finished_at, seq) WHERE exc_type IS NOT NULL OR exc_message IS NOT NULL;
+
 -- Concurrency limits (migration 0006).
 
 -- name: create_limits

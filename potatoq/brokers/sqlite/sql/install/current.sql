@@ -227,6 +227,15 @@ CREATE INDEX potatoq_history_parent ON potatoq_history (parent_id, seq) WHERE pa
 -- name: create_history_group_index
 CREATE INDEX potatoq_history_group ON potatoq_history (group_id, seq) WHERE group_id IS NOT NULL;
 
+-- name: create_history_exc_index
+-- Exception-text search (migration 0010): the records that carry an exception, by seq and
+-- by finish time, with the text (checked on the index, no row read); partial: successes
+-- cost them nothing.
+CREATE INDEX potatoq_history_exc ON potatoq_history (seq, exc_type, exc_message) WHERE exc_type IS NOT NULL OR exc_message IS NOT NULL;
+
+-- name: create_history_exc_finished_index
+CREATE INDEX potatoq_history_exc_finished ON potatoq_history (finished_at, exc_type, exc_message) WHERE exc_type IS NOT NULL OR exc_message IS NOT NULL;
+
 -- name: create_jobs_unique_index
 -- One task per unique key.
 CREATE UNIQUE INDEX potatoq_jobs_unique ON potatoq_jobs (unique_key) WHERE unique_key IS NOT NULL;
