@@ -71,14 +71,31 @@ STATES = ("SUCCESS", "FAILURE", "RETRY", "REVOKED", "DEAD")
 _STATE_INDEX = {s: i for i, s in enumerate(STATES)}
 STATE_COLUMNS = ("success", "failure", "retry", "revoked", "dead")  # the SQL columns, the hash fields
 _STATE_COLUMN_INDEX = {c: i for i, c in enumerate(STATE_COLUMNS)}
-_LOG2_BASE = math.log2(BASE)
+
+
+# Bucket boundaries within a doubling: 2**(1/4), 2**(1/2), 2**(3/4), made of square roots
+# and a product (IEEE-exact operations) so that Redis' Lua gets the same doubles.
+_Q2 = math.sqrt(2.0)
+_Q1 = math.sqrt(_Q2)
+_Q3 = _Q2 * _Q1
+_WIDE = 2.0**40  # value / BASE from which every value is in TOP
 
 
 def bucket_of(seconds: float) -> int:
-    """The histogram bucket of a value (seconds, >= 0)."""
-    if seconds < BASE:
+    """The histogram bucket of a value (seconds, >= 0).
+
+    ``1 + floor(4 * log2(seconds / BASE))``, computed with exact operations only (a
+    division, ``frexp``, comparisons), not ``log2``: ``history_rollup_build.lua`` computes
+    it on the Redis server, and both must agree on every value, boundaries included."""
+    if not seconds >= BASE:
         return 0
-    return min(TOP, 1 + int((math.log2(seconds) - _LOG2_BASE) * PER_DOUBLING))
+    x = seconds / BASE
+    if x >= _WIDE:
+        return TOP
+    m, e = math.frexp(x)  # x = m * 2**e, 0.5 <= m < 1
+    m *= 2
+    q = 0 if m < _Q1 else 1 if m < _Q2 else 2 if m < _Q3 else 3
+    return min(TOP, PER_DOUBLING * (e - 1) + q + 1)
 
 
 def value_of(bucket: int) -> float:
