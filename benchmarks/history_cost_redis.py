@@ -19,6 +19,10 @@ measures two things:
 * **append**: the server alone, ``--append-calls`` ``history_append`` calls of 32 compact
   records as a worker sends them (the same arguments: rollups included), ``INFO cpu``
   around them, per record; median of 9 such batches.
+* **rollup build** (code that builds the charts' rollups from the stream, off the settle
+  path: ``history_rollup_build.lua``): the server's CPU per record to roll up as many
+  records as the append measure wrote; median of 9. Neither the loop nor the append
+  counts it: add it to both to compare with code that builds them on settle.
 
 ``make bench-history-cost`` runs it. To measure another checkout's code, run it by its
 path with ``PYTHONPATH`` set to that checkout (it imports ``potatoq`` from there; ``-m``
@@ -168,6 +172,41 @@ def append(url: str, calls: int) -> float:
     return statistics.median(per_record)
 
 
+def build(url: str, calls: int) -> float | None:
+    """Median µs of server CPU per record of ``history_rollup_build`` calls (the rollups
+    built from the stream, off the settle path) after ``calls`` appends of 32 compact
+    records; None when the code measured has no such script (it builds them on settle)."""
+    from potatoq.brokers.history_compact import for_settle_compact
+    from potatoq.brokers.redis.scripts import SCRIPTS
+
+    if "history_rollup_build" not in SCRIPTS:
+        return None
+    client = redis.Redis.from_url(url)
+    broker = _broker(url, True)
+    broker.enqueue(_messages(32))  # type: ignore[attr-defined]
+    records = []
+    for _ in range(32):
+        delivery = broker.claim([QUEUE], WORKER)  # type: ignore[attr-defined]
+        assert delivery is not None
+        records.append(for_settle_compact(delivery, Complete(), time.time(), HistorySettings()))
+    command = broker._history_commands(records)[0]  # type: ignore[attr-defined]
+    per_record = []
+    for _ in range(9):
+        client.delete(f"{broker.keys.history}:rolled")  # type: ignore[attr-defined]
+        pipe = client.pipeline(transaction=False)
+        for _ in range(calls):
+            pipe.execute_command(*command)
+        pipe.execute()
+        before = server_cpu(client)
+        rolled = broker.roll_up_history(calls=10**6)  # type: ignore[attr-defined]
+        per_record.append((server_cpu(client) - before) / rolled * 1e6)
+        assert rolled == calls * len(records), rolled
+        client.flushdb()
+    broker.close()  # type: ignore[attr-defined]
+    client.close()
+    return statistics.median(per_record)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=6395)
@@ -191,6 +230,9 @@ def main(argv: list[str] | None = None) -> None:
             )
             if args.append_calls:
                 line += f"; append {append(url, args.append_calls):.2f} µs/record (server)"
+                built = build(url, args.append_calls)
+                if built is not None:
+                    line += f"; rollup build {built:.2f} µs/record (server)"
             print(f"run {run + 1}: {line}", flush=True)
 
 

@@ -51,59 +51,71 @@ local function minute_of(t)  -- floor(t / 60), as Python's t // 60
   if m * 60 > t then m = m - 1 elseif (m + 1) * 60 <= t then m = m + 1 end
   return m
 end
-local function us(v)  -- whole microseconds (HINCRBY), per sample: exact sums in any order
-  return math.floor(v * 1e6 + 0.5)
-end
+-- sums: whole microseconds (HINCRBY), rounded per sample: exact in any order
 local COLUMN = {SUCCESS = 'success', FAILURE = 'failure', RETRY = 'retry', REVOKED = 'revoked', DEAD = 'dead'}
+local RUN, LAT = {}, {}  -- a bucket's field names, made once
+for b = 0, TOP do RUN[b], LAT[b] = 'r' .. b, 'l' .. b end
 
--- (name, minute) -> its fields' increments; merged into hours and every task's below
-local groups, order = {}, {}
-local function add(t, f, k) t[f] = (t[f] or 0) + k end
+-- name -> minute -> its fields' increments; merged into hours and every task's below
+-- (nested tables: no key string made per record)
+local groups = {}
+local lo, hi, minute = 0, -1, nil  -- the last record's minute [lo, hi): most share one
 local function sample(name, state, finished, runtime, latency)
   if finished < oldest then return end
-  local minute = minute_of(finished)
-  local key = name .. '\0' .. minute
-  local g = groups[key]
-  if not g then
-    g = {name = name, minute = minute, f = {}}
-    groups[key] = g
-    order[#order + 1] = g
+  if not (finished >= lo and finished < hi) then
+    minute = minute_of(finished)
+    lo, hi = minute * 60, minute * 60 + 60
   end
-  local f = g.f
+  local by_minute = groups[name]
+  if not by_minute then
+    by_minute = {}
+    groups[name] = by_minute
+  end
+  local f = by_minute[minute]
+  if not f then
+    f = {}
+    by_minute[minute] = f
+  end
   local column = COLUMN[state]
-  if column then add(f, column, 1) end
+  if column then f[column] = (f[column] or 0) + 1 end
   if runtime then
-    add(f, 'run_n', 1); add(f, 'run_sum', us(runtime)); add(f, 'r' .. bucket(runtime), 1)
+    local b = RUN[bucket(runtime)]
+    f.run_n = (f.run_n or 0) + 1
+    f.run_sum = (f.run_sum or 0) + math.floor(runtime * 1e6 + 0.5)  -- whole µs, per sample
+    f[b] = (f[b] or 0) + 1
   end
   if latency then
-    add(f, 'lat_n', 1); add(f, 'lat_sum', us(latency)); add(f, 'l' .. bucket(latency), 1)
+    local b = LAT[bucket(latency)]
+    f.lat_n = (f.lat_n or 0) + 1
+    f.lat_sum = (f.lat_sum or 0) + math.floor(latency * 1e6 + 0.5)
+    f[b] = (f[b] or 0) + 1
   end
 end
 
+-- history_compact.py's meta: name, state, queue, finished (µs), started (µs), deliveries,
+-- worker, pid, latency (µs, '' for none), extra; entries older than the latency field
+-- have one field fewer (and no latency)
+local META = '^([^%z]*)%z([^%z]*)%z[^%z]*%z(%d+)%z(%d+)%z[^%z]*%z[^%z]*%z[^%z]*%z'
+local META_LATENCY = META .. '(%d*)%z'
 for k = 1, n do
   local fields = entries[k][2]
   local meta, full
-  for j = 1, #fields, 2 do
-    if fields[j] == 'm' then meta = fields[j + 1] elseif fields[j] == 'r' then full = fields[j + 1] end
+  if fields[1] == 'm' then
+    meta = fields[2]
+  else
+    for j = 1, #fields, 2 do
+      if fields[j] == 'm' then meta = fields[j + 1] elseif fields[j] == 'r' then full = fields[j + 1] end
+    end
   end
   if meta then
-    -- history_compact.py: name, state, queue, finished (µs), started (µs), deliveries,
-    -- worker, pid, latency (µs, '' for none; absent in entries older than it), extra
-    local p, at = {}, 0
-    for j = 1, 9 do
-      at = string.find(meta, '\0', at + 1, true)
-      if not at then break end
-      p[j] = at
+    local name, state, finished, started, latency = string.match(meta, META_LATENCY)
+    if not name then
+      name, state, finished, started = string.match(meta, META)
     end
-    if p[8] then
-      local finished = tonumber(string.sub(meta, p[3] + 1, p[4] - 1))
-      local started = tonumber(string.sub(meta, p[4] + 1, p[5] - 1))
-      if finished and started then
-        finished = finished / 1e6
-        local latency = p[9] and tonumber(string.sub(meta, p[8] + 1, p[9] - 1))
-        sample(string.sub(meta, 1, p[1] - 1), string.sub(meta, p[1] + 1, p[2] - 1), finished,
-          math.max(0, finished - started / 1e6), latency and latency / 1e6)
-      end
+    if name then
+      latency = latency and tonumber(latency)
+      finished = tonumber(finished) / 1e6
+      sample(name, state, finished, math.max(0, finished - tonumber(started) / 1e6), latency and latency / 1e6)
     end
   elseif full then
     -- a full record (JSON): history_rollup.sample_of
@@ -134,13 +146,15 @@ local function into(span, minute, name, f)
   end
   for field, k in pairs(f) do t[field] = (t[field] or 0) + k end
 end
-for _, g in ipairs(order) do
-  local hour = g.minute - g.minute % 60
-  into(1, g.minute, g.name, g.f)
-  into(60, hour, g.name, g.f)
-  if g.name ~= '' then
-    into(1, g.minute, '', g.f)
-    into(60, hour, '', g.f)
+for name, by_minute in pairs(groups) do
+  for minute, f in pairs(by_minute) do
+    local hour = minute - minute % 60
+    into(1, minute, name, f)
+    into(60, hour, name, f)
+    if name ~= '' then
+      into(1, minute, '', f)
+      into(60, hour, '', f)
+    end
   end
 end
 local minutes = hk .. ':minutes'
