@@ -144,11 +144,11 @@ def loop(url: str, chunks: int, size: int) -> tuple[float, float, float, float]:
     return statistics.median(total_on), statistics.median(total_off), paired, server
 
 
-def append(url: str, calls: int) -> float:
-    """Median µs of server CPU per record of ``history_append`` calls of 32 compact records."""
+def _append_command(url: str) -> tuple[object, tuple[object, ...], int]:
+    """A history-on broker, the ``history_append`` call of 32 compact records as a worker
+    sends it, and 32."""
     from potatoq.brokers.history_compact import for_settle_compact
 
-    client = redis.Redis.from_url(url)
     broker = _broker(url, True)
     broker.enqueue(_messages(32))  # type: ignore[attr-defined]
     records = []
@@ -156,7 +156,13 @@ def append(url: str, calls: int) -> float:
         delivery = broker.claim([QUEUE], WORKER)  # type: ignore[attr-defined]
         assert delivery is not None
         records.append(for_settle_compact(delivery, Complete(), time.time(), HistorySettings()))
-    command = broker._history_commands(records)[0]  # type: ignore[attr-defined]
+    return broker, broker._history_commands(records)[0], len(records)  # type: ignore[attr-defined]
+
+
+def append(url: str, calls: int) -> float:
+    """Median µs of server CPU per record of ``history_append`` calls of 32 compact records."""
+    client = redis.Redis.from_url(url)
+    broker, command, size = _append_command(url)
     client.execute_command(*command)  # loaded (the broker loaded it) and warm
     per_record = []
     for _ in range(9):
@@ -165,7 +171,7 @@ def append(url: str, calls: int) -> float:
             pipe.execute_command(*command)
         before = server_cpu(client)
         pipe.execute()
-        per_record.append((server_cpu(client) - before) / (calls * len(records)) * 1e6)
+        per_record.append((server_cpu(client) - before) / (calls * size) * 1e6)
         client.flushdb()
     broker.close()  # type: ignore[attr-defined]
     client.close()
@@ -176,23 +182,14 @@ def build(url: str, calls: int) -> float | None:
     """Median µs of server CPU per record of ``history_rollup_build`` calls (the rollups
     built from the stream, off the settle path) after ``calls`` appends of 32 compact
     records; None when the code measured has no such script (it builds them on settle)."""
-    from potatoq.brokers.history_compact import for_settle_compact
     from potatoq.brokers.redis.scripts import SCRIPTS
 
     if "history_rollup_build" not in SCRIPTS:
         return None
     client = redis.Redis.from_url(url)
-    broker = _broker(url, True)
-    broker.enqueue(_messages(32))  # type: ignore[attr-defined]
-    records = []
-    for _ in range(32):
-        delivery = broker.claim([QUEUE], WORKER)  # type: ignore[attr-defined]
-        assert delivery is not None
-        records.append(for_settle_compact(delivery, Complete(), time.time(), HistorySettings()))
-    command = broker._history_commands(records)[0]  # type: ignore[attr-defined]
+    broker, command, size = _append_command(url)
     per_record = []
     for _ in range(9):
-        client.delete(f"{broker.keys.history}:rolled")  # type: ignore[attr-defined]
         pipe = client.pipeline(transaction=False)
         for _ in range(calls):
             pipe.execute_command(*command)
@@ -200,7 +197,7 @@ def build(url: str, calls: int) -> float | None:
         before = server_cpu(client)
         rolled = broker.roll_up_history(calls=10**6)  # type: ignore[attr-defined]
         per_record.append((server_cpu(client) - before) / rolled * 1e6)
-        assert rolled == calls * len(records), rolled
+        assert rolled == calls * size, rolled
         client.flushdb()
     broker.close()  # type: ignore[attr-defined]
     client.close()

@@ -3,8 +3,9 @@
 Aggregating the records of a chart's window on each request read every record of it (an
 hour: ~70,000 rows at a busy deployment's rate, 0.15 to 1.5 s at 10 million records), so
 the brokers that keep history also keep, for every (minute, task name), what the charts
-need, written with the records themselves (the same transaction on SQLite and
-PostgreSQL, the same script call on Redis):
+need: written with the records themselves on SQLite and PostgreSQL (the same
+transaction), built from the history stream in bulk on Redis (``history_rollup_build.lua``
+after a cursor: the same fields, the same buckets, off the settle path):
 
 * the records by state (SUCCESS, FAILURE, RETRY, REVOKED, DEAD);
 * for runtime and for enqueue-to-start latency: how many samples, their sum (the mean),
@@ -23,9 +24,12 @@ that holds the nearest-rank sample (the ``ceil(q * n)``-th smallest): within ``E
 (9.1 %) of it, or 5 µs under ``BASE``.
 
 A histogram travels as a small JSON object ``{"<bucket>": count}`` (only the buckets
-used), which the SQL brokers merge in their upsert. Records are grouped per write
-(:func:`rollups_of`), so a batch of ``task_history_batch`` records costs one upsert per
-distinct (minute, name) of the batch, not one per record.
+used), which the SQL brokers merge in their upsert; on Redis it is hash fields
+``r<bucket>`` / ``l<bucket>``, counted by the build script, which computes
+:func:`bucket_of` the same way, to the bit (test_history_rollup_build.py checks).
+Records are grouped per write on the SQL brokers (:func:`rollups_of`), so a batch of
+``task_history_batch`` records costs one upsert per distinct (minute, name) of the
+batch, not one per record.
 """
 
 from __future__ import annotations

@@ -39,6 +39,14 @@ ZSET ``<prefix>:history:tasks``, with one HMGET and one HSET per call; a bucket 
 by the exact trim once all it points at is trimmed (history_append.lua says why buckets,
 not a key per task).
 
+The charts' rollups (:mod:`~potatoq.brokers.history_rollup`) are not written by the
+appends: ``history_rollup_build.lua`` builds them from the stream in bulk, after the
+cursor ``<prefix>:history:rolled`` (the last entry rolled up; set by the first append
+when missing, at the newest entry then, so an older version's records, whose rollups it
+wrote, are not counted again), exactly once whoever calls it: each recovery round
+(:meth:`RedisHistory.roll_up_history`, riding the reap's round trip) and each chart read,
+which catches up first (docs/history.md).
+
 A batch with records that have a parent or a group also sends ``history_links.lua`` in the
 same round trip (the task page's links: :mod:`~potatoq.brokers.redis.history_links`).
 
