@@ -491,10 +491,13 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
             "" if build is None else f"reaped-{random.getrandbits(64):016x}",
             str(_ms(self.config.dead_after)),
         ]
+        more = False  # rollups left to build
         if roll_up:
-            reply, (_, more) = self._pipelined((), _evalsha(self, "reap", args), self._rollup_command())
-            if more:
-                self.roll_up_history(ROLLUP_HOUSEKEEPING - 1)
+            reply, rolled = self._pipelined((), _evalsha(self, "reap", args), self._rollup_command(), soft=1)
+            if isinstance(rolled, Exception):  # the reap applied: its tasks are handled below
+                log.warning("building the task history's chart rollups failed: %s", rolled)
+            else:
+                more = bool(rolled[1])
         else:
             reply = self._run("reap", args)
         requeued, dead, *handed = reply
@@ -512,6 +515,8 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
                     log.exception("building the failure outcome of reaped task %s failed", delivery.id)
             if self.settle(delivery, outcome):
                 dead += 1
+        if more:
+            self.roll_up_history(ROLLUP_HOUSEKEEPING - 1)
         return RecoverReport(requeued=int(requeued), dead=int(dead))
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:

@@ -161,10 +161,11 @@ class RedisHistory(HeldHistory[Held], Broker):
             commands.append(_evalsha(self, "history_links", links))
         return commands
 
-    def _pipelined(self, pending: Sequence[Held], *tail: tuple[Any, ...]) -> list[Any]:
+    def _pipelined(self, pending: Sequence[Held], *tail: tuple[Any, ...], soft: int = 0) -> list[Any]:
         """Send ``pending`` records, then the ``tail`` commands, in one round trip on the
         script connection; the tail's replies. A tail EVALSHA refused with NOSCRIPT is
-        loaded and run again."""
+        loaded and run again. An error reply raises, but for the last ``soft`` commands'
+        (returned: they must not hide what the others did)."""
         commands = [*self._history_commands(pending), *tail]
         replies: list[Any] = []
         try:
@@ -204,7 +205,7 @@ class RedisHistory(HeldHistory[Held], Broker):
             if isinstance(reply, redis.exceptions.NoScriptError):
                 command = tail[i]
                 out[i] = self._run(_script_name(command[1]), list(command[4:]))
-            elif isinstance(reply, Exception):
+            elif isinstance(reply, Exception) and i < len(out) - soft:
                 raise reply
         return out
 
