@@ -19,6 +19,10 @@ measures two things:
 * **append**: the server alone, ``--append-calls`` ``history_append`` calls of 32 compact
   records as a worker sends them (the same arguments: rollups included), ``INFO cpu``
   around them, per record; median of 9 such batches.
+* **rollup build** (code that builds the charts' rollups from the stream, off the settle
+  path: ``history_rollup_build.lua``): the server's CPU per record to roll up as many
+  records as the append measure wrote; median of 9. Neither the loop nor the append
+  counts it: add it to both to compare with code that builds them on settle.
 
 ``make bench-history-cost`` runs it. To measure another checkout's code, run it by its
 path with ``PYTHONPATH`` set to that checkout (it imports ``potatoq`` from there; ``-m``
@@ -140,11 +144,11 @@ def loop(url: str, chunks: int, size: int) -> tuple[float, float, float, float]:
     return statistics.median(total_on), statistics.median(total_off), paired, server
 
 
-def append(url: str, calls: int) -> float:
-    """Median µs of server CPU per record of ``history_append`` calls of 32 compact records."""
+def _append_command(url: str) -> tuple[object, tuple[object, ...], int]:
+    """A history-on broker, the ``history_append`` call of 32 compact records as a worker
+    sends it, and 32."""
     from potatoq.brokers.history_compact import for_settle_compact
 
-    client = redis.Redis.from_url(url)
     broker = _broker(url, True)
     broker.enqueue(_messages(32))  # type: ignore[attr-defined]
     records = []
@@ -152,7 +156,13 @@ def append(url: str, calls: int) -> float:
         delivery = broker.claim([QUEUE], WORKER)  # type: ignore[attr-defined]
         assert delivery is not None
         records.append(for_settle_compact(delivery, Complete(), time.time(), HistorySettings()))
-    command = broker._history_commands(records)[0]  # type: ignore[attr-defined]
+    return broker, broker._history_commands(records)[0], len(records)  # type: ignore[attr-defined]
+
+
+def append(url: str, calls: int) -> float:
+    """Median µs of server CPU per record of ``history_append`` calls of 32 compact records."""
+    client = redis.Redis.from_url(url)
+    broker, command, size = _append_command(url)
     client.execute_command(*command)  # loaded (the broker loaded it) and warm
     per_record = []
     for _ in range(9):
@@ -161,7 +171,33 @@ def append(url: str, calls: int) -> float:
             pipe.execute_command(*command)
         before = server_cpu(client)
         pipe.execute()
-        per_record.append((server_cpu(client) - before) / (calls * len(records)) * 1e6)
+        per_record.append((server_cpu(client) - before) / (calls * size) * 1e6)
+        client.flushdb()
+    broker.close()  # type: ignore[attr-defined]
+    client.close()
+    return statistics.median(per_record)
+
+
+def build(url: str, calls: int) -> float | None:
+    """Median µs of server CPU per record of ``history_rollup_build`` calls (the rollups
+    built from the stream, off the settle path) after ``calls`` appends of 32 compact
+    records; None when the code measured has no such script (it builds them on settle)."""
+    from potatoq.brokers.redis.scripts import SCRIPTS
+
+    if "history_rollup_build" not in SCRIPTS:
+        return None
+    client = redis.Redis.from_url(url)
+    broker, command, size = _append_command(url)
+    per_record = []
+    for _ in range(9):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(calls):
+            pipe.execute_command(*command)
+        pipe.execute()
+        before = server_cpu(client)
+        rolled = broker.roll_up_history(calls=10**6)  # type: ignore[attr-defined]
+        per_record.append((server_cpu(client) - before) / rolled * 1e6)
+        assert rolled == calls * size, rolled
         client.flushdb()
     broker.close()  # type: ignore[attr-defined]
     client.close()
@@ -191,6 +227,9 @@ def main(argv: list[str] | None = None) -> None:
             )
             if args.append_calls:
                 line += f"; append {append(url, args.append_calls):.2f} µs/record (server)"
+                built = build(url, args.append_calls)
+                if built is not None:
+                    line += f"; rollup build {built:.2f} µs/record (server)"
             print(f"run {run + 1}: {line}", flush=True)
 
 

@@ -483,3 +483,20 @@ def _check_links(broker: Broker) -> None:
     assert broker.history_links(group_id="no-such-group") == []
     with pytest.raises(ValueError, match="one of parent_id= or group_id="):
         broker.history_links(parent_id=parent.id, group_id=group)
+
+
+def test_rabbitmq_s_recovery_rolls_up_a_redis_result_store_s_records(make_broker: BrokerMaker) -> None:
+    # A Redis store builds the charts' rollups from its stream, off the settle path: a
+    # RabbitMQ worker's recovery round is one of the times it does (docs/history.md).
+    broker = with_redis_backend(make_broker)()
+    store = getattr(broker, "backend", None)
+    if not isinstance(store, RedisBroker):
+        pytest.skip("only RabbitMQ keeps its history in a result store")
+    send(broker)
+    run(broker)
+    broker.flush_history()
+    client = store._client()
+    [(newest, _)] = client.xrevrange(store.keys.history, count=1)
+    assert client.get(f"{store.keys.history}:rolled") != newest  # not rolled up by the settle
+    broker.recover(60, 5)
+    assert client.get(f"{store.keys.history}:rolled") == newest

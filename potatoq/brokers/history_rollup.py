@@ -3,8 +3,9 @@
 Aggregating the records of a chart's window on each request read every record of it (an
 hour: ~70,000 rows at a busy deployment's rate, 0.15 to 1.5 s at 10 million records), so
 the brokers that keep history also keep, for every (minute, task name), what the charts
-need, written with the records themselves (the same transaction on SQLite and
-PostgreSQL, the same script call on Redis):
+need: written with the records themselves on SQLite and PostgreSQL (the same
+transaction), built from the history stream in bulk on Redis (``history_rollup_build.lua``
+after a cursor: the same fields, the same buckets, off the settle path):
 
 * the records by state (SUCCESS, FAILURE, RETRY, REVOKED, DEAD);
 * for runtime and for enqueue-to-start latency: how many samples, their sum (the mean),
@@ -23,9 +24,12 @@ that holds the nearest-rank sample (the ``ceil(q * n)``-th smallest): within ``E
 (9.1 %) of it, or 5 µs under ``BASE``.
 
 A histogram travels as a small JSON object ``{"<bucket>": count}`` (only the buckets
-used), which the SQL brokers merge in their upsert. Records are grouped per write
-(:func:`rollups_of`), so a batch of ``task_history_batch`` records costs one upsert per
-distinct (minute, name) of the batch, not one per record.
+used), which the SQL brokers merge in their upsert; on Redis it is hash fields
+``r<bucket>`` / ``l<bucket>``, counted by the build script, which computes
+:func:`bucket_of` the same way, to the bit (test_history_rollup_build.py checks).
+Records are grouped per write on the SQL brokers (:func:`rollups_of`), so a batch of
+``task_history_batch`` records costs one upsert per distinct (minute, name) of the
+batch, not one per record.
 """
 
 from __future__ import annotations
@@ -71,14 +75,31 @@ STATES = ("SUCCESS", "FAILURE", "RETRY", "REVOKED", "DEAD")
 _STATE_INDEX = {s: i for i, s in enumerate(STATES)}
 STATE_COLUMNS = ("success", "failure", "retry", "revoked", "dead")  # the SQL columns, the hash fields
 _STATE_COLUMN_INDEX = {c: i for i, c in enumerate(STATE_COLUMNS)}
-_LOG2_BASE = math.log2(BASE)
+
+
+# Bucket boundaries within a doubling: 2**(1/4), 2**(1/2), 2**(3/4), made of square roots
+# and a product (IEEE-exact operations) so that Redis' Lua gets the same doubles.
+_Q2 = math.sqrt(2.0)
+_Q1 = math.sqrt(_Q2)
+_Q3 = _Q2 * _Q1
+_WIDE = 2.0**40  # value / BASE from which every value is in TOP
 
 
 def bucket_of(seconds: float) -> int:
-    """The histogram bucket of a value (seconds, >= 0)."""
-    if seconds < BASE:
+    """The histogram bucket of a value (seconds, >= 0).
+
+    ``1 + floor(4 * log2(seconds / BASE))``, computed with exact operations only (a
+    division, ``frexp``, comparisons), not ``log2``: ``history_rollup_build.lua`` computes
+    it on the Redis server, and both must agree on every value, boundaries included."""
+    if not seconds >= BASE:
         return 0
-    return min(TOP, 1 + int((math.log2(seconds) - _LOG2_BASE) * PER_DOUBLING))
+    x = seconds / BASE
+    if x >= _WIDE:
+        return TOP
+    m, e = math.frexp(x)  # x = m * 2**e, 0.5 <= m < 1
+    m *= 2
+    q = 0 if m < _Q1 else 1 if m < _Q2 else 2 if m < _Q3 else 3
+    return min(TOP, PER_DOUBLING * (e - 1) + q + 1)
 
 
 def value_of(bucket: int) -> float:

@@ -205,3 +205,21 @@ def test_a_task_s_history_is_read_from_the_task_index(
     monkeypatch.setattr(redis_history, "SCAN_MAX", 5)  # a scan would find nothing
     monkeypatch.setattr(redis_history.RedisHistory, "_unindexed_top", lambda self, top: None)
     assert [r.task_id for r in broker.history(HistoryQuery(task_id="mine")).records] == ["mine"]
+
+
+def test_recovery_builds_the_history_rollups_in_the_history_s_slot(broker: RedisClusterBroker) -> None:
+    """history_rollup_build.lua runs in the history stream's slot (its keys share its hash
+    tag): a recovery round rolls the records up, and a chart reads them."""
+    from potatoq.brokers.base import HistoryRecord
+
+    now = time.time()
+    done = [
+        HistoryRecord(task_id=f"h{i}", name="t", queue="q", state="SUCCESS", finished_at=now)
+        for i in range(3)
+    ]
+    broker.append_history(done)
+    broker.recover(0.2, 5)
+    client = broker._client()
+    assert client.exists(f"{broker.keys.history}:m1:{int(now // 60)}:t") == 1
+    [bucket] = (broker.history_buckets(now - now % 60, 60, 1, "t") or {}).values()
+    assert bucket.records == 3

@@ -84,6 +84,10 @@ class RabbitMQBacked(Broker):
             for info in self.backend.workers():
                 if info.last_seen < cutoff:
                     self.backend.forget_worker(info.node)
+            # a Redis result store builds the charts' rollups from its history stream here
+            roll_up = getattr(self.backend, "roll_up_history", None)
+            if roll_up is not None:
+                roll_up()
         return RecoverReport()
 
     # ------------------------------------------------------------------ chords, periodic

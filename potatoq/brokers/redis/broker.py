@@ -39,7 +39,7 @@ from potatoq.message import Message
 
 from .admin import RedisAdmin, RedisResults
 from .alarm import DueAlarm
-from .history import RedisHistory, _evalsha
+from .history import ROLLUP_HOUSEKEEPING, RedisHistory, _evalsha
 from .keys import Keys
 from .limits import RedisLimits
 from .options import RedisOptions, check_server, redis_url
@@ -468,7 +468,16 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
         it (its chord joins, its errbacks run): the script leases it to this caller, which
         settles it; if this process dies first, the lease runs out and the next reap hands
         it off again. Without the hook the script dead-letters it with a FAILURE result.
+
+        Then the charts' rollups are built from the history stream's newest records
+        (:meth:`roll_up_history`): paid here, in bulk, not by each settle.
         """
+        return self._reap(max_deliveries, roll_up=self.config.history.enabled)
+
+    def _reap(self, max_deliveries: int, roll_up: bool = False) -> RecoverReport:
+        """The reap of :meth:`recover` (the cluster runs it in each queue's slot); with
+        ``roll_up``, a rollup build rides in the same round trip, and more follow while
+        the stream holds more to roll up (at most ``ROLLUP_HOUSEKEEPING`` in all)."""
         reason = f"WorkerLostError: the worker died or stopped renewing its lease {max_deliveries} times"
         build = self.lost_outcome
         args: list[str | bytes] = [
@@ -482,7 +491,16 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
             "" if build is None else f"reaped-{random.getrandbits(64):016x}",
             str(_ms(self.config.dead_after)),
         ]
-        requeued, dead, *handed = self._run("reap", args)
+        more = False  # rollups left to build
+        if roll_up:
+            reply, rolled = self._pipelined((), _evalsha(self, "reap", args), self._rollup_command(), soft=1)
+            if isinstance(rolled, Exception):  # the reap applied: its tasks are handled below
+                log.warning("building the task history's chart rollups failed: %s", rolled)
+            else:
+                more = bool(rolled[1])
+        else:
+            reply = self._run("reap", args)
+        requeued, dead, *handed = reply
         self._history_reaped(int(dead))  # task history (issue 31): the script's own dead letters
         for row in handed:  # only when build is set
             delivery = self._delivery(row, REAPER)
@@ -497,6 +515,8 @@ class RedisBroker(RedisResults, RedisAdmin, RedisPause, RedisHistory, RedisLimit
                     log.exception("building the failure outcome of reaped task %s failed", delivery.id)
             if self.settle(delivery, outcome):
                 dead += 1
+        if more:
+            self.roll_up_history(ROLLUP_HOUSEKEEPING - 1)
         return RecoverReport(requeued=int(requeued), dead=int(dead))
 
     def held_by(self, worker: WorkerRef) -> list[Delivery]:

@@ -414,14 +414,15 @@ class RedisClusterBroker(ClusterLimits, ClusterUnique, ClusterOutbox, ClusterAdm
             report = self._recover_queue(queue, max_deliveries)
             self._free_unique(queue)  # keys a settler died before releasing, a reap's dead letters
             requeued, dead = requeued + report.requeued, dead + report.dead
+        self.roll_up_history()  # in the history's slot (the global one)
         return RecoverReport(requeued=requeued, dead=dead)
 
     def _recover_queue(self, queue: str, max_deliveries: int) -> RecoverReport:
         prefix = self.keys.of_queue(queue)
-        # RedisBroker.recover calls self._run("reap", ...): run it in this queue's slot.
+        # RedisBroker._reap calls self._run("reap", ...): run it in this queue's slot.
         self._scope.prefix = prefix
         try:
-            report = super().recover(self.config.dead_after, max_deliveries)
+            report = self._reap(max_deliveries)
         finally:
             self._scope.prefix = None
         # the reap's own dead letters wrote their results into the outbox: relay them now

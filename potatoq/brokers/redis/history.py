@@ -39,6 +39,14 @@ ZSET ``<prefix>:history:tasks``, with one HMGET and one HSET per call; a bucket 
 by the exact trim once all it points at is trimmed (history_append.lua says why buckets,
 not a key per task).
 
+The charts' rollups (:mod:`~potatoq.brokers.history_rollup`) are not written by the
+appends: ``history_rollup_build.lua`` builds them from the stream in bulk, after the
+cursor ``<prefix>:history:rolled`` (the last entry rolled up; set by the first append
+when missing, at the newest entry then, so an older version's records, whose rollups it
+wrote, are not counted again), exactly once whoever calls it: each recovery round
+(:meth:`RedisHistory.roll_up_history`, riding the reap's round trip) and each chart read,
+which catches up first (docs/history.md).
+
 A batch with records that have a parent or a group also sends ``history_links.lua`` in the
 same round trip (the task page's links: :mod:`~potatoq.brokers.redis.history_links`).
 
@@ -93,15 +101,8 @@ from ..base import (
     ProcessLocal,
 )
 from ..history_buffer import HeldHistory
-from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of, sample_of_compact
-from ..history_rollup import (
-    buckets_from_rollups,
-    decode_fields,
-    rollup_fields,
-    rollups_of,
-    sample_of,
-    window_minutes,
-)
+from ..history_compact import CompactRecord, for_settle_compact, preview_of, record_of
+from ..history_rollup import buckets_from_rollups, decode_fields, window_minutes
 from .history_links import link_args, read_links
 from .keys import Keys
 from .packing import _pack
@@ -116,6 +117,9 @@ APPEND_LAG = 3600.0  # seconds a record may wait in its thread's buffer (one tas
 LATE = 10.0  # seconds after its finish past which a record's id is also put in the late
 #              index (history_append.lua's LATE_MS)
 _BATCH = 500
+ROLLUP_BATCH = 2_000  # stream entries one history_rollup_build call rolls up at most
+ROLLUP_CATCH_UP = 50  # calls a chart read makes at most to catch up (100,000 entries)
+ROLLUP_HOUSEKEEPING = 5  # calls a recovery round makes at most
 
 #: What a thread holds to append: full records, or compact ones (history_compact).
 Held = HistoryRecord | CompactRecord
@@ -148,9 +152,7 @@ class RedisHistory(HeldHistory[Held], Broker):
         settings = self.config.history
         trim = hist.should_trim(settings, len(records))
         oldest_ms = int((time.time() - settings.max_age) * 1000) if trim else 0
-        rollups = rollup_args(records, settings)
-        args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms, len(rollups)]
-        args += rollups
+        args: list[str | bytes | int] = [settings.max_count, "1" if trim else "0", oldest_ms]
         for r in records:
             if isinstance(r, HistoryRecord):
                 args += ("r", r.name or "", r.state, r.queue, r.encode())
@@ -162,10 +164,11 @@ class RedisHistory(HeldHistory[Held], Broker):
             commands.append(_evalsha(self, "history_links", links))
         return commands
 
-    def _pipelined(self, pending: Sequence[Held], *tail: tuple[Any, ...]) -> list[Any]:
+    def _pipelined(self, pending: Sequence[Held], *tail: tuple[Any, ...], soft: int = 0) -> list[Any]:
         """Send ``pending`` records, then the ``tail`` commands, in one round trip on the
         script connection; the tail's replies. A tail EVALSHA refused with NOSCRIPT is
-        loaded and run again."""
+        loaded and run again. An error reply raises, but for the last ``soft`` commands'
+        (returned: they must not hide what the others did)."""
         commands = [*self._history_commands(pending), *tail]
         replies: list[Any] = []
         try:
@@ -205,7 +208,7 @@ class RedisHistory(HeldHistory[Held], Broker):
             if isinstance(reply, redis.exceptions.NoScriptError):
                 command = tail[i]
                 out[i] = self._run(_script_name(command[1]), list(command[4:]))
-            elif isinstance(reply, Exception):
+            elif isinstance(reply, Exception) and i < len(out) - soft:
                 raise reply
         return out
 
@@ -337,12 +340,36 @@ class RedisHistory(HeldHistory[Held], Broker):
             return None
         return top if _bound_key(top) <= _stream_id(indexed) else f"({indexed}"
 
+    def roll_up_history(self, calls: int = ROLLUP_HOUSEKEEPING) -> int:
+        """Add the stream's records not yet rolled up to the charts' rollups, at most
+        ``calls`` calls of ``history_rollup_build.lua`` (``ROLLUP_BATCH`` entries each);
+        how many entries were rolled. Run by each recovery round (worker supervisors) and
+        before a chart is read: never on a settle (issue 31)."""
+        if not self.config.history.enabled:
+            return 0
+        total = 0
+        for _ in range(calls):
+            rolled, more = self._run("history_rollup_build", list(self._rollup_command()[4:]))
+            total += int(rolled)
+            if not more:
+                break
+        return total
+
+    def _rollup_command(self) -> tuple[Any, ...]:
+        """One ``history_rollup_build`` call (an EVALSHA, to pipeline)."""
+        max_age = self.config.history.max_age
+        # the TTL: max_age and a little; records finished before max_age are left out
+        args: list[str | int] = [ROLLUP_BATCH, int(max_age) + 120, repr(time.time() - max_age)]
+        return _evalsha(self, "history_rollup_build", args)
+
     def history_buckets(
         self, start: float, step: float, buckets: int, name: str | None = None
     ) -> dict[int, HistoryBucket] | None:
-        """From the per-minute rollup hashes ``history_append.lua`` keeps: one script call
-        reads the window's minutes of ``name`` (every task for None)."""
+        """From the per-minute rollup hashes ``history_rollup_build.lua`` builds (caught
+        up first, so this thread's own settles show): one script call reads the window's
+        minutes of ``name`` (every task for None)."""
         self._history_flush()
+        self.roll_up_history(ROLLUP_CATCH_UP)
         span, lo, hi = window_minutes(start, step, buckets)
         reply = self._run("history_rollups", [name or "", span, lo, hi])
         minutes = ((int(reply[i]), decode_fields(reply[i + 1])) for i in range(0, len(reply), 2))
@@ -392,18 +419,6 @@ class RedisHistory(HeldHistory[Held], Broker):
             for i in range(2, len(reply), 2)
         ]
         return read, last, pairs
-
-
-def rollup_args(records: Sequence[Held], settings: hist.HistorySettings) -> list[str | int]:
-    """``history_append.lua``'s rollup arguments for ``records`` (none for none): the TTL,
-    then per (span, minute, name) those three, the field count and (field, increment)
-    pairs."""
-    samples = (sample_of(r) if isinstance(r, HistoryRecord) else sample_of_compact(r) for r in records)
-    args: list[str | int] = []
-    for span, minute, name, rollup in rollups_of(samples):
-        fields = rollup_fields(rollup)
-        args += (span, minute, name, len(fields) // 2, *fields)
-    return [int(settings.max_age) + 120, *args] if args else []
 
 
 def _finished_at(data: bytes) -> float:

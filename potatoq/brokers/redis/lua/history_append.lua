@@ -2,7 +2,6 @@
 -- KEYS: none (history, history:n:<name>, history:s:<state>, history:q:<queue>, history:indexes,
 --       history:late, history:tasks, history:tasks:<id>)
 -- ARGV: [1] prefix, [2] max_count, [3] '1' to trim exactly now, [4] oldest ms kept (by age),
---       [5] how many arguments the rollups take (0: none; they follow, see the end),
 --       then per record its kind and
 --       'r': name ('' for none), state, queue, the encoded record (stored as field r), or
 --       'c': a compact record (history_compact.py): its meta string (name, state, queue,
@@ -53,7 +52,16 @@ local function task_of(text, pattern, field)
   if ok and type(body) == 'table' and type(body[field]) == 'string' then return body[field] end
   return nil
 end
-local i = 6 + tonumber(ARGV[5])  -- the records follow the rollups
+-- The charts' rollups are built from the stream by history_rollup_build.lua, after the
+-- cursor 'history:rolled' (the last entry rolled up). Missing, it is set here, before the
+-- first record: at the stream's newest entry, whose records (an older version's) have
+-- their rollups already; so each record is rolled up once, on an upgrade too.
+local rolled = hk .. ':rolled'
+if redis.call('EXISTS', rolled) == 0 then
+  local newest = redis.call('XREVRANGE', hk, '+', '-', 'COUNT', 1)[1]
+  redis.call('SET', rolled, newest and newest[1] or '0-0')
+end
+local i = 5
 while i <= #ARGV do
   local name, state, queue, id
   local tid  -- the task id, for the task index
@@ -154,31 +162,9 @@ if ARGV[3] == '1' then
     redis.call('ZREM', treg, old[j])
   end
 end
--- Rollups per minute and per hour (history_rollup.py: the dashboard's charts read these,
--- not the stream): ARGV[6] their TTL (seconds: max_age, plus a little), then per rollup:
--- its span (1: a minute, 60: an hour), the minute since the epoch it starts at, the name
--- ('' for every task), how many fields, and (field, increment) pairs. HASH
--- <hk>:m<span>:<minute>:<name>, listed in the ZSET <hk>:minutes by minute; same hash tag
--- as the stream on a cluster (the prefix), so the same slot.
-local rollups_end = 5 + tonumber(ARGV[5])
-if rollups_end > 5 then
-  local rollup_ttl, minutes = ARGV[6], hk .. ':minutes'
-  local j = 7
-  while j <= rollups_end do
-    local rkey = hk .. ':m' .. ARGV[j] .. ':' .. ARGV[j + 1] .. ':' .. ARGV[j + 2]
-    local last = j + 3 + 2 * tonumber(ARGV[j + 3])
-    for f = j + 4, last, 2 do
-      redis.call('HINCRBY', rkey, ARGV[f], ARGV[f + 1])
-    end
-    redis.call('EXPIRE', rkey, rollup_ttl)
-    redis.call('ZADD', minutes, ARGV[j + 1], rkey)
-    j = last + 1
-  end
-  redis.call('EXPIRE', minutes, rollup_ttl)
-end
 if ARGV[3] == '1' then
-  -- the exact trim drops the rollups that start before the oldest entry kept, less two
-  -- hours (ids are append times, and a record may be appended up to an hour after it
+  -- the exact trim drops the rollups (history_rollup_build.lua builds them) that start
+  -- before the oldest entry kept, less two hours (ids are append times, and a record may be appended up to an hour after it
   -- finished: APPEND_LAG in history.py; an hour's rollup starts up to an hour before its
   -- records), or before the age cutoff (an empty stream)
   local oldest = redis.call('XRANGE', hk, '-', '+', 'COUNT', 1)[1]
