@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale bench-history-cost bench-soak bench-soak-plot reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-scale-enqueue bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale bench-history-cost bench-soak bench-soak-plot reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -136,6 +136,12 @@ bench-scale-plot: $(BENCH_STAMP)
 
 bench-expiry: $(STAMP)
 	$(PY) -m benchmarks.scale_expiry $(EXPIRY_ARGS)
+
+# SQLite: one enqueue's CPU time and read/write system calls in the issue's 3 GB file against
+# an empty one, per pragma variant (docs/benchmarks.md, "Scale"). Not in CI. Smaller:
+# SCALE_ENQUEUE_ARGS="--ready 300000 --delayed 300000 --results 3000000 --evict".
+bench-scale-enqueue: $(STAMP)
+	$(PY) -m benchmarks.scale_sqlite_enqueue $(SCALE_ENQUEUE_ARGS)
 
 # Inspection (queues, status, dashboard overview, /metrics) and purge behind a million-task
 # backlog, per broker (docs/benchmarks.md, "Inspection at a million"). Not in CI: minutes
