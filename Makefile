@@ -124,7 +124,8 @@ bench-amqp10: $(BENCH_STAMP)
 # Defaults are the full sizes (1M ready + 1M delayed + 10M results); e.g.
 # SCALE_ARGS="--brokers sqlite,redis --ready 100000 --delayed 100000 --results 1000000 --drain-seconds 60".
 # Figures go to $(SCALE_JSON) too; `make bench-scale-plot` draws docs/img/scale-*.png from it
-# (matplotlib, in the bench virtualenv). PostgreSQL result expiry at a cluster's rate:
+# (matplotlib, in the bench virtualenv). --paired N adds N rounds of an empty twin broker and
+# the full one back to back (the ratios to trust on a shared machine). PostgreSQL result expiry at a cluster's rate:
 # `make bench-expiry` (EXPIRY_ARGS, e.g. "--rate 10000 --nodes 3 --seconds 240").
 SCALE_JSON ?= bench-scale.jsonl
 bench-scale: $(STAMP)
