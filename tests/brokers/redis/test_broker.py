@@ -57,16 +57,20 @@ def claim_one(broker: RedisBroker, queues: list[str] | None = None) -> Delivery:
 
 
 class RoundTrips:
-    """Counts what our client writes to its sockets: one send = one round trip (a pipeline
-    is packed into a single send). Instrumentation of the real client, not a mock."""
+    """Counts what our client writes to its sockets from the thread that made it: one send =
+    one round trip (a pipeline is packed into a single send). Instrumentation of the real
+    client, not a mock. Other threads are left out: a broker an earlier test of the same
+    process left running (a background recovery or limit thread) sends on its own thread."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[bytes] = []
         original = redis.connection.AbstractConnection.send_packed_command
+        thread = threading.get_ident()
 
         def counting(conn: Any, command: Any, check_health: bool = True) -> None:
-            chunks = command if isinstance(command, list | tuple) else [command]
-            self.sent.append(b"".join(bytes(c) for c in chunks))
+            if threading.get_ident() == thread:
+                chunks = command if isinstance(command, list | tuple) else [command]
+                self.sent.append(b"".join(bytes(c) for c in chunks))
             original(conn, command, check_health)
 
         monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
