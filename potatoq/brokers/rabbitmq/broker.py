@@ -617,6 +617,7 @@ class RabbitMQBroker(
             _INHERITED.append(state)
             return
         state.link.close()
+        self._stop_leases()
         if self._own_backend and self.backend is not None:
             self.backend.close()
 

@@ -111,6 +111,7 @@ class _Leases:
         self.held: dict[str, str] = {}  # holder (delivery token) -> limit key
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
+        self.stopped = False  # the broker closed: the thread ends instead of renewing
 
     def add(self, holder: str, key: str) -> None:
         with self.cond:
@@ -123,10 +124,20 @@ class _Leases:
         with self.cond:
             return self.held.pop(holder, None)
 
+    def stop(self) -> None:
+        """End the renewing thread (the broker closed: its store may be gone). Slots still
+        held lapse after their lease, as a killed holder's do."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
     def _renew(self) -> None:
         while True:
             with self.cond:
-                self.cond.wait(self.lease / 3)
+                if not self.stopped:
+                    self.cond.wait(self.lease / 3)
+                if self.stopped:
+                    return
                 pairs = [x for holder, key in self.held.items() for x in (key, holder)]
             if pairs:
                 try:
@@ -171,6 +182,13 @@ class RabbitMQLimits(Broker):
         return [rate_usage_reply(row) for row in self._store().run("rate_usage", [])]
 
     # ------------------------------------------------------------------ claim and settle
+
+    def _stop_leases(self) -> None:
+        """On close: end this process's renewal thread (it would renew in a store that may
+        be gone); a slot still held lapses after its lease."""
+        leases, self._leases = self._leases, None
+        if leases is not None and leases.pid == os.getpid():
+            leases.stop()
 
     def _lease_book(self, store: LimitStore) -> _Leases:
         leases = self._leases
