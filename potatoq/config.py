@@ -84,7 +84,7 @@ DEFAULTS: dict[str, Any] = {
     "task_history_max_count": 1_000_000,
     "task_history_previews": True,
     "task_history_redact": ("password", "secret", "token", "api_key"),
-    "task_history_batch": 32,
+    "task_history_batch": 128,
     "beat_schedule": {},
     "beat_max_loop_interval": 1.0,
     "timezone": None,

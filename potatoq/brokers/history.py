@@ -78,7 +78,7 @@ class HistorySettings:
     previews: bool = True  # keep a truncated repr of arguments and result
     redact_kwargs: tuple[str, ...] = ("password", "secret", "token", "api_key")
     trim_every: int = TRIM_EVERY  # SQL brokers trim on about one write in this many
-    batch: int = 32  # records a worker thread holds before writing them together (history_buffer)
+    batch: int = 128  # records a worker thread holds before writing them together (history_buffer)
     flush_after: float = 1.0  # seconds after which a thread writes what it holds, with its next settle
 
     @classmethod
