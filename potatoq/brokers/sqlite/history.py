@@ -17,7 +17,7 @@ import contextlib
 import functools
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import history as hist
 from ..base import (
@@ -63,6 +63,18 @@ def rollups_in(conn: sqlite3.Connection, rollups: Sequence[Keyed]) -> None:
     conn.executemany(SQL["history_rollup_put"], map(rollup_row, rollups))
 
 
+class _Built(NamedTuple):
+    """Some records as a write inserts them: their rows and their rollups (not yet merged
+    with the stored ones), built in Python before the write lock is taken."""
+
+    rows: list[tuple[Any, ...]]
+    rollups: list[Keyed]
+
+    @classmethod
+    def of(cls, records: Sequence[HistoryRecord]) -> _Built:
+        return cls([row_values(r) for r in records], rollups_of(map(sample_of, records)))
+
+
 @functools.cache
 def _shaped(shape: Shape) -> tuple[str, str]:
     """The page and floor statements for ``shape`` (a few dozen: cached)."""
@@ -84,11 +96,14 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
     @contextlib.contextmanager
     def _write_with_history(self, now: float) -> Iterator[sqlite3.Connection]:
         """:meth:`_write`, also inserting this thread's held records once they are due
-        (kept for the next try if the transaction fails)."""
-        with self._history_riding() as pending, self._write() as conn:
-            if pending:
-                self._history_rows_in(conn, pending, now)
-            yield conn
+        (kept for the next try if the transaction fails). Their rows and rollups are built
+        before the write lock is taken: the other writers wait only for the statements."""
+        with self._history_riding() as pending:
+            built = _Built.of(pending) if pending else None
+            with self._write() as conn:
+                if built is not None:
+                    self._history_built_in(conn, built, now)
+                yield conn
 
     def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
         """Hold the record of a settle that committed (inserted with a later transaction)."""
@@ -134,9 +149,12 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
     def _history_rows_in(
         self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float
     ) -> None:
-        conn.executemany(SQL["history_insert"], map(row_values, records))
-        rollups_in(conn, rollups_of(map(sample_of, records)))
-        if hist.should_trim(self.config.history, len(records)):
+        self._history_built_in(conn, _Built.of(records), now)
+
+    def _history_built_in(self, conn: sqlite3.Connection, built: _Built, now: float) -> None:
+        conn.executemany(SQL["history_insert"], built.rows)
+        rollups_in(conn, built.rollups)
+        if hist.should_trim(self.config.history, len(built.rows)):
             settings = self.config.history
             conn.execute(SQL["history_trim_age"], {"cutoff": now - settings.max_age})
             conn.execute(SQL["history_trim_count"], {"keep": settings.max_count})
