@@ -134,9 +134,7 @@ class _Leases:
     def _renew(self) -> None:
         while True:
             with self.cond:
-                if not self.stopped:
-                    self.cond.wait(self.lease / 3)
-                if self.stopped:
+                if self.cond.wait_for(lambda: self.stopped, self.lease / 3):
                     return
                 pairs = [x for holder, key in self.held.items() for x in (key, holder)]
             if pairs:
