@@ -28,11 +28,13 @@ Now the right to drive is a *baton* held by one thread at a time (``_driver``, g
   keep flowing), or at once when a step was queued with nobody to run it, and gives it
   back after the poll during which a thread started waiting. A task shorter than ``LAZY``
   never wakes it.
-* All this with a prefetch of 1 only. A process holding more (a prefetch multiplier, or
-  several threads) keeps the I/O thread driving all the time, as before the baton: its
-  next deliveries are on their way while a task runs, and reading them on the I/O thread
-  then measured faster (paired runs with ``worker_prefetch_multiplier=4``, see
-  docs/benchmarks.md) than reading them at each ack.
+* Whatever the prefetch. With more than one delivery held (a prefetch multiplier, or
+  several threads) the I/O thread used to drive all the time; once frames were sent on
+  the call that writes them (:mod:`.eager`), the task's thread driving measured faster
+  there too (paired runs with ``worker_prefetch_multiplier=4``: 0.85x the worker's CPU
+  per task, 1.17x processed/s; with ``-t 2``, level; docs/benchmarks.md). Deliveries
+  pushed while a task runs wait in the socket until the task's thread or, after ``LAZY``,
+  the I/O thread reads them.
 
 Everything that touched pika on the I/O thread runs, unchanged, on whichever thread
 holds the baton; one holder at a time, handed over under the lock.
@@ -86,11 +88,6 @@ class Baton:
     """The driving of one process's ioloop (mixed into :class:`~.io.AmqpLink`)."""
 
     _ioloop: DeadlineIOLoop
-    prefetch: int
-
-    def _shared(self) -> bool:
-        """Whether other threads may drive (prefetch 1): else only the I/O thread does."""
-        return self.prefetch <= 1
 
     def _init_baton(self) -> None:
         lock = threading.RLock()  # reentrant: interrupt() notifies from a signal handler
@@ -172,9 +169,6 @@ class Baton:
     def submit_here(self, fn: Callable[[], None]) -> None:
         """A thread outside any task: run ``fn`` with the baton without waiting for any
         reply, here and now if it is free (then send what it wrote), else queued."""
-        if not self._shared():
-            self.queue(fn)
-            return
         with self.cond:
             if not self._take():
                 self._ioloop.add_callback_threadsafe(fn)  # (after close nobody runs it)
@@ -197,10 +191,7 @@ class Baton:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                if not self._shared() or not self._take():
-                    if self._driver is None and not self._shared():
-                        self._urgent = True  # the idle I/O thread drives for us
-                        self._io_cond.notify()
+                if not self._take():
                     self._parked += 1
                     try:
                         self.cond.wait(left)
@@ -227,7 +218,7 @@ class Baton:
         the link stops, give it back, and take it again once nobody holds it for
         ``LAZY`` (or a step is queued with nobody to run it)."""
         while True:
-            while not self._stopping and (not self._parked or not self._shared()):
+            while not self._stopping and not self._parked:
                 self._poll(None)
             if self._stopping:
                 return
@@ -243,7 +234,7 @@ class Baton:
                         self._io_cond.wait(LAZY)
                         continue
                     idle = time.monotonic() - self._released_at
-                    if self._driver is None and (self._urgent or idle >= LAZY or not self._shared()):
+                    if self._driver is None and (self._urgent or idle >= LAZY):
                         self._urgent = False
                         self._driver = threading.get_ident()
                         break

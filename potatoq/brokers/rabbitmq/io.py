@@ -49,6 +49,7 @@ import pika.spec
 from potatoq.exceptions import ImproperlyConfigured, OperationalError
 
 from .baton import Baton, DeadlineIOLoop
+from .eager import send_eagerly
 from .ops import ChannelLost, Op, T, _ConfirmBatch
 from .steps import LinkSteps
 
@@ -361,6 +362,7 @@ class AmqpLink(LinkSteps, Baton):
             return
         self._backoff = 0.2
         self._failed_in_row = 0
+        send_eagerly(connection)
         opened: dict[str, pika.channel.Channel] = {}
 
         def one_open(role: str) -> Callable[[pika.channel.Channel], None]:

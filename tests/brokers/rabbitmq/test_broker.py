@@ -65,7 +65,9 @@ class Rabbit:
 
     def __call__(self, *, results: bool = True, **options: Any) -> RabbitMQBroker:
         config_fields = {
-            k: options.pop(k) for k in list(options) if k in {"max_deliveries", "task_time_limit"}
+            k: options.pop(k)
+            for k in list(options)
+            if k in {"max_deliveries", "task_time_limit", "prefetch_multiplier"}
         }
         backend = None
         if results:
