@@ -190,6 +190,12 @@ class SQLiteBroker(
         write that may free work anywhere; empty: nobody), then a WAL checkpoint runs if
         one is due (wal.py), outside the timed hold."""
         local = self._local.get()
+        with local.busy:  # see ThreadConnection.busy
+            yield from self._write_on(local, rings, checkpoint)
+
+    def _write_on(
+        self, local: ThreadConnection, rings: Collection[str] | None, checkpoint: bool
+    ) -> Iterator[sqlite3.Connection]:
         conn = local.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -237,7 +243,9 @@ class SQLiteBroker(
     def _read_sql(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """Run ``sql`` (a statement composed from named ones) on this thread's connection."""
         try:
-            return self._local.get().conn.execute(sql, params).fetchall()
+            local = self._local.get()
+            with local.busy:  # see ThreadConnection.busy
+                return local.conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
             raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
 

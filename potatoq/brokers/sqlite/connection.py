@@ -4,7 +4,9 @@ backoff with which waiters re-check ``PRAGMA data_version``."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
+import threading
 
 from .doorbell import Listener
 from .wal import WalWatch
@@ -18,14 +20,26 @@ WAIT_MAX_RUNG = 1.0
 SCHEDULED, READY, RUNNING = 0, 1, 2
 STATE_NAMES = {SCHEDULED: "scheduled", READY: "ready", RUNNING: "running"}  # for queued_task()
 
+#: Seconds close() from another thread waits for the owner's statement or transaction to
+#: end before it leaves the connection to be closed when its owner drops it.
+CLOSE_WAIT = 5.0
+
+log = logging.getLogger("potatoq.brokers.sqlite")
+
 
 class ThreadConnection:
     """One thread's connection, plus the interrupts its wait() calls have seen."""
 
-    __slots__ = ("backoff", "conn", "interrupts", "listener", "pause", "wal")
+    __slots__ = ("backoff", "busy", "conn", "interrupts", "listener", "pause", "wal")
 
     def __init__(self, conn: sqlite3.Connection, wal: WalWatch) -> None:
         self.conn = conn
+        #: Held by the owner thread around each statement and transaction, and by close():
+        #: the broker's close() closes every thread's connection, and closing a sqlite3
+        #: connection while another thread runs a statement on it crashes the interpreter
+        #: (a segmentation fault in the sqlite3 module, seen with the dashboard's sampler).
+        #: Reentrant: a transaction's checkpoint runs statements inside it.
+        self.busy = threading.RLock()
         #: says when this connection's commits should be followed by a checkpoint (wal.py)
         self.wal = wal
         #: this thread's doorbell socket, made by its first wait() (None: not yet, or no doorbell)
@@ -38,9 +52,23 @@ class ThreadConnection:
         self.interrupts = 0
 
     def data_version(self) -> int:
-        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+        with self.busy:
+            return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def close(self) -> None:
+        """Close it, once no statement runs on it (from any thread). An owner still busy
+        after CLOSE_WAIT keeps it: it closes when that thread lets go of it (the broker no
+        longer hands it out), and its next use after a close raises sqlite3's
+        ProgrammingError ("Cannot operate on a closed database"), never a crash."""
+        if not self.busy.acquire(timeout=CLOSE_WAIT):
+            log.warning("a thread still runs a statement on its SQLite connection: not closed now")
+            return
+        try:
+            self._close()
+        finally:
+            self.busy.release()
+
+    def _close(self) -> None:
         if self.listener is not None:
             with contextlib.suppress(OSError):
                 self.listener.close()
