@@ -85,9 +85,7 @@ class PostgresBroker(
         self.options = PostgresOptions.from_transport_options(config.transport_options)
         self._conninfo = libpq_url(config.url)
         self._channel_prefix = wakeups.channel_prefix(self.options.schema)
-        self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(
-            self._connect, psycopg.Connection.close
-        )
+        self._conns: ProcessLocal[psycopg.Connection[Any]] = ProcessLocal(self._connect, _close_when_idle)
         self._stmts: statements.Statements | None = None
         self._setup_lock = threading.Lock()
         self._listener = wakeups.PerProcess(self._make_listener)
@@ -621,3 +619,23 @@ def _is_token(token: str) -> bool:
 def _array_fields(prefix: str) -> tuple[str, ...]:
     """The parallel array parameters of a batch of messages (see _message_params)."""
     return tuple(f"{prefix}_{field}" for field in ("ids", "queues", "priorities", "etas", "payloads"))
+
+
+#: Seconds close() from another thread waits for a statement running on a connection.
+CLOSE_WAIT = 5.0
+
+
+def _close_when_idle(conn: psycopg.Connection[Any]) -> None:
+    """Close ``conn`` once no statement runs on it. close() closes every thread's
+    connection, and psycopg's close() frees libpq's connection without taking the lock its
+    statements hold: another thread's statement then read freed memory (errors such as
+    "received 0 results from command 'BEGIN'", or a crash). That thread's next statement
+    now fails as on a lost connection (OperationalError), and its next call reconnects. A
+    statement still running after CLOSE_WAIT keeps its connection (closed when dropped)."""
+    if not conn.lock.acquire(timeout=CLOSE_WAIT):
+        log.warning("a thread still runs a statement on its PostgreSQL connection: not closed now")
+        return
+    try:
+        conn.close()
+    finally:
+        conn.lock.release()
