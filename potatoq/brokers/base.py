@@ -36,6 +36,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import threading
@@ -220,6 +221,29 @@ class ProcessLocal(Generic[T]):
             for value in values:
                 with contextlib.suppress(Exception):
                     self._close(value)
+
+
+#: Seconds a close from another thread waits for a statement running on a connection.
+CLOSE_WAIT = 5.0
+
+
+def close_when_idle(lock: Any, close: Callable[[], None], what: str) -> None:
+    """Run ``close`` holding ``lock``, the lock a connection's statements hold.
+
+    ``close_all`` closes every thread's connection from the closing thread, and closing a
+    database connection under another thread's running statement crashes the interpreter
+    (sqlite3) or frees libpq's connection under it (psycopg). Waits ``CLOSE_WAIT`` at
+    most; a statement still running then keeps its connection, which closes when its
+    owner drops it."""
+    if not lock.acquire(timeout=CLOSE_WAIT):
+        logging.getLogger("potatoq.brokers").warning(
+            "a thread still runs a statement on its %s connection: not closed now", what
+        )
+        return
+    try:
+        close()
+    finally:
+        lock.release()
 
 
 # ----------------------------------------------------------------------------- the contract

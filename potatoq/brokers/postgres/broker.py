@@ -31,6 +31,7 @@ from ..base import (
     RetryLater,
     WorkerRef,
     claim_committed,
+    close_when_idle,
     decode_delivery,
     validate_queue_name,
 )
@@ -621,21 +622,10 @@ def _array_fields(prefix: str) -> tuple[str, ...]:
     return tuple(f"{prefix}_{field}" for field in ("ids", "queues", "priorities", "etas", "payloads"))
 
 
-#: Seconds close() from another thread waits for a statement running on a connection.
-CLOSE_WAIT = 5.0
-
-
 def _close_when_idle(conn: psycopg.Connection[Any]) -> None:
-    """Close ``conn`` once no statement runs on it. close() closes every thread's
-    connection, and psycopg's close() frees libpq's connection without taking the lock its
-    statements hold: another thread's statement then read freed memory (errors such as
-    "received 0 results from command 'BEGIN'", or a crash). That thread's next statement
-    now fails as on a lost connection (OperationalError), and its next call reconnects. A
-    statement still running after CLOSE_WAIT keeps its connection (closed when dropped)."""
-    if not conn.lock.acquire(timeout=CLOSE_WAIT):
-        log.warning("a thread still runs a statement on its PostgreSQL connection: not closed now")
-        return
-    try:
-        conn.close()
-    finally:
-        conn.lock.release()
+    """Close ``conn`` once no statement runs on it (see close_when_idle): psycopg's close()
+    frees libpq's connection without taking the lock its statements hold, and another
+    thread's statement then read freed memory (errors such as "received 0 results from
+    command 'BEGIN'"). That thread's next statement now fails as on a lost connection
+    (OperationalError), and its next call reconnects."""
+    close_when_idle(conn.lock, conn.close, "PostgreSQL")

@@ -4,10 +4,10 @@ backoff with which waiters re-check ``PRAGMA data_version``."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import sqlite3
 import threading
 
+from ..base import close_when_idle
 from .doorbell import Listener
 from .wal import WalWatch
 
@@ -19,12 +19,6 @@ WAIT_MAX_RUNG = 1.0
 
 SCHEDULED, READY, RUNNING = 0, 1, 2
 STATE_NAMES = {SCHEDULED: "scheduled", READY: "ready", RUNNING: "running"}  # for queued_task()
-
-#: Seconds close() from another thread waits for the owner's statement or transaction to
-#: end before it leaves the connection to be closed when its owner drops it.
-CLOSE_WAIT = 5.0
-
-log = logging.getLogger("potatoq.brokers.sqlite")
 
 
 class ThreadConnection:
@@ -56,17 +50,10 @@ class ThreadConnection:
             return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def close(self) -> None:
-        """Close it, once no statement runs on it (from any thread). An owner still busy
-        after CLOSE_WAIT keeps it: it closes when that thread lets go of it (the broker no
-        longer hands it out), and its next use after a close raises sqlite3's
-        ProgrammingError ("Cannot operate on a closed database"), never a crash."""
-        if not self.busy.acquire(timeout=CLOSE_WAIT):
-            log.warning("a thread still runs a statement on its SQLite connection: not closed now")
-            return
-        try:
-            self._close()
-        finally:
-            self.busy.release()
+        """Close it once no statement runs on it (from any thread; see close_when_idle). The
+        owner's next use after a close raises sqlite3's ProgrammingError ("Cannot operate
+        on a closed database"), never a crash."""
+        close_when_idle(self.busy, self._close, "SQLite")
 
     def _close(self) -> None:
         if self.listener is not None:
