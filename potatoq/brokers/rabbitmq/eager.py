@@ -16,12 +16,9 @@ transport does its own buffering around the TLS engine.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from pika.adapters.utils import io_services_utils
-
-log = logging.getLogger("potatoq.brokers.rabbitmq")
 
 _Plaintext: Any = getattr(io_services_utils, "_AsyncPlaintextTransport", None)
 # The attributes read below are pika's own: fail at import, not with frames sent out of
@@ -48,11 +45,9 @@ def send_eagerly(connection: Any) -> bool:
         if not pending and transport._state == active:
             try:
                 sent = sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
             except OSError:
-                # A broken connection: pika's path meets the same error and aborts the
-                # transport the way it always does.
+                # A full socket buffer, or a broken connection: pika's path sends it later,
+                # or meets the same error and aborts the transport as it always does.
                 sent = 0
             if sent == len(data):
                 return

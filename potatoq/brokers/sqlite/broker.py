@@ -191,38 +191,35 @@ class SQLiteBroker(
         one is due (wal.py), outside the timed hold."""
         local = self._local.get()
         with local.busy:  # see ThreadConnection.busy
-            yield from self._write_on(local, rings, checkpoint)
-
-    def _write_on(
-        self, local: ThreadConnection, rings: Collection[str] | None, checkpoint: bool
-    ) -> Iterator[sqlite3.Connection]:
-        conn = local.conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            locked = time.perf_counter()
+            conn = local.conn
             try:
-                yield conn
-            except BaseException:
+                conn.execute("BEGIN IMMEDIATE")
+                locked = time.perf_counter()
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                held = time.perf_counter() - locked
+                if held > self.write_holds.longest.seconds:
+                    self.write_holds.held(held, writer_name())
+            except sqlite3.OperationalError as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            held = time.perf_counter() - locked
-            if held > self.write_holds.longest.seconds:
-                self.write_holds.held(held, writer_name())
-        except sqlite3.OperationalError as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
-        if self._doorbell is not None and (rings is None or rings):
-            # committed: a ring that fails (out of file descriptors, say) costs waiters
-            # latency, up to their fallback poll, and must not fail the write
-            with contextlib.suppress(OSError):
-                self._doorbell.ring(rings, skip=local.listener.token if local.listener is not None else None)
-        if checkpoint and local.wal.due():  # after the ring: waiters needn't wait for it
-            trim_to = self.checkpoints.run_checkpoint(conn, local.wal)
-            if trim_to is not None:
-                self._trim_wal(trim_to)
+                raise OperationalError(f"SQLite database {self.path!r}: {exc}") from exc
+            if self._doorbell is not None and (rings is None or rings):
+                # committed: a ring that fails (out of file descriptors, say) costs waiters
+                # latency, up to their fallback poll, and must not fail the write
+                with contextlib.suppress(OSError):
+                    self._doorbell.ring(
+                        rings, skip=local.listener.token if local.listener is not None else None
+                    )
+            if checkpoint and local.wal.due():  # after the ring: waiters needn't wait for it
+                trim_to = self.checkpoints.run_checkpoint(conn, local.wal)
+                if trim_to is not None:
+                    self._trim_wal(trim_to)
 
     def _trim_wal(self, size: int) -> None:
         """Cut the WAL file to ``size`` bytes: one short write transaction of its own

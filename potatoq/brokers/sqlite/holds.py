@@ -62,16 +62,7 @@ class WriteHolds:
 
 #: frames that are the transaction's plumbing, not the broker method that wrote
 _PLUMBING = frozenset(
-    {
-        "_write",
-        "_write_on",
-        "_write_with_history",
-        "__exit__",
-        "held",
-        "writer_name",
-        "run_checkpoint",
-        "_note_checkpoint",
-    }
+    {"_write", "_write_with_history", "__exit__", "held", "writer_name", "run_checkpoint", "_note_checkpoint"}
 )
 
 
