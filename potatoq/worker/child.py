@@ -33,7 +33,7 @@ from potatoq import signals
 from potatoq.brokers.base import Delivery, Outcome, WorkerRef
 from potatoq.exceptions import SoftTimeLimitExceeded
 
-from .ipc import SharedFlag, SlotBoard, Tally
+from .ipc import CarryBoard, SharedFlag, SlotBoard, Tally
 from .limits import SOFT_LIMIT_CANCEL, SoftLimits
 from .options import WorkerOptions
 from .pausing import PauseGate
@@ -344,7 +344,7 @@ def child_main(
     inherited_fds: Sequence[int],
     index: int = 1,
     tally: Tally | None = None,
-    board: SlotBoard | None = None,
+    board: SlotBoard | CarryBoard | None = None,
     grants_fd: int | None = None,
     terminating: SharedFlag | None = None,
 ) -> None:

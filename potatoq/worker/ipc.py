@@ -31,6 +31,11 @@ shorter than ``PIPE_UNDER`` (the supervisor reads the board only about once a se
 whose id doesn't fit a slot. Either way a child counts the tasks it finished in a word of
 shared memory (``Tally``).
 
+A broker that can't list what a process holds (RabbitMQ: only the channel a delivery came
+on knows it) gets a ``CarryBoard`` instead: each thread's slot holds the whole start line
+the pipe would carry, message included, so the supervisor still has the delivery of a
+child that died, or of a task to report in a heartbeat, without a pipe write per task.
+
 A child writes whole lines under a lock (several threads share one pipe); the supervisor
 reads without blocking and keeps an incomplete tail for the next read. A line cut short by
 the child's death is dropped: it can only be the last one, and a lost ``end`` just means
@@ -58,12 +63,14 @@ from potatoq.brokers.base import Delivery, WorkerRef, decode_delivery
 
 __all__ = [
     "PIPE_UNDER",
+    "CarryBoard",
     "ChildEvent",
     "EventReader",
     "EventWriter",
     "SharedFlag",
     "SlotBoard",
     "Tally",
+    "parse_start",
     "reports_every_task",
     "widen_pipe",
 ]
@@ -172,6 +179,13 @@ class SlotBoard:
             thread, started, math.nan if hard is None else hard, delivery.id.encode(), delivery.token.encode()
         )
 
+    def put(self, thread: int, delivery: Delivery, soft: float | None, hard: float | None) -> bool:
+        """(child) ``thread`` runs ``delivery`` from now; False if its id or token doesn't fit."""
+        if not self.fits(delivery):
+            return False
+        self.set(thread, delivery, time.monotonic(), hard)
+        return True
+
     def stop_clock(self, thread: int) -> None:
         """(child) the task in ``thread`` ran; its settle is being retried: no hard limit now."""
         current = self.read(thread)
@@ -204,6 +218,80 @@ class SlotBoard:
         self._map.close()
 
 
+class CarryBoard:
+    """What each thread of a child runs now, *with its delivery*: for a broker that can't
+    list what a process holds (RabbitMQ), where the supervisor would otherwise need every
+    task's start line over the pipe to know what a dead child held or what to report in a
+    heartbeat. Each thread's slot holds the start line the pipe would carry (the same
+    format, decoded only when the supervisor looks, about once a second, or when the child
+    died); writing it costs a copy into shared memory instead of two ``write`` calls per
+    task and a supervisor woken by each. A seqlock as in :class:`SlotBoard`.
+
+    A slot is ``SLOT`` bytes of an anonymous shared mapping (only the pages written count
+    in RSS); a start line that doesn't fit (a message of over about 48 KiB) goes down the
+    pipe instead."""
+
+    SLOT = 64 * 1024
+    _HEAD = struct.Struct("<QBxxxI")  # seq (odd while written), settling, line length
+    _SEQ = struct.Struct("<Q")
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._map = mmap.mmap(-1, threads * self.SLOT)
+        self._seq = [0] * threads  # the writer's own counts (one writer per slot)
+
+    def _write(self, thread: int, settling: bool, line: bytes | None) -> None:
+        offset = thread * self.SLOT
+        seq = self._seq[thread] + 1
+        self._SEQ.pack_into(self._map, offset, seq)  # odd: being written
+        if line is None:  # only the flag changes: the line stays
+            length = self._HEAD.unpack_from(self._map, offset)[2]
+        else:
+            length = len(line)
+            start = offset + self._HEAD.size
+            self._map[start : start + length] = line
+        self._HEAD.pack_into(self._map, offset, seq, settling, length)
+        self._seq[thread] = seq + 1
+        self._SEQ.pack_into(self._map, offset, seq + 1)
+
+    def put(self, thread: int, delivery: Delivery, soft: float | None, hard: float | None) -> bool:
+        """(child) ``thread`` runs ``delivery`` from now; False if its line doesn't fit."""
+        line = _start_line(delivery, soft, hard, thread)
+        if len(line) > self.SLOT - self._HEAD.size:
+            return False
+        self._write(thread, False, line)
+        return True
+
+    def stop_clock(self, thread: int) -> None:
+        """(child) the task in ``thread`` ran; its settle is being retried: no hard limit now."""
+        self._write(thread, True, None)
+
+    def clear(self, thread: int) -> None:
+        """(child) ``thread`` runs nothing."""
+        self._write(thread, False, b"")
+
+    def read(self, thread: int) -> tuple[bytes, bool] | None:
+        """(the start line, whether it is settling) of what ``thread`` runs, or None."""
+        offset = thread * self.SLOT
+        start = offset + self._HEAD.size
+        for _ in range(100):
+            seq, settling, length = self._HEAD.unpack_from(self._map, offset)
+            if seq % 2:
+                continue
+            line = self._map[start : start + min(length, self.SLOT - self._HEAD.size)]
+            if self._SEQ.unpack_from(self._map, offset)[0] == seq:
+                return (line, bool(settling)) if line else None
+        return None  # being rewritten all along: the next look will see it
+
+    def close(self) -> None:
+        self._map.close()
+
+
+def parse_start(line: bytes) -> ChildEvent:
+    """The start event of a :class:`CarryBoard` slot's line."""
+    return _parse(json.loads(line))
+
+
 class ChildEvent(NamedTuple):  # a tuple: cheap to build, the supervisor makes one per event
     kind: str  # start | settling | end | retire | token
     task_id: str = ""
@@ -229,11 +317,14 @@ class ChildEvent(NamedTuple):  # a tuple: cheap to build, the supervisor makes o
 class EventWriter:
     """The child's end: thread-safe, blocking writes of whole lines.
 
-    With a ``board``, deliveries are written there instead, except those that need the
-    pipe (a hard limit under ``PIPE_UNDER``, an id too long for a slot); ``tally`` counts
-    every finished task either way."""
+    With a ``board`` (a :class:`SlotBoard`, or a :class:`CarryBoard` where the supervisor
+    can't ask the broker for a process's deliveries), deliveries are written there instead,
+    except those that need the pipe (a hard limit under ``PIPE_UNDER``, an id or a message
+    too long for a slot); ``tally`` counts every finished task either way."""
 
-    def __init__(self, fd: int, tally: Tally | None = None, board: SlotBoard | None = None) -> None:
+    def __init__(
+        self, fd: int, tally: Tally | None = None, board: SlotBoard | CarryBoard | None = None
+    ) -> None:
         self._fd = fd
         self._lock = threading.Lock()
         self._tally = tally
@@ -253,11 +344,10 @@ class EventWriter:
         if board is None:
             return _start_line(delivery, soft, hard, thread)
         key = (delivery.id, delivery.token)
-        if (hard is not None and hard < PIPE_UNDER) or not board.fits(delivery):
+        if (hard is not None and hard < PIPE_UNDER) or not board.put(thread, delivery, soft, hard):
             board.clear(thread)
             self._reported.add(key)
             return _start_line(delivery, soft, hard, thread)
-        board.set(thread, delivery, time.monotonic(), hard)
         self._slot_of[key] = thread
         return b""
 

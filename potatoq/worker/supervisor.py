@@ -59,7 +59,17 @@ from potatoq.terminate import termination_requests
 
 from .child import child_main
 from .chores import Chores
-from .ipc import ChildEvent, EventReader, SharedFlag, SlotBoard, Tally, reports_every_task, widen_pipe
+from .ipc import (
+    CarryBoard,
+    ChildEvent,
+    EventReader,
+    SharedFlag,
+    SlotBoard,
+    Tally,
+    parse_start,
+    reports_every_task,
+    widen_pipe,
+)
 from .options import WorkerOptions
 from .ratelimit import TokenDispenser
 from .running import Running, RunningTable
@@ -110,6 +120,10 @@ class Child:
     ever_ran: bool = False
     tally: Tally = dataclasses.field(default_factory=Tally)  # tasks it finished
     board: SlotBoard | None = None  # what its threads run, when it doesn't report every task
+    # ... or, where it does (no held_by), its threads' start lines (see _sync_carried)
+    carry: CarryBoard | None = None
+    # thread -> (the start line last seen in its carry slot, the task's key)
+    carried: dict[int, tuple[bytes, tuple[str, str]]] = dataclasses.field(default_factory=dict)
     grants_fd: int = -1  # where its rate-limit tokens are granted
     terminating: SharedFlag = dataclasses.field(default_factory=SharedFlag)
     # revoke(terminate=True) victims: (task id, token) -> the signal's name
@@ -204,6 +218,7 @@ class Supervisor:
                     heard = True
             self._handle_signals()
             self._reap()
+            self._sync_boards()
             self._grant_tokens()
             self._enforce_hard_limits()
             self._enforce_terminate_grace()
@@ -268,6 +283,7 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         tally = Tally()
         board = None if self.every_task else SlotBoard(self.options.threads)
+        carry = CarryBoard(self.options.threads) if self.every_task else None
         terminating = SharedFlag()
         # Everything the supervisor made so far (the app, its tasks, the imported libraries)
         # leaves the garbage collector's generations: a child's full collections then scan
@@ -282,8 +298,9 @@ class Supervisor:
         try:
             pid = os.fork()
             if pid == 0:  # the child
+                shared = board or carry
                 child_main(
-                    self.app, self.options, write_fd, inherited, index, tally, board, grants_r, terminating
+                    self.app, self.options, write_fd, inherited, index, tally, shared, grants_r, terminating
                 )
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
@@ -296,6 +313,7 @@ class Supervisor:
             index=index,
             tally=tally,
             board=board,
+            carry=carry,
             grants_fd=grants_w,
             terminating=terminating,
         )
@@ -322,6 +340,40 @@ class Supervisor:
                 child.ever_ran = True  # (its end then finds nothing to remove)
             else:
                 self._apply(child, event)
+        self._sync_carried(child)
+
+    def _sync_carried(self, child: Child) -> None:
+        """Bring ``child.running`` up to what its carry board shows (when it has one): a
+        slot's new start line is applied as the pipe's start event would be, a slot that
+        changed or emptied ends the task it held. Tasks that started and ended between two
+        looks are never seen, as within one batch of pipe events."""
+        carry = child.carry
+        if carry is None:
+            return
+        for thread in range(carry.threads):
+            entry = carry.read(thread)
+            seen = child.carried.get(thread)
+            if seen is not None and (entry is None or entry[0] != seen[0]):
+                child.running.remove(seen[1])
+                del child.carried[thread]
+                seen = None
+            if entry is None:
+                continue
+            line, settling = entry
+            if seen is None:
+                try:
+                    event = parse_start(line)
+                except ValueError:  # can't be (a seqlock-checked copy); never take the loop down
+                    logger.exception("child %d: unreadable board slot %d", child.pid, thread)
+                    continue
+                self._apply(child, event)
+                seen = child.carried[thread] = (line, event.key)
+            if settling:
+                child.running.mark_settling(seen[1])
+
+    def _sync_boards(self) -> None:
+        for child in self.children.values():
+            self._sync_carried(child)
 
     def _apply(self, child: Child, event: ChildEvent) -> None:
         if event.kind == "start":
@@ -370,6 +422,8 @@ class Supervisor:
         child.tally.close()
         if child.board is not None:
             child.board.close()
+        if child.carry is not None:  # (read by _read_events above)
+            child.carry.close()
         held = child.running.pop_all()
         held += self._unreported(child, {item.key for item in held})
         how = _describe_status(status)

@@ -13,7 +13,16 @@ from potatoq.brokers import create_broker
 from potatoq.brokers.base import BrokerConfig, Complete, ResultRecord, WorkerRef, decode_delivery
 from potatoq.exceptions import OperationalError
 from potatoq.message import Message, new_id
-from potatoq.worker.ipc import PIPE_UNDER, EventReader, EventWriter, SlotBoard, Tally
+from potatoq.worker.ipc import (
+    PIPE_UNDER,
+    CarryBoard,
+    EventReader,
+    EventWriter,
+    SlotBoard,
+    Tally,
+    parse_start,
+    widen_pipe,
+)
 from potatoq.worker.settling import settle_reliably
 
 
@@ -204,4 +213,77 @@ def test_the_tally_and_board_a_child_writes_are_read_by_its_parent(broker):
     assert tally.value == 2000
     assert board.entries() == [(delivery.id, delivery.token, 12.5, 30.0)]
     tally.close()
+    board.close()
+
+
+def _carried(board: CarryBoard, thread: int):
+    """The start event in ``thread``'s carry slot, and whether it is settling (or None)."""
+    entry = board.read(thread)
+    return None if entry is None else (parse_start(entry[0]), entry[1])
+
+
+def test_a_carry_board_holds_each_threads_delivery_and_the_pipe_only_what_needs_it(broker):
+    # Where the broker can't list what a process holds (RabbitMQ), a child writes the whole
+    # start line, message included, to its thread's slot: the supervisor decodes the
+    # delivery from there. A short hard limit and a message too big for a slot still go
+    # down the pipe.
+    first, short = _claimed(broker), _claimed(broker)
+    read_fd, write_fd = os.pipe()
+    widen_pipe(read_fd)  # room for the big message's line: nothing reads until the end
+    tally, board = Tally(), CarryBoard(2)
+    writer, reader = EventWriter(write_fd, tally, board), EventReader(read_fd)
+    before = time.monotonic()
+    writer.start(first, 1700.0, 1800.0, thread=1)
+    assert board.read(0) is None
+    event, settling = _carried(board, 1)
+    assert (event.kind, event.key, event.soft, event.hard, event.thread) == (
+        "start", (first.id, first.token), 1700.0, 1800.0, 1,
+    )  # fmt: skip
+    assert before <= event.started <= time.monotonic() and not settling
+    carried = event.delivery
+    assert (carried.id, carried.raw, carried.deliveries, carried.queue) == (
+        first.id, first.raw, first.deliveries, first.queue,
+    )  # fmt: skip
+    assert carried.message.args == first.message.args
+    writer.settling(first)  # its settle is being retried: the flag is up, the line unchanged
+    assert _carried(board, 1)[1] is True and _carried(board, 1)[0].key == event.key
+    writer.end_and_start(first, short, None, PIPE_UNDER / 2, thread=1)
+    assert board.read(1) is None
+    writer.end(short)
+    big = decode_delivery(
+        id="big", queue="default", raw=b'{"pad": "' + b"x" * CarryBoard.SLOT + b'"}', token="t",
+        deliveries=1, worker=WorkerRef("n", 1),
+    )  # fmt: skip
+    writer.start(big, None, None, thread=0)
+    assert board.read(0) is None
+    writer.end(big)
+    os.close(write_fd)
+    events, eof = reader.read()
+    assert [(e.kind, e.task_id) for e in events] == [
+        ("start", short.id), ("end", short.id), ("start", "big"), ("end", "big"),
+    ] and eof  # fmt: skip
+    assert events[2].delivery.raw == big.raw
+    assert tally.value == 3
+    os.close(read_fd)
+    tally.close()
+    board.close()
+
+
+def test_the_carry_board_a_child_writes_is_read_by_its_parent_after_it_died(broker):
+    delivery = _claimed(broker)
+    board = CarryBoard(3)
+    pid = os.fork()
+    if pid == 0:  # the child: a few tasks through slot 2, the last one left running
+        writer = EventWriter(os.open(os.devnull, os.O_WRONLY), None, board)
+        for _ in range(50):
+            writer.start(delivery, None, 30.0, thread=2)
+            writer.end(delivery)
+        writer.start(delivery, None, 30.0, thread=2)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert board.read(0) is None and board.read(1) is None
+    event, settling = _carried(board, 2)
+    assert event.key == (delivery.id, delivery.token) and event.hard == 30.0 and not settling
+    assert event.delivery.raw == delivery.raw
     board.close()
