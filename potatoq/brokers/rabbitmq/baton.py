@@ -100,6 +100,9 @@ class Baton:
         self._parked = 0  # threads in wait_until while another drives
         self._urgent = False  # a step was queued with nobody driving
         self._stopping = False  # the link is closed: nobody takes the baton again
+        #: Called by the holder before a poll that may block (and before the link closes):
+        #: sends the acks waiting to go together (see :mod:`.acks`).
+        self.before_wait: Callable[[], None] | None = None
         # A wake-up socket of our own, registered with the ioloop: writing to it needs no
         # lock, so a signal handler (interrupt) can wake a driver blocked in its poll.
         self._wake_r, self._wake_w = socket.socketpair()
@@ -148,6 +151,9 @@ class Baton:
         ioloop = self._ioloop
         ioloop.poll_until = deadline
         try:
+            flush = self.before_wait
+            if flush is not None and (deadline is None or deadline > time.monotonic()):
+                flush()  # nothing may wait for a poll that blocks (submit_here's doesn't)
             ioloop.poll()
             ioloop.process_timeouts()
         except Exception:  # a callback's bug must not end the caller's wait (or the I/O thread)

@@ -54,6 +54,7 @@ from typing import Any
 
 import pika.channel
 
+from potatoq.brokers.rabbitmq.acks import AckGroup
 from potatoq.brokers.rabbitmq.declare import cancel_keeping
 from potatoq.brokers.rabbitmq.holds import RateHolds
 from potatoq.brokers.rabbitmq.io import AmqpLink
@@ -121,6 +122,11 @@ class Intake(RateHolds):
         self._by_tag: dict[str, tuple[str, int, str]] = {}  # consumer tag -> (queue, band, amqp)
         self._handed: dict[int, Pending] = {}  # delivery tag -> delivery (current generation)
         self._held: set[int] = set()  # tags of handed deliveries waiting in hold_op
+        self._giving_back: list[int] = []  # tags being published again by _give_back
+        # Acks of finished tasks that wait to go in one frame (a prefetch above 1, see .acks);
+        # whoever is about to block on the connection sends them first.
+        self.acks = AckGroup(self._lowest_open)
+        self.link.before_wait = self.acks.flush
         self._wanted: list[tuple[str, int, str]] = []  # what wait() consumes
         self._orders: dict[tuple[str, ...], tuple[list[tuple[str, int, str]], dict[str, int]]] = {}
         # The potatoq queues whose every band has a live consumer (None: paused); read by
@@ -369,6 +375,7 @@ class Intake(RateHolds):
 
     def on_work_channel_lost(self) -> None:
         """I/O thread: the work channel is gone; RabbitMQ requeued everything it held."""
+        self.acks.drop()
         self._consuming = None
         self._consumers.clear()
         self._cancels_done = self._cancels_sent  # the new channel has no consumers to cancel
@@ -486,15 +493,25 @@ class Intake(RateHolds):
         if self._cancels_done < self._cancels_sent or self._draining:
             self.link.spawn(self.ack_resume_op(token, queues))
             return
+        with self.cond:
+            buffered = self._has_buffered(queues)
         pending = self.owned(token)
         work = self.link.work
         if pending is not None and work is not None and work.is_open:
-            work.basic_ack(pending.tag)
             del self._handed[pending.tag]
-        with self.cond:
-            buffered = self._has_buffered(queues)
+            # The caller goes on to a buffered delivery: its ack may wait for the next one's.
+            self.acks.ack(work, pending.tag, later=buffered, group=self.link.prefetch // 2)
         if not buffered:
             self._resume(queues)
+
+    def _lowest_open(self) -> int | None:
+        """Driver: the lowest tag of the work channel still open here, but for the acks
+        waiting in :attr:`acks` (see :class:`~.acks.AckGroup`)."""
+        generation = self.link.generation
+        tags = [*self._handed, *self._giving_back]
+        with self.cond:
+            tags.extend(p.tag for p in self._buffer if p.generation == generation)
+        return min(tags, default=None)
 
     def ack_resume_op(self, token: str, queues: Sequence[str]) -> Op[None]:
         """Ack ``token``'s delivery (posted, see ``RabbitMQBroker.settle_and_claim``), then start
@@ -525,6 +542,7 @@ class Intake(RateHolds):
         first = self.owned(token)
         if first is None:
             return None
+        self.acks.flush()  # acks waiting go first: frames keep the order they were made in
         if action == "republish":
             publishes = [*publishes, self._again(first, forget)]
             action = "ack"
@@ -583,6 +601,7 @@ class Intake(RateHolds):
         """Shutdown: pause the consumers and hand back what they pushed that never ran,
         published again and acked, so it doesn't count as a delivery (a nack or the
         connection closing would count on RabbitMQ 4.0)."""
+        self.acks.flush()
         self._pause()
         work = self.link.work
         if work is None:
@@ -592,7 +611,13 @@ class Intake(RateHolds):
             unrun, self._buffer = self._buffer, []
         if not unrun:
             return
-        yield from self.session.publish_all([self._again(p) for p in unrun])
+        # Still open while published again: no grouped ack may cover them meanwhile.
+        self._giving_back = [p.tag for p in unrun if p.generation == self.link.generation]
+        try:
+            yield from self.session.publish_all([self._again(p) for p in unrun])
+            self.acks.flush()  # made meanwhile: sent while these still count as open
+        finally:
+            self._giving_back = []
         for p in unrun:
             if p.generation == self.link.generation and work.is_open:
                 work.basic_ack(p.tag)

@@ -270,6 +270,8 @@ class AmqpLink(LinkSteps, Baton):
             self._closing = True
             conn = self.connection
             if conn is not None and conn.is_open:
+                if self.before_wait is not None:
+                    self.before_wait()  # acks waiting to go together go now
                 conn.close()
             else:
                 self._stop_driving()
