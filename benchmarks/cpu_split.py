@@ -3,6 +3,7 @@ another in alternating runs (the measure of issue 28's per-task work):
 
     python -m benchmarks.cpu_split --before ../main [--after .] [--pairs 8] [-n 2000]
                                    [--url amqp://...] [--env '{"BENCH_RESULT_BACKEND": ...}']
+                                   [--server-pid PID]
 
 Each run enqueues ``-n`` no-op tasks (``benchmarks.peers.potatoq_app``, under a queue prefix
 of its own), starts a real ``potatoq worker -c 2`` from that checkout (its own directory
@@ -12,7 +13,10 @@ processes in between, divided by the tasks finished in between. That is steadier
 processed/s on a shared machine, where RabbitMQ's own latency moves the rate by 2x from
 one run to the next. The split says where it goes: the children's main threads (their
 tasks, and with a prefetch of 1 the connection too, see ``rabbitmq/baton.py``), the
-children's other threads (the AMQP I/O thread), the supervisor.
+children's other threads (the AMQP I/O thread), the supervisor. ``--server-pid``
+adds a process outside the worker as "server", counted over the same interval and in the
+total: the RabbitMQ node's ``beam.smp``, found by its port (``ss -ltnpH 'sport = :5673'``),
+since what the worker's frames cost the broker runs on the same cores.
 
 The two checkouts run back to back in alternating order (before-after, after-before, ...),
 so a slow spell of the machine falls on both sides equally often. The report gives the
@@ -59,9 +63,14 @@ class Run:
     load: float
 
 
-def _threads(session: int) -> dict[tuple[str, str, str], int]:
-    """CPU ticks so far of every thread of the processes in ``session``: (role, pid, tid)."""
+def _threads(session: int, server: int | None = None) -> dict[tuple[str, str, str], int]:
+    """CPU ticks so far of every thread of the processes in ``session``: (role, pid, tid);
+    and the whole of process ``server``, if given: ("server", pid, "")."""
     out = {}
+    if server is not None:
+        with open(f"/proc/{server}/stat") as f:
+            stat = f.read().rsplit(")", 1)[1].split()
+        out[("server", str(server), "")] = int(stat[11]) + int(stat[12])
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -88,7 +97,9 @@ def _finished(done: Path) -> int:
         return 0
 
 
-def one_run(tree: Path, n: int, url: str, extra: dict[str, str], processes: int) -> Run:
+def one_run(
+    tree: Path, n: int, url: str, extra: dict[str, str], processes: int, server: int | None = None
+) -> Run:
     """processed/s and CPU µs per task (total and split) of one worker from ``tree``."""
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="potatoq-cpu-") as tmp:
@@ -118,7 +129,7 @@ def one_run(tree: Path, n: int, url: str, extra: dict[str, str], processes: int)
                     if worker.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError(log_path.read_text()[-2000:])
                     time.sleep(0.005)
-                marks.append((_finished(done), _threads(worker.pid)))
+                marks.append((_finished(done), _threads(worker.pid, server)))
         finally:
             os.killpg(worker.pid, 15)
             worker.wait(60)
@@ -143,7 +154,7 @@ def report(pairs: list[dict[str, Run]]) -> list[str]:
     rate = median_interval([p["after"].rate / p["before"].rate for p in pairs])
     lower = sum(p["after"].cpu_us < p["before"].cpu_us for p in pairs)
     lines = [
-        f"worker CPU per task, after ÷ before: {cpu[0]:.3f} ({cpu[1]:.3f} to {cpu[2]:.3f}), lower in {lower}",
+        f"CPU per task (the processes counted), after ÷ before: {cpu[0]:.3f} ({cpu[1]:.3f} to {cpu[2]:.3f}), lower in {lower}",
         f"processed/s, after ÷ before: {rate[0]:.3f} ({rate[1]:.3f} to {rate[2]:.3f})",
     ]
     for side in ("before", "after"):
@@ -164,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--url", default=DEFAULT_URLS["rabbitmq"])
     parser.add_argument("--env", default="{}", help="JSON: more environment for both sides")
+    parser.add_argument("--server-pid", type=int, help="count this process's CPU too (the broker's)")
     args = parser.parse_args(argv)
     extra = json.loads(args.env)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -171,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs: list[dict[str, Run]] = []
     for index in range(args.pairs):
         order = ("before", "after") if index % 2 == 0 else ("after", "before")
-        got = {s: one_run(getattr(args, s).resolve(), args.n, args.url, extra, args.c) for s in order}
+        trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+        got = {s: one_run(trees[s], args.n, args.url, extra, args.c, args.server_pid) for s in order}
         loads.append(os.getloadavg()[0])
         pairs.append(got)
         line = {side: dataclasses.asdict(run) for side, run in got.items()}
