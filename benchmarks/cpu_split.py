@@ -154,7 +154,7 @@ def report(pairs: list[dict[str, Run]]) -> list[str]:
     rate = median_interval([p["after"].rate / p["before"].rate for p in pairs])
     lower = sum(p["after"].cpu_us < p["before"].cpu_us for p in pairs)
     lines = [
-        f"CPU per task (the processes counted), after ÷ before: {cpu[0]:.3f} ({cpu[1]:.3f} to {cpu[2]:.3f}), lower in {lower}",
+        f"CPU per task, after ÷ before: {cpu[0]:.3f} ({cpu[1]:.3f} to {cpu[2]:.3f}), lower in {lower}",
         f"processed/s, after ÷ before: {rate[0]:.3f} ({rate[1]:.3f} to {rate[2]:.3f})",
     ]
     for side in ("before", "after"):
