@@ -10,6 +10,14 @@ then with prefetch 4 (Celery's default multiplier), and the combined rate of eac
 printed as JSON. ``benchmarks.run`` puts the figures beside potatoq's processed/s on
 RabbitMQ: the gap between them is what any prefetch-1 worker gives up, not potatoq's
 own cost.
+
+    python -m benchmarks.ceiling URL --ack-groups 1,2,4 [--prefetch 4] [--rounds 4]
+                                     [--server-pid PID]
+
+measures instead what acking in groups saves (``potatoq.brokers.rabbitmq.acks``): the same
+consumers ack every K-th delivery with ``multiple=True`` (K=1: each on its own), rounds
+alternating, and with ``--server-pid`` (the RabbitMQ node's ``beam.smp``, e.g. from
+``ss -ltnpH 'sport = :5673'``) the node's CPU per message while they consume.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
+import statistics
 import time
 from typing import Any
 
@@ -49,6 +59,64 @@ def _consume(url: str, queue: str, prefetch: int, count: int, out: Any) -> None:
     # (count - 1) intervals between the first delivery and the last
     out.put((count - 1) / max(time.perf_counter() - first, 1e-9))
     connection.close()
+
+
+def _consume_grouped(url: str, queue: str, prefetch: int, group: int, count: int, out: Any) -> None:
+    """``_consume``, acking every ``group``-th delivery with ``multiple=True``."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    got = 0
+    first: float | None = None
+
+    def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
+        nonlocal got, first
+        if first is None:
+            first = time.perf_counter()
+        got += 1
+        if got % group == 0 or got >= count:
+            ch.basic_ack(method.delivery_tag, multiple=group > 1)
+        if got >= count:
+            ch.stop_consuming()
+
+    channel.basic_consume(queue, on_message)
+    channel.start_consuming()
+    assert first is not None
+    out.put((count - 1) / max(time.perf_counter() - first, 1e-9))
+    connection.close()
+
+
+def cpu_seconds(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_groups(
+    url: str, groups: list[int], prefetch: int, n: int, rounds: int, server: int | None
+) -> dict[str, Any]:
+    """Per ack group size: the medians over ``rounds`` of deliveries/s and of the server's
+    CPU µs per message while consuming (None without ``server``)."""
+    got: dict[int, list[tuple[float, float]]] = {g: [] for g in groups}
+    for index in range(rounds):
+        for group in groups if index % 2 == 0 else groups[::-1]:
+            fresh_queue(url, QUEUE)
+            try:
+                publish_confirmed(url, QUEUE, n)
+                before = cpu_seconds(server)
+                rate = consume_in_processes(_consume_grouped, (url, QUEUE, prefetch, group), n)
+                got[group].append((rate, (cpu_seconds(server) - before) / n * 1e6))
+            finally:
+                delete_queue(url, QUEUE)
+    return {
+        str(g): {
+            "rate": statistics.median(r for r, _ in runs),
+            "server_cpu_us": statistics.median(c for _, c in runs) if server is not None else None,
+        }
+        for g, runs in got.items()
+    }
 
 
 def fresh_queue(url: str, queue: str) -> None:
@@ -112,7 +180,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("url")
     parser.add_argument("-n", type=int, default=6000)
+    parser.add_argument("--ack-groups", help="e.g. 1,2,4: compare acking in groups of these sizes")
+    parser.add_argument("--prefetch", type=int, default=4, help="with --ack-groups (default 4)")
+    parser.add_argument("--rounds", type=int, default=4, help="with --ack-groups (default 4)")
+    parser.add_argument("--server-pid", type=int, help="with --ack-groups: the node's beam.smp")
     args = parser.parse_args()
+    if args.ack_groups:
+        groups = [int(g) for g in args.ack_groups.split(",")]
+        print(
+            json.dumps(measure_groups(args.url, groups, args.prefetch, args.n, args.rounds, args.server_pid))
+        )
+        return
     print(json.dumps({str(p): measure(args.url, p, args.n) for p in (1, 4)}))
 
 
