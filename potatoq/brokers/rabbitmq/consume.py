@@ -56,10 +56,11 @@ import pika.channel
 
 from potatoq.brokers.rabbitmq.acks import AckGroup
 from potatoq.brokers.rabbitmq.declare import cancel_keeping
+from potatoq.brokers.rabbitmq.giveback import GiveBack
 from potatoq.brokers.rabbitmq.holds import RateHolds
 from potatoq.brokers.rabbitmq.io import AmqpLink
-from potatoq.brokers.rabbitmq.ops import ChannelLost, Op, Publish
-from potatoq.brokers.rabbitmq.session import Outgoing, Session, properties_for
+from potatoq.brokers.rabbitmq.ops import ChannelLost, Op
+from potatoq.brokers.rabbitmq.session import Outgoing, Session
 from potatoq.brokers.rabbitmq.topology import H_PRIOR
 
 _arrival = itertools.count()
@@ -96,7 +97,7 @@ class Pending:
             return 0
 
 
-class Intake(RateHolds):
+class Intake(RateHolds, GiveBack):
     """Consumers, the local buffer and handed-out deliveries of one process."""
 
     def __init__(self, session: Session, hold: float = 1.0) -> None:
@@ -561,66 +562,6 @@ class Intake(RateHolds):
         if self._draining:
             yield from self._give_back()
         return work
-
-    def _again(self, pending: Pending, forget: int = 0) -> Outgoing:
-        """The same message published again, its delivery count so far in a header."""
-        headers = {H_PRIOR: max(0, pending.delivery_count - forget)}
-        again = Publish(
-            "",
-            pending.amqp_queue,
-            pending.body,
-            properties_for(getattr(pending.properties, "message_id", None) or "", headers),
-        )
-        return Outgoing(again, pending.queue, delayed=False)
-
-    def hand_back_stale(self) -> None:
-        """I/O thread, at every tick: with a prefetch above 1, a delivery that has waited
-        here ``hold`` seconds while no thread of this process was free (they all run tasks,
-        a long one among them) is given back, re-published at the tail of its queue and
-        acked, uncounted, so an idle worker elsewhere runs it instead; the consumers are
-        paused until a thread settles (as when the process is full). A crash would
-        otherwise count a delivery against it, and a long task would hold it back."""
-        if self.link.prefetch <= 1 or self._draining or self._handing_back or self.link.work is None:
-            return
-        with self.cond:
-            if self._waiting or not self._buffer:
-                return
-            oldest = min(p.pushed_at for p in self._buffer)
-        if time.monotonic() - oldest < self.hold:
-            return
-        self._handing_back = True
-        self.link.spawn(self._hand_back_op())
-
-    def _hand_back_op(self) -> Op[None]:
-        try:
-            yield from self._give_back()
-        finally:
-            self._handing_back = False
-
-    def _give_back(self) -> Op[None]:
-        """Shutdown: pause the consumers and hand back what they pushed that never ran,
-        published again and acked, so it doesn't count as a delivery (a nack or the
-        connection closing would count on RabbitMQ 4.0)."""
-        self.acks.flush()
-        self._pause()
-        work = self.link.work
-        if work is None:
-            return
-        yield self.link.verify()  # after the cancel-oks: every raced delivery is here
-        with self.cond:
-            unrun, self._buffer = self._buffer, []
-        if not unrun:
-            return
-        # Still open while published again: no grouped ack may cover them meanwhile.
-        self._giving_back = [p.tag for p in unrun if p.generation == self.link.generation]
-        try:
-            yield from self.session.publish_all([self._again(p) for p in unrun])
-            self.acks.flush()  # made meanwhile: sent while these still count as open
-        finally:
-            self._giving_back = []
-        for p in unrun:
-            if p.generation == self.link.generation and work.is_open:
-                work.basic_ack(p.tag)
 
     # ------------------------------------------------------------------ caller side
 
