@@ -38,31 +38,14 @@ BODY = b"x" * 200  # about the size of a potatoq no-op message
 
 
 def _consume(url: str, queue: str, prefetch: int, count: int, out: Any) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=prefetch)
-    got = 0
-    first: float | None = None
-
-    def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
-        nonlocal got, first
-        if first is None:
-            first = time.perf_counter()
-        ch.basic_ack(method.delivery_tag)
-        got += 1
-        if got >= count:
-            ch.stop_consuming()
-
-    channel.basic_consume(queue, on_message)
-    channel.start_consuming()
-    assert first is not None
-    # (count - 1) intervals between the first delivery and the last
-    out.put((count - 1) / max(time.perf_counter() - first, 1e-9))
-    connection.close()
+    """A bare consumer acking each delivery the moment it arrives; puts its rate on ``out``."""
+    _consume_grouped(url, queue, prefetch, 1, count, out)
 
 
 def _consume_grouped(url: str, queue: str, prefetch: int, group: int, count: int, out: Any) -> None:
-    """``_consume``, acking every ``group``-th delivery with ``multiple=True``."""
+    """A bare consumer acking every ``group``-th delivery as it arrives (with ``multiple``
+    when ``group`` is above 1, so each ack covers the deliveries since the last one); puts
+    its deliveries/s, first delivery to last, on ``out``."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
     channel.basic_qos(prefetch_count=prefetch)
