@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from importlib import resources
+
+from potatoq.utils.package_files import files as package_files
 
 __all__ = ["Migration", "SQLFileError", "load_directory", "load_file", "load_migrations", "parse_blocks"]
 
@@ -78,13 +79,13 @@ def parse_blocks(text: str, *, source: str = "<sql>") -> dict[str, str]:
 
 def load_file(package: str, path: str) -> dict[str, str]:
     """The blocks of one file, ``package/path`` (e.g. ``"sql/install/current.sql"``)."""
-    text = resources.files(package).joinpath(path).read_text(encoding="utf-8")
+    text = package_files(package).joinpath(path).read_text(encoding="utf-8")
     return parse_blocks(text, source=f"{package}/{path}")
 
 
 def load_directory(package: str, directory: str) -> dict[str, str]:
     """Every block of every ``*.sql`` file directly in ``package/directory``, by name."""
-    root = resources.files(package).joinpath(directory)
+    root = package_files(package).joinpath(directory)
     found: dict[str, str] = {}
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if not entry.is_file() or not entry.name.endswith(".sql"):
@@ -101,7 +102,7 @@ def load_directory(package: str, directory: str) -> dict[str, str]:
 
 def load_migrations(package: str, directory: str) -> list[Migration]:
     """The ``NNNN_name.sql`` files of ``package/directory``, numbered 1, 2, 3 … without gaps."""
-    root = resources.files(package).joinpath(directory)
+    root = package_files(package).joinpath(directory)
     migrations: list[Migration] = []
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if not entry.is_file() or not entry.name.endswith(".sql"):

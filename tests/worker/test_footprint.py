@@ -80,6 +80,10 @@ OPTIONAL = {
     "opentelemetry": "the OpenTelemetry integration",
     "starlette": "potatoq dashboard",
     "jinja2": "potatoq dashboard",
+    # importlib.resources brings zipfile and tempfile: 1.8 MB a process. The SQL and Lua
+    # files are read from the package's directory (potatoq.utils.package_files).
+    "importlib.resources": "a potatoq package installed inside a zip archive",
+    "zipfile": "a potatoq package installed inside a zip archive",
 }
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
+
+from potatoq.utils.package_files import files as package_files
 
 from .store import LimitStore
 
@@ -21,7 +22,7 @@ def _source(name: str) -> str:
     with _SOURCES_LOCK:
         text = _SOURCES.get(name)
         if text is None:
-            text = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+            text = package_files(__package__).joinpath("lua", f"{name}.lua").read_text()
             _SOURCES[name] = text
         return text
 

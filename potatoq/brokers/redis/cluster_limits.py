@@ -47,7 +47,6 @@ import hashlib
 import logging
 import time
 from collections.abc import Sequence
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
@@ -64,6 +63,7 @@ from potatoq.brokers.limits import (
     validate_rate,
 )
 from potatoq.exceptions import OperationalError
+from potatoq.utils.package_files import files as package_files
 
 from .outbox import ClusterParts
 from .scripts import Script, cluster_scripts
@@ -101,7 +101,7 @@ SEEN_FORGET = 600.0
 def limit_scripts() -> dict[str, Script]:
     """The RabbitMQ broker's limit scripts, read from their files (not imported: a broker
     package imports no other broker)."""
-    folder = resources.files("potatoq.brokers").joinpath("rabbitmq").joinpath("lua")
+    folder = package_files("potatoq.brokers").joinpath("rabbitmq").joinpath("lua")
     found = {}
     for name in LIMIT_SCRIPTS:
         source = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")

@@ -10,7 +10,8 @@ import functools
 import hashlib
 import re
 from collections.abc import Sequence
-from importlib import resources
+
+from potatoq.utils.package_files import files as package_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +110,7 @@ def _load_scripts(cluster: bool = False) -> dict[str, Script]:
     outcome kind, with ``settle_KIND`` in its body replaced by ``settle_<kind>``. With
     ``cluster``, the helpers of ``_cluster.lua`` replace those of the same name (the cluster
     layout: cluster.py)."""
-    folder = resources.files("potatoq.brokers.redis").joinpath("lua")
+    folder = package_files("potatoq.brokers.redis").joinpath("lua")
     header, helpers = _parse_lib(folder.joinpath("_lib.lua").read_text(encoding="utf-8"))
     plain = helpers
     if cluster:
