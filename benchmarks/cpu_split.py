@@ -18,6 +18,9 @@ adds a process outside the worker as "server", counted over the same interval an
 total: the RabbitMQ node's ``beam.smp``, found by its port (``ss -ltnpH 'sport = :5673'``),
 since what the worker's frames cost the broker runs on the same cores.
 
+Another broker's URL works too (``--url sqlite:////tmp/cpu.sqlite3``): the same worker
+and tasks, the broker emptied after each run.
+
 The two checkouts run back to back in alternating order (before-after, after-before, ...),
 so a slow spell of the machine falls on both sides equally often. The report gives the
 median of the per-pair ratios after ÷ before, with the distribution-free 95 % interval of
@@ -109,7 +112,10 @@ def one_run(
             "PYTHONPATH": str(tree),
             "BENCH_URL": url,
             "BENCH_DONE": str(done),
-            "BENCH_TRANSPORT_OPTIONS": json.dumps({"queue_prefix": f"benchcpu{time.time_ns()}_"}),
+            # RabbitMQ: queues of this run's own (the drop at the end deletes them)
+            "BENCH_TRANSPORT_OPTIONS": json.dumps(
+                {"queue_prefix": f"benchcpu{time.time_ns()}_"} if url.startswith("amqp") else {}
+            ),
             **extra,
         }
         subprocess.run(

@@ -55,6 +55,8 @@ def rate_defer_in(conn: sqlite3.Connection, queues: str, now: float) -> None:
     """In the claim's write transaction, before ``job_claim``: the ready tasks of ``queues``
     (a JSON list) whose key has no token now are scheduled for their tokens' times, and
     their keys remember where the next one goes."""
+    if conn.execute(SQL["rate_any_waiting"], {"now": now}).fetchone() is None:
+        return  # every key has a token (or there is none): nothing to move
     waiting = conn.execute(SQL["rate_defer"], {"queues": queues, "now": now}).fetchall()
     if waiting:
         keys = json.dumps(sorted({key for (key,) in waiting}))

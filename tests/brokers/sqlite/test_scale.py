@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -122,4 +123,38 @@ def test_a_due_backlog_is_promoted_a_batch_per_claim_earliest_first(tmp_path: Pa
             claimed.append(delivery.id)
         assert claimed == [m.id for m in messages]  # every one, in due order
     finally:
+        broker.close()
+
+
+def test_a_claim_moves_rate_limited_tasks_only_while_a_key_waits_for_its_token(tmp_path: Path) -> None:
+    # rate_defer (an UPDATE with a materialized window) ran in every claim; while every key
+    # has a token, or no task has a rate, a one-row probe decides there is nothing to move.
+    from potatoq.brokers.base import Complete
+    from potatoq.brokers.limits import RATE_HEADER
+
+    broker = create_broker(BrokerConfig(url=f"sqlite:///{tmp_path / 'broker.sqlite3'}"))
+    assert isinstance(broker, SQLiteBroker)
+    worker = WorkerRef("node", os.getpid())
+    statements: list[str] = []
+    broker._conn().conn.set_trace_callback(statements.append)
+
+    def deferrals_of_a_claim() -> int:
+        statements.clear()
+        delivery = broker.claim(["q"], worker)
+        if delivery is not None:
+            assert broker.settle(delivery, Complete())
+        return sum("rate_wait = 1, run_at = w.at" in s for s in statements)
+
+    try:
+        broker.enqueue([Message(id=new_id(), task="t", queue="q")])
+        assert deferrals_of_a_claim() == 0  # no rate anywhere
+        rated = {RATE_HEADER: ["k", 1 / 60, 1]}  # one token a minute
+        broker.enqueue([Message(id=new_id(), task="t", queue="q", headers=rated) for _ in range(3)])
+        assert deferrals_of_a_claim() == 0  # the first rated task finds its key's token
+        # the claim that took it left key k without a token: the next claim moves its tasks
+        assert deferrals_of_a_claim() > 0
+        broker.enqueue([Message(id=new_id(), task="t", queue="q")])
+        assert deferrals_of_a_claim() > 0  # k still waits (a minute): probed and moved again
+    finally:
+        broker._conn().conn.set_trace_callback(None)
         broker.close()

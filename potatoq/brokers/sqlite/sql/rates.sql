@@ -2,6 +2,12 @@
 -- (broker.py, _claim_in) runs rate_defer before job_claim and rate_take after it, in its
 -- write transaction: SQLite has one writer, so the check and the take are atomic.
 
+-- name: rate_any_waiting
+-- Whether any key is without a token now: if none is, rate_defer has nothing to move. One
+-- probe of potatoq_rates_next, against rate_defer's UPDATE with a materialized window (about
+-- 1 µs against 8 on an empty table, and its share of a claim's CPU was 15 % in a worker).
+SELECT 1 FROM potatoq_rates WHERE next_at > :now LIMIT 1;
+
 -- name: rate_defer
 -- Ready tasks of :queues whose key has no token now become scheduled tasks at the times
 -- their tokens are expected, one interval apart in line order, after those already moved
