@@ -309,7 +309,8 @@ class SQLiteBroker(
         """Promote due tasks and claim the best ready one, inside an open write transaction."""
         names = self._queue_list(queues)
         for queue in queues:
-            conn.execute(SQL["job_promote_due"], {"queue": queue, "now": now, "limit": PROMOTE_BATCH})
+            if conn.execute(SQL["job_due_any"], {"queue": queue, "now": now}).fetchone() is not None:
+                conn.execute(SQL["job_promote_due"], {"queue": queue, "now": now, "limit": PROMOTE_BATCH})
         if self._limits_seen:
             conn.execute(SQL["limit_park_full"], {"queues": names})
         rate_defer_in(conn, names, now)

@@ -158,3 +158,37 @@ def test_a_claim_moves_rate_limited_tasks_only_while_a_key_waits_for_its_token(t
     finally:
         broker._conn().conn.set_trace_callback(None)
         broker.close()
+
+
+def test_a_claim_promotes_scheduled_tasks_only_when_one_is_due(tmp_path: Path) -> None:
+    # job_promote_due (an UPDATE with a materialized window) ran in every claim; a probe of
+    # the scheduled index now decides whether anything is due first.
+    from potatoq.brokers.base import Complete
+
+    broker = create_broker(BrokerConfig(url=f"sqlite:///{tmp_path / 'broker.sqlite3'}"))
+    assert isinstance(broker, SQLiteBroker)
+    worker = WorkerRef("node", os.getpid())
+    statements: list[str] = []
+    broker._conn().conn.set_trace_callback(statements.append)
+
+    def promotions_of_a_claim() -> int:
+        statements.clear()
+        delivery = broker.claim(["q"], worker)
+        assert delivery is not None
+        assert broker.settle(delivery, Complete())
+        return sum("SET state = 1, seq = due.new_seq" in s for s in statements)
+
+    try:
+        later = time.time() + 3600
+        broker.enqueue(
+            [Message(id=new_id(), task="t", queue="q", eta=later), Message(id=new_id(), task="t", queue="q")]
+        )
+        assert promotions_of_a_claim() == 0  # one scheduled, not due: nothing to promote
+        # an hour passes for the scheduled one (its due time moved, not the clock)
+        with sqlite3.connect(tmp_path / "broker.sqlite3") as other:
+            other.execute("UPDATE potatoq_jobs SET run_at = ? WHERE state = 0", (time.time() - 1,))
+        other.close()
+        assert promotions_of_a_claim() > 0  # due: promoted, then claimed
+    finally:
+        broker._conn().conn.set_trace_callback(None)
+        broker.close()

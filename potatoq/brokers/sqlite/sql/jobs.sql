@@ -25,6 +25,13 @@ SELECT
     EXISTS (SELECT 1 FROM json_each(:queues) AS q CROSS JOIN potatoq_jobs AS j
             WHERE j.queue = q.value AND j.state = 0 AND j.run_at <= :now);
 
+-- name: job_due_any
+-- Whether any scheduled task of :queue is due: one probe of the scheduled index, before
+-- job_promote_due (an UPDATE with a materialized window, a good share of a claim's CPU in a
+-- busy worker even with nothing to promote). Most claims find nothing due and skip it.
+SELECT 1 FROM potatoq_jobs INDEXED BY potatoq_jobs_scheduled
+WHERE queue = :queue AND state = 0 AND run_at <= :now LIMIT 1;
+
 -- name: job_promote_due
 -- Scheduled tasks of :queue whose time has come become ready, inside the claim's
 -- transaction (one statement per queue). Each takes a new seq above every row's (in order
