@@ -19,7 +19,7 @@ total: the RabbitMQ node's ``beam.smp``, found by its port (``ss -ltnpH 'sport =
 since what the worker's frames cost the broker runs on the same cores.
 
 Another broker's URL works too (``--url sqlite:////tmp/cpu.sqlite3``): the same worker
-and tasks, the broker emptied after each run.
+and tasks, the broker emptied after each run (a SQLite file removed).
 
 The two checkouts run back to back in alternating order (before-after, after-before, ...),
 so a slow spell of the machine falls on both sides equally often. The report gives the
@@ -139,8 +139,12 @@ def one_run(
         finally:
             os.killpg(worker.pid, 15)
             worker.wait(60)
-            drop = [python, "-c", DROP]
-            subprocess.run(drop, check=False, cwd=tree, env=env, capture_output=True, timeout=120)
+            if url.startswith("sqlite:///"):  # a file: the next run starts from an empty one
+                for suffix in ("", "-wal", "-shm"):
+                    Path(url[len("sqlite://") :] + suffix).unlink(missing_ok=True)
+            else:
+                drop = [python, "-c", DROP]
+                subprocess.run(drop, check=False, cwd=tree, env=env, capture_output=True, timeout=120)
         (first, before), (last, after) = marks
         tasks = max(last - first, 1)
         split: dict[str, float] = {}
