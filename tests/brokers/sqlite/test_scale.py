@@ -6,11 +6,15 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from potatoq.brokers import create_broker
-from potatoq.brokers.base import BrokerConfig, WorkerRef
+from potatoq.brokers.base import BrokerConfig, Complete, WorkerRef
+from potatoq.brokers.limits import RATE_HEADER
 from potatoq.brokers.sqlite import SQLiteBroker
 from potatoq.brokers.sqlite.broker import HOUSEKEEPING_BATCH, PROMOTE_BATCH
 from potatoq.message import Message, new_id
@@ -126,69 +130,64 @@ def test_a_due_backlog_is_promoted_a_batch_per_claim_earliest_first(tmp_path: Pa
         broker.close()
 
 
-def test_a_claim_moves_rate_limited_tasks_only_while_a_key_waits_for_its_token(tmp_path: Path) -> None:
+class TracedClaims:
+    """A SQLite broker whose claims are traced: :meth:`runs` claims (and settles) once and
+    counts the statements run that contain ``marker``."""
+
+    def __init__(self, path: Path) -> None:
+        broker = create_broker(BrokerConfig(url=f"sqlite:///{path}"))
+        assert isinstance(broker, SQLiteBroker)
+        self.broker = broker
+        self.statements: list[str] = []
+        broker._conn().conn.set_trace_callback(self.statements.append)
+
+    def runs(self, marker: str) -> int:
+        self.statements.clear()
+        delivery = self.broker.claim(["q"], WorkerRef("node", os.getpid()))
+        if delivery is not None:
+            assert self.broker.settle(delivery, Complete())
+        return sum(marker in statement for statement in self.statements)
+
+    def close(self) -> None:
+        self.broker._conn().conn.set_trace_callback(None)
+        self.broker.close()
+
+
+@pytest.fixture
+def traced(tmp_path: Path) -> Iterator[TracedClaims]:
+    claims = TracedClaims(tmp_path / "broker.sqlite3")
+    yield claims
+    claims.close()
+
+
+RATE_MOVE = "rate_wait = 1, run_at = w.at"  # in rate_defer only
+DUE_MOVE = "SET state = 1, seq = due.new_seq"  # in job_promote_due only
+
+
+def test_a_claim_moves_rate_limited_tasks_only_while_a_key_waits_for_its_token(traced: TracedClaims) -> None:
     # rate_defer (an UPDATE with a materialized window) ran in every claim; while every key
     # has a token, or no task has a rate, a one-row probe decides there is nothing to move.
-    from potatoq.brokers.base import Complete
-    from potatoq.brokers.limits import RATE_HEADER
-
-    broker = create_broker(BrokerConfig(url=f"sqlite:///{tmp_path / 'broker.sqlite3'}"))
-    assert isinstance(broker, SQLiteBroker)
-    worker = WorkerRef("node", os.getpid())
-    statements: list[str] = []
-    broker._conn().conn.set_trace_callback(statements.append)
-
-    def deferrals_of_a_claim() -> int:
-        statements.clear()
-        delivery = broker.claim(["q"], worker)
-        if delivery is not None:
-            assert broker.settle(delivery, Complete())
-        return sum("rate_wait = 1, run_at = w.at" in s for s in statements)
-
-    try:
-        broker.enqueue([Message(id=new_id(), task="t", queue="q")])
-        assert deferrals_of_a_claim() == 0  # no rate anywhere
-        rated = {RATE_HEADER: ["k", 1 / 60, 1]}  # one token a minute
-        broker.enqueue([Message(id=new_id(), task="t", queue="q", headers=rated) for _ in range(3)])
-        assert deferrals_of_a_claim() == 0  # the first rated task finds its key's token
-        # the claim that took it left key k without a token: the next claim moves its tasks
-        assert deferrals_of_a_claim() > 0
-        broker.enqueue([Message(id=new_id(), task="t", queue="q")])
-        assert deferrals_of_a_claim() > 0  # k still waits (a minute): probed and moved again
-    finally:
-        broker._conn().conn.set_trace_callback(None)
-        broker.close()
+    traced.broker.enqueue([Message(id=new_id(), task="t", queue="q")])
+    assert traced.runs(RATE_MOVE) == 0  # no rate anywhere
+    rated = {RATE_HEADER: ["k", 1 / 60, 1]}  # one token a minute
+    traced.broker.enqueue([Message(id=new_id(), task="t", queue="q", headers=rated) for _ in range(3)])
+    assert traced.runs(RATE_MOVE) == 0  # the first rated task finds its key's token
+    # the claim that took it left key k without a token: the next claim moves its tasks
+    assert traced.runs(RATE_MOVE) > 0
+    traced.broker.enqueue([Message(id=new_id(), task="t", queue="q")])
+    assert traced.runs(RATE_MOVE) > 0  # k still waits (a minute): probed and moved again
 
 
-def test_a_claim_promotes_scheduled_tasks_only_when_one_is_due(tmp_path: Path) -> None:
+def test_a_claim_promotes_scheduled_tasks_only_when_one_is_due(traced: TracedClaims, tmp_path: Path) -> None:
     # job_promote_due (an UPDATE with a materialized window) ran in every claim; a probe of
     # the scheduled index now decides whether anything is due first.
-    from potatoq.brokers.base import Complete
-
-    broker = create_broker(BrokerConfig(url=f"sqlite:///{tmp_path / 'broker.sqlite3'}"))
-    assert isinstance(broker, SQLiteBroker)
-    worker = WorkerRef("node", os.getpid())
-    statements: list[str] = []
-    broker._conn().conn.set_trace_callback(statements.append)
-
-    def promotions_of_a_claim() -> int:
-        statements.clear()
-        delivery = broker.claim(["q"], worker)
-        assert delivery is not None
-        assert broker.settle(delivery, Complete())
-        return sum("SET state = 1, seq = due.new_seq" in s for s in statements)
-
-    try:
-        later = time.time() + 3600
-        broker.enqueue(
-            [Message(id=new_id(), task="t", queue="q", eta=later), Message(id=new_id(), task="t", queue="q")]
-        )
-        assert promotions_of_a_claim() == 0  # one scheduled, not due: nothing to promote
-        # an hour passes for the scheduled one (its due time moved, not the clock)
-        with sqlite3.connect(tmp_path / "broker.sqlite3") as other:
-            other.execute("UPDATE potatoq_jobs SET run_at = ? WHERE state = 0", (time.time() - 1,))
-        other.close()
-        assert promotions_of_a_claim() > 0  # due: promoted, then claimed
-    finally:
-        broker._conn().conn.set_trace_callback(None)
-        broker.close()
+    later = time.time() + 3600
+    traced.broker.enqueue(
+        [Message(id=new_id(), task="t", queue="q", eta=later), Message(id=new_id(), task="t", queue="q")]
+    )
+    assert traced.runs(DUE_MOVE) == 0  # one scheduled, not due: nothing to promote
+    # an hour passes for the scheduled one (its due time moved, not the clock)
+    with sqlite3.connect(tmp_path / "broker.sqlite3") as other:
+        other.execute("UPDATE potatoq_jobs SET run_at = ? WHERE state = 0", (time.time() - 1,))
+    other.close()
+    assert traced.runs(DUE_MOVE) > 0  # due: promoted, then claimed
