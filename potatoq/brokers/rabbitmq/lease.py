@@ -39,6 +39,13 @@ log = logging.getLogger("potatoq.brokers.rabbitmq")
 #: Seconds between token renewals: well under any consumer timeout (RabbitMQ checks them
 #: about once a minute, so a shorter timeout than that can't be enforced anyway).
 RENEW_EVERY = 60.0
+#: Publishes of the first token before giving up (see SchedulerLease._publish_token).
+TOKEN_TRIES = 10
+
+
+def token_message(queue: str) -> Publish:
+    """The token: persistent, its content never read."""
+    return Publish("", queue, b"scheduler token", pika.BasicProperties(delivery_mode=2, message_id="token"))
 
 
 class SchedulerLease:
@@ -52,6 +59,10 @@ class SchedulerLease:
         self._holding = False  # set on the I/O thread, read anywhere
         self._channel: pika.channel.Channel | None = None  # I/O thread
         self._tag: int | None = None  # delivery tag of the token held (I/O thread)
+        # Starts of _start_op (I/O thread): a request and a reconnect can start two at once,
+        # and only the latest may consume; an older one's consumer would get the token on
+        # a channel this lease no longer knows, and hold it unseen for good.
+        self._attempts = 0
         self.renewals = 0  # tokens renewed by this process (read by tests)
 
     @property
@@ -83,6 +94,8 @@ class SchedulerLease:
     def _start_op(self) -> Op[None]:
         if self._channel is not None and self._channel.is_open:
             return
+        self._attempts += 1
+        attempt = self._attempts
         decl = self.session.topo.scheduler_queue()
         setup: pika.channel.Channel = yield self.link.open_channel()
         try:
@@ -90,19 +103,43 @@ class SchedulerLease:
             frame = yield self.link.rpc(setup.queue_declare, decl.name, passive=True)
         finally:
             declare.close_quietly(setup)
-        if frame.method.message_count == 0 and frame.method.consumer_count == 0:
-            token = Publish(
-                "", decl.name, b"scheduler token", pika.BasicProperties(delivery_mode=2, message_id="token")
-            )
-            yield self.link.pub_channel()
-            yield self.link.publish([token])
+        published = frame.method.message_count == 0 and frame.method.consumer_count == 0
+        if published:
+            yield from self._publish_token(decl.name)
         if not self._wanted or (self._channel is not None and self._channel.is_open):
             return
         channel: pika.channel.Channel = yield self.link.open_channel()
+        if attempt != self._attempts or (self._channel is not None and self._channel.is_open):
+            declare.close_quietly(channel)  # another start consumes (or will)
+            return
         self._channel = channel
         channel.add_on_close_callback(self._on_closed)
+        log.info(
+            "competing for the periodic-scheduler token on %s (%s)",
+            decl.name,
+            "published it: the queue was empty" if published else "the queue held it or a consumer",
+        )
         yield self.link.rpc(channel.basic_qos, prefetch_count=1)
         channel.basic_consume(decl.name, self._on_token, auto_ack=False)
+
+    def _publish_token(self, queue: str) -> Op[None]:
+        """Publish the first token, again until RabbitMQ takes it. A quorum queue another
+        process declared a moment ago can refuse it (nacked, or returned as unroutable); a
+        consumer would then wait for a token nobody publishes, since a queue with a consumer
+        is never given one (a second token is harmless, a missing one stops the scheduler)."""
+        for attempt in range(TOKEN_TRIES):
+            token = token_message(queue)
+            yield self.link.pub_channel()
+            yield self.link.publish([token])
+            if not (token.nacked or token.returned):
+                return
+            log.warning(
+                "the periodic-scheduler token was %s by RabbitMQ (try %d of %d)",
+                "refused" if token.nacked else "returned as unroutable",
+                attempt + 1,
+                TOKEN_TRIES,
+            )
+            yield self.link.sleep(0.2 * (attempt + 1))
 
     def _stop_op(self) -> Op[None]:
         channel, self._channel = self._channel, None
@@ -128,9 +165,7 @@ class SchedulerLease:
         """Publish a fresh token, then ack the held one (see the module docstring). If the
         publish fails the held token is kept and renewal is tried again later."""
         decl = self.session.topo.scheduler_queue()
-        token = Publish(
-            "", decl.name, b"scheduler token", pika.BasicProperties(delivery_mode=2, message_id="token")
-        )
+        token = token_message(decl.name)
         try:
             yield self.link.pub_channel()
             yield self.link.publish([token])

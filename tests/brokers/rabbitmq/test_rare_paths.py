@@ -345,3 +345,45 @@ def test_a_child_forked_while_the_io_thread_holds_a_lock_connects_and_publishes(
         pytest.fail("the forked child hung on a lock copied in a held state")
     assert os.waitstatus_to_exitcode(done[1]) == 0
     assert ready_count(broker, broker.topology.band_queue("fork", 0)) == 2
+
+
+def test_two_starts_of_the_token_lease_at_once_leave_one_consumer_that_gets_the_token(rabbit: Rabbit) -> None:
+    # A request and a reconnect can start competing for the scheduler token at the same
+    # time. Both used to open a consumer: the later one replaced the earlier in the lease,
+    # and the earlier (the queue's active consumer) got the token on a channel the lease no
+    # longer knew, so this process held it without knowing and nobody led.
+    broker = rabbit(results=False)
+    state = broker._process()
+    scheduler_lease: lease.SchedulerLease = state.lease
+    scheduler_lease._wanted = True
+
+    def two_starts() -> None:
+        state.link.spawn(scheduler_lease._start_op())
+        state.link.spawn(scheduler_lease._start_op())
+
+    state.link.call_soon(two_starts)
+    poll(lambda: scheduler_lease.holding, "the token held by the lease")
+
+
+def test_a_refused_first_token_is_published_again(rabbit: Rabbit) -> None:
+    # RabbitMQ nacked the first token now and then when another process had declared the
+    # queue a moment before (seen in about 1 of 8 runs of the test above); with a consumer
+    # waiting on the queue nobody published another, and no process ever led the scheduler.
+    broker = rabbit(results=False)
+    state = broker._process()
+    publish = state.link.publish
+    refused: list[int] = []
+
+    def refuse_the_first_token(items: list[Any]) -> Any:
+        if not refused and items and items[0].body == b"scheduler token":
+            refused.append(1)
+            items[0].nacked = True  # as RabbitMQ's basic.nack would leave it
+            return state.link.sleep(0)
+        return publish(items)
+
+    state.link.publish = refuse_the_first_token  # type: ignore[method-assign]
+    try:
+        poll(broker.scheduler_lease, "the token held after a refused first publish")
+    finally:
+        state.link.publish = publish  # type: ignore[method-assign]
+    assert refused == [1]
