@@ -44,9 +44,6 @@ class AckGroup:
         self._tags: list[int] = []
         self._channel: pika.channel.Channel | None = None
 
-    def __len__(self) -> int:
-        return len(self._tags)
-
     def ack(self, channel: pika.channel.Channel, tag: int, *, later: bool, group: int) -> None:
         """Ack ``tag`` on ``channel``: now, with the acks waiting, unless ``later`` and
         fewer than ``group`` would go together."""
@@ -66,9 +63,12 @@ class AckGroup:
         channel = self._channel
         if channel is None or not channel.is_open:
             return  # RabbitMQ put those deliveries back when the channel closed
-        top = tags[-1] if len(tags) == 1 else max(tags)
+        if len(tags) == 1:  # every ack with the default prefetch: nothing else to look at
+            channel.basic_ack(tags[0])
+            return
+        top = max(tags)
         lowest = self._lowest_open()
-        if len(tags) > 1 and (lowest is None or lowest > top):
+        if lowest is None or lowest > top:
             channel.basic_ack(top, multiple=True)
             return
         for tag in sorted(tags):
