@@ -14,8 +14,8 @@ are also top-level fields so that a broker can index them without decoding the p
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,9 +26,33 @@ from .utils.frozen import positional_builder
 VERSION = 1
 
 
+_LOW_62 = (1 << 62) - 1
+_VERSION_7 = 0x7 << 76
+_VARIANT = 0b10 << 62
+
+
 def new_id() -> str:
-    """A fresh task id (a UUID4 string, as Celery uses)."""
-    return str(uuid.uuid4())
+    """A fresh task id: a UUID string, as Celery's, of version 7 (RFC 9562) rather than 4.
+
+    Its first 48 bits are the Unix time in milliseconds and the other 74 free ones random
+    (as many as a UUID4 has 122, more than enough against collisions within a millisecond).
+    Why not UUID4: the SQL brokers index task ids (the jobs, results and history tables),
+    and random ids put each insert on a random page of those indexes: a batch of 128
+    history rows dirtied about as many index pages, each written whole to the WAL. Ids sent
+    in a row now sort together, so the inserts land on the last pages (issue 31: 30 % less
+    CPU per history row on SQLite). Nothing reads meaning into an id: a task id passed in
+    by the caller (any string) works as before.
+    """
+    rand = int.from_bytes(os.urandom(10), "big")  # 80 bits, of which 74 are kept
+    value = (
+        (time.time_ns() // 1_000_000) << 80
+        | _VERSION_7
+        | (rand >> 62 & 0xFFF) << 64  # rand_a: 12 bits
+        | _VARIANT
+        | rand & _LOW_62  # rand_b: 62 bits
+    )
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 import uuid
 from decimal import Decimal
 
@@ -57,10 +58,25 @@ def test_is_due_compares_eta_with_now() -> None:
     assert message.is_due(now=100.0)
 
 
-def test_new_ids_are_uuid4_strings() -> None:
+def test_new_ids_are_uuid7_strings() -> None:
     first, second = new_id(), new_id()
     assert first != second
-    assert uuid.UUID(first).version == 4
+    parsed = uuid.UUID(first)
+    assert str(parsed) == first  # the canonical form, as Celery's uuid4 strings
+    assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+
+
+def test_new_ids_start_with_the_millisecond_they_were_made_in() -> None:
+    # what the SQL brokers' task-id indexes rely on: a later id sorts after an earlier one
+    # made in an earlier millisecond (issue 31)
+    before = time.time_ns() // 1_000_000
+    ids = [new_id() for _ in range(2000)]
+    after = time.time_ns() // 1_000_000
+    stamps = [uuid.UUID(i).int >> 80 for i in ids]
+    assert before <= stamps[0] and stamps[-1] <= after
+    assert stamps == sorted(stamps)
+    assert all(a < b for a, b in zip(ids, ids[1:]) if int(a[:8] + a[9:13], 16) < int(b[:8] + b[9:13], 16))
+    assert len(set(ids)) == len(ids)
 
 
 def test_non_serializable_argument_fails_at_encode_naming_the_task() -> None:
