@@ -37,12 +37,20 @@ from .history import (
 from .history_rollup import Sample
 from .records import Complete, Delivery, Outcome, Requeue
 
-__all__ = ["RAW_MAX", "CompactRecord", "for_settle_compact", "preview_of", "record_of", "sample_of_compact"]
+__all__ = [
+    "RAW_MAX",
+    "CompactRecord",
+    "Link",
+    "for_settle_compact",
+    "preview_of",
+    "record_of",
+    "sample_of_compact",
+]
 
 #: Payloads up to this many bytes are kept as they are in a compact record.
 RAW_MAX = 2048
 
-#: ``("c", meta, payload)``: ``meta`` is the task name, state, queue, finish and start
+#: ``("c", meta, payload, link)``: ``meta`` is the task name, state, queue, finish and start
 #: times (whole microseconds), deliveries, worker node, pid, enqueue-to-start latency
 #: (whole microseconds, ``""`` for none: the per-minute rollups' sample, see
 #: history_rollup) and ``extra`` joined by NULs (``extra``: ``""`` or a JSON object of the
@@ -50,8 +58,17 @@ RAW_MAX = 2048
 #: written before the latency field have one NUL fewer; :func:`record_of` reads both.
 #: These are ``history_append.lua``'s arguments for a record, packed as they are: one
 #: string is packed in a fraction of the time of nine arguments (hiredis' cost is mostly
-#: per argument).
-CompactRecord = tuple[str, str, bytes]
+#: per argument). A fourth item, not sent to that script: the record's task-page link
+#: (:data:`Link`), or None for a task with neither a parent nor a group.
+CompactRecord = tuple[str, str, bytes, "Link | None"]
+
+#: ``history_links.lua``'s arguments for one record: its task id, parent id and group id
+#: (``""`` for none), finish time (``repr`` of epoch seconds) and what a task page shows of
+#: it (JSON: name, state, parent id, group id). Made at settle, from the message the worker
+#: holds decoded: made from the stored payload instead, it cost a full decode of every
+#: record of a group or chain (7 % of a Redis worker child's time on a benchmark whose
+#: tasks are sent as groups).
+Link = tuple[str, Any, Any, str, str]
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 _META_NULS = 9
@@ -99,7 +116,18 @@ def for_settle_compact(
     )
     if meta.count("\0") != _META_NULS:  # a NUL in a name: not splittable, kept whole
         return for_settle(delivery, outcome, now, settings)
-    return ("c", meta, delivery.raw)
+    return ("c", meta, delivery.raw, _link(message, state, now))
+
+
+def _link(message: Message, state: str, now: float) -> Link | None:
+    """The record's :data:`Link`, as :func:`record_of` would read it back (None: none)."""
+    headers = message.headers
+    parent, group = headers.get("parent_id"), headers.get("group_id")
+    if not (parent or group):
+        return None
+    finished = int(now * 1e6) / 1e6  # the meta string's whole microseconds
+    shown = _ENCODER.encode([message.task, state, parent, group])
+    return (message.id, parent or "", group or "", repr(finished), shown)
 
 
 def record_of(

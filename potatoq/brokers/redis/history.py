@@ -156,8 +156,8 @@ class RedisHistory(HeldHistory[Held], Broker):
         for r in records:
             if isinstance(r, HistoryRecord):
                 args += ("r", r.name or "", r.state, r.queue, r.encode())
-            else:  # a CompactRecord: already in the script's order
-                args += r
+            else:  # a CompactRecord: already in the script's order (its link aside)
+                args += r[:3]
         commands = [_evalsha(self, "history_append", args)]
         links = link_args(records, settings)  # the task page's links (history_links.py)
         if links:

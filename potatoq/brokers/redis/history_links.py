@@ -9,8 +9,8 @@ links (``history_links.lua``). Each expires ``task_history_max_age`` after its l
 or sooner once the stream is full: after the time the stream spans, about when its records
 are trimmed by ``task_history_max_count`` (so there are never many more links than records).
 A task page reads one key per link (``HSCAN``, ``LINKS_SCAN`` fields at most): no stream
-is read. Records without a parent or group (most) add nothing: a compact record's payload
-is only decoded here when it names one.
+is read. Records without a parent or group (most) add nothing; a compact record's link is
+made at settle, from the message the worker holds decoded (``history_compact.Link``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 from ..history import LINKS_SCAN, HistoryRecord, HistorySettings, LinkedTask, link_filter, linked_tasks
-from ..history_compact import CompactRecord, record_of
+from ..history_compact import CompactRecord, Link
 
 __all__ = ["link_args", "read_links"]
 
@@ -30,33 +30,22 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 _KIND = {"parent_id": ":lp:", "group_id": ":lg:"}
 
 
-def _linked(held: HistoryRecord | CompactRecord, settings: HistorySettings) -> HistoryRecord | None:
-    """The record if it has a parent or a group, else None (a compact one decoded only then)."""
-    if isinstance(held, HistoryRecord):
-        record = held
-    else:
-        record = record_of({b"m": held[1].encode(), b"p": held[2]}, settings, preview=False)
-    return record if record.parent_id or record.group_id else None
+def _link(record: HistoryRecord) -> Link | None:
+    """A full record's link (as :func:`~potatoq.brokers.history_compact.for_settle_compact`
+    makes a compact one's), or None when it has neither a parent nor a group."""
+    if not (record.parent_id or record.group_id):
+        return None
+    shown = _ENCODER.encode([record.name, record.state, record.parent_id, record.group_id])
+    return (record.task_id, record.parent_id or "", record.group_id or "", repr(record.finished_at), shown)
 
 
 def link_args(records: Sequence[HistoryRecord | CompactRecord], settings: HistorySettings) -> list[Any]:
     """``history_links.lua``'s arguments after the prefix for ``records``; [] when none links."""
     args: list[Any] = []
     for held in records:
-        # most records have neither: two substring searches of the payload, paid per record
-        if type(held) is tuple and b'"parent_id"' not in held[2] and b'"group_id"' not in held[2]:
-            continue
-        record = _linked(held, settings)
-        if record is None:
-            continue
-        shown = _ENCODER.encode([record.name, record.state, record.parent_id, record.group_id])
-        args += (
-            record.task_id,
-            record.parent_id or "",
-            record.group_id or "",
-            repr(record.finished_at),
-            shown,
-        )
+        link = _link(held) if isinstance(held, HistoryRecord) else held[3]
+        if link is not None:
+            args += link
     return [int(settings.max_age * 1000), settings.max_count, *args] if args else []
 
 

@@ -155,5 +155,31 @@ def test_an_entry_written_before_the_latency_field_still_reads_back() -> None:
     record = record_of({b"m": old.encode(), b"p": message.encode()}, HistorySettings())
     assert (record.task_id, record.state, record.runtime, record.latency) == ("t-old", SUCCESS, 1.0, 1.0)
     new = "\0".join([*fields, "1000000", ""])
-    assert sample_of_compact(("c", new, message.encode())) == ("tests.compact", SUCCESS, 102.0, 1.0, 1.0)
+    assert sample_of_compact(("c", new, message.encode(), None)) == (
+        "tests.compact",
+        SUCCESS,
+        102.0,
+        1.0,
+        1.0,
+    )
     assert record_of({b"m": new.encode(), b"p": message.encode()}, HistorySettings()).pid == 7
+
+
+def test_a_compact_records_link_is_the_one_its_stored_fields_read_back_to() -> None:
+    # the task page's link is made at settle (not decoded from the payload when written):
+    # it must say what the record read back from the stream says
+    from potatoq.brokers.history_compact import for_settle_compact, record_of
+    from potatoq.brokers.records import Delivery
+    from potatoq.brokers.redis.history_links import _link
+
+    settings = HistorySettings()
+    for headers in ({"parent_id": "p1", "group_id": "g1"}, {"group_id": "g2"}, {"parent_id": "p3"}, {}):
+        message = Message(id=str(uuid.uuid4()), task="tests.linked", queue="q", headers=headers)
+        delivery = Delivery(message.id, "q", message.encode(), "tok", 1, WORKER, message)
+        for outcome in (Complete(), DeadLetter(reason="ValueError: no")):
+            compact = for_settle_compact(delivery, outcome, time.time(), settings)
+            assert isinstance(compact, tuple)
+            _, meta, payload, link = compact
+            read_back = record_of({b"m": meta.encode(), b"p": payload}, settings, preview=False)
+            assert link == _link(read_back)
+            assert (link is None) == (not headers)

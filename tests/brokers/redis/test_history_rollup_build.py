@@ -110,7 +110,7 @@ def test_the_lua_build_gives_python_s_rollups(broker: RedisBroker) -> None:
         latency = rng.choice(("", "0", "10", str(rng.randrange(10**9))))
         name = rng.choice(("tests.a", "tests.b", ""))
         meta = f"{name}\0{STATES[i % 5]}\0default\0{finished}\0{started}\x001\0node\x001\0{latency}\0"
-        compact.append(("c", meta, b'{"v":1,"id":"c%d"}' % i))
+        compact.append(("c", meta, b'{"v":1,"id":"c%d"}' % i, None))
     for chunk in range(0, len(full), 200):
         broker.append_history(full[chunk : chunk + 200])
     broker._history_buffer().extend(compact)  # as a worker's settles hold them
