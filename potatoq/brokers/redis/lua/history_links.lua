@@ -23,6 +23,7 @@ if redis.call('XLEN', hk) >= tonumber(ARGV[3]) then
   end
 end
 local n = 0
+local expiring = {}  -- keys given their ttl by this call: one PEXPIRE each, not one per record
 for i = 4, #ARGV, 5 do
   local id, finished = ARGV[i], tonumber(ARGV[i + 3])
   local keys = {}
@@ -35,7 +36,10 @@ for i = 4, #ARGV, 5 do
       redis.call('HSET', key, id, ARGV[i + 3] .. ' ' .. ARGV[i + 4])
       n = n + 1
     end
-    redis.call('PEXPIRE', key, ttl)
+    if not expiring[key] then
+      expiring[key] = true
+      redis.call('PEXPIRE', key, ttl)
+    end
   end
 end
 return n
