@@ -34,8 +34,9 @@ _VARIANT = 0b10 << 62
 def new_id() -> str:
     """A fresh task id: a UUID string, as Celery's, of version 7 (RFC 9562) rather than 4.
 
-    Its first 48 bits are the Unix time in milliseconds and the other 74 free ones random
-    (as many as a UUID4 has 122, more than enough against collisions within a millisecond).
+    Its first 48 bits are the Unix time in milliseconds and its other 74 free bits random
+    (a UUID4 has 122): only ids made in the same millisecond can collide, and the chance
+    that n of them hold a pair is about n**2 / 2**75 (3 in 10**11 for a million).
     Why not UUID4: the SQL brokers index task ids (the jobs, results and history tables),
     and random ids put each insert on a random page of those indexes: a batch of 128
     history rows dirtied about as many index pages, each written whole to the WAL. Ids sent
