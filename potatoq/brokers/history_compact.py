@@ -42,6 +42,7 @@ __all__ = [
     "CompactRecord",
     "Link",
     "for_settle_compact",
+    "link_of",
     "preview_of",
     "record_of",
     "sample_of_compact",
@@ -122,12 +123,20 @@ def for_settle_compact(
 def _link(message: Message, state: str, now: float) -> Link | None:
     """The record's :data:`Link`, as :func:`record_of` would read it back (None: none)."""
     headers = message.headers
-    parent, group = headers.get("parent_id"), headers.get("group_id")
+    finished = int(now * 1e6) / 1e6  # the meta string's whole microseconds
+    return link_of(
+        message.id, message.task, state, headers.get("parent_id"), headers.get("group_id"), finished
+    )
+
+
+def link_of(
+    task_id: str, name: str | None, state: str, parent: Any, group: Any, finished: float
+) -> Link | None:
+    """A record's :data:`Link` from its fields (None: neither a parent nor a group)."""
     if not (parent or group):
         return None
-    finished = int(now * 1e6) / 1e6  # the meta string's whole microseconds
-    shown = _ENCODER.encode([message.task, state, parent, group])
-    return (message.id, parent or "", group or "", repr(finished), shown)
+    shown = _ENCODER.encode([name, state, parent, group])
+    return (task_id, parent or "", group or "", repr(finished), shown)
 
 
 def record_of(

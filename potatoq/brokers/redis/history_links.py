@@ -22,21 +22,19 @@ from typing import Any
 import redis
 
 from ..history import LINKS_SCAN, HistoryRecord, HistorySettings, LinkedTask, link_filter, linked_tasks
-from ..history_compact import CompactRecord, Link
+from ..history_compact import CompactRecord, Link, link_of
 
 __all__ = ["link_args", "read_links"]
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 _KIND = {"parent_id": ":lp:", "group_id": ":lg:"}
 
 
 def _link(record: HistoryRecord) -> Link | None:
     """A full record's link (as :func:`~potatoq.brokers.history_compact.for_settle_compact`
     makes a compact one's), or None when it has neither a parent nor a group."""
-    if not (record.parent_id or record.group_id):
-        return None
-    shown = _ENCODER.encode([record.name, record.state, record.parent_id, record.group_id])
-    return (record.task_id, record.parent_id or "", record.group_id or "", repr(record.finished_at), shown)
+    return link_of(
+        record.task_id, record.name, record.state, record.parent_id, record.group_id, record.finished_at
+    )
 
 
 def link_args(records: Sequence[HistoryRecord | CompactRecord], settings: HistorySettings) -> list[Any]:
