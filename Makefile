@@ -10,7 +10,7 @@ STAMP := $(VENV)/.potatoq-installed
 PYTEST_WORKERS ?= 2
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-scale-enqueue bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale bench-history-cost bench-soak bench-soak-plot reliability clean venv test-django-tasks services services-stop dist
+.PHONY: demo test test-fast lint format bench bench-amqp10 bench-scale bench-scale-plot bench-scale-enqueue bench-expiry bench-inspect-scale bench-pg-estimates bench-limits bench-footprint bench-history-scale bench-history-cost bench-history-layouts bench-soak bench-soak-plot reliability clean venv test-django-tasks services services-stop dist
 
 venv: $(STAMP)
 
@@ -195,6 +195,12 @@ bench-history-scale: $(STAMP)
 # path with PYTHONPATH=that checkout. E.g. HISTORY_COST_ARGS="--chunks 20 --runs 3".
 bench-history-cost: $(STAMP)
 	$(PY) benchmarks/history_cost_redis.py $(HISTORY_COST_ARGS)
+
+# What a task-history record costs a SQLite worker to build and to store, by table layout
+# (today's indexed rows, a batched prototype, the bare table): docs/benchmarks.md, "Sixth
+# pass". E.g. HISTORY_LAYOUTS_ARGS="--records 30000 --runs 3".
+bench-history-layouts: $(STAMP)
+	$(PY) -m benchmarks.history_layouts $(HISTORY_LAYOUTS_ARGS)
 
 # The fault-injection suite at full size (a 2,000-task kill storm per broker, broker restarts,
 # fencing, bad input, SQLite faults): rewrites docs/reliability-figures.md. Needs root (a
