@@ -22,8 +22,9 @@ with the others run by run:
   batch its rows and its rollups (``history_rollup.rollups_of``), as the SQLite broker
   makes them.
 
-The records are shaped as a benchmark worker's: UUID7 task ids, three task names, one
-queue, one state, sent as groups of 100, a short argument preview. Reported: the median
+The records are a benchmark worker's, made by ``history.for_settle`` as it makes them:
+UUID7 task ids, three task names, one queue, one state, sent as groups of 100, a short
+argument preview. Reported: the median
 µs per record of each layout, and the file's size after the last run.
 """
 
@@ -43,7 +44,7 @@ from potatoq import states
 from potatoq.brokers.history import HistoryRecord, HistorySettings, for_settle
 from potatoq.brokers.history_rollup import rollups_of, sample_of
 from potatoq.brokers.history_sql import COLUMNS, row_values
-from potatoq.brokers.records import Complete, ResultRecord, WorkerRef, decode_delivery
+from potatoq.brokers.records import Complete, Delivery, ResultRecord, WorkerRef, decode_delivery
 from potatoq.brokers.sqlite.setup import SQL, migrate
 from potatoq.message import Message, new_id
 
@@ -64,46 +65,44 @@ KEYED = {kind: COLUMNS.index(kind) for kind in ("name", "state", "queue", "group
 TASK, FINISHED = COLUMNS.index("task_id"), COLUMNS.index("finished_at")
 
 
-def records(n: int) -> list[Row]:
-    """``n`` rows in ``COLUMNS`` order, as a benchmark worker's settles make them."""
-    now = time.time()
-    out: list[Row] = []
+def settles(n: int) -> list[tuple[Delivery, Complete]]:
+    """``n`` settles as a benchmark worker's: decoded deliveries (UUID7 ids, three task
+    names, one queue, sent as groups of 100) completed with a stored result of ``None``."""
+    worker = WorkerRef("potatoq@bench", 4242)
+    out = []
     group = new_id()
     for i in range(n):
         if i % 100 == 0:
             group = new_id()
-        finished = now + i * 0.0003
-        values = {
-            "task_id": new_id(), "name": f"bench.task{i % 3}", "queue": "celery",
-            "state": "SUCCESS", "finished_at": finished, "started_at": finished - 0.0002,
-            "enqueued_at": finished - 2.0, "due_at": None, "runtime": 0.0002,
-            "worker": "potatoq@bench", "pid": 4242, "deliveries": 1, "retries": 0,
-            "exc_type": None, "exc_message": None, "args_preview": f"(({i},), {{}})",
-            "result_preview": None, "parent_id": None, "root_id": None, "group_id": group,
-        }  # fmt: skip
-        out.append(tuple(values[c] for c in COLUMNS))
-    return out
-
-
-def built(n: int, size: int) -> float:
-    """CPU µs per record to build ``n`` records, their rows and rollups (batches of ``size``)."""
-    settings = HistorySettings()
-    worker = WorkerRef("potatoq@bench", 4242)
-    group = new_id()
-    settles = []
-    for i in range(n):
         headers = {"sent_at": time.time() - 2.0, "group_id": group, "root_id": None}
         message = Message(id=new_id(), task=f"bench.task{i % 3}", queue="celery", args=(i,), headers=headers)
         delivery = decode_delivery(
             id=message.id, queue="celery", raw=message.encode(), token="1", deliveries=1, worker=worker
         )
-        settles.append((delivery, Complete(ResultRecord(message.id, states.SUCCESS, None))))
+        out.append((delivery, Complete(ResultRecord(message.id, states.SUCCESS, None))))
+    return out
+
+
+def record_of(delivery: Delivery, outcome: Complete, settings: HistorySettings) -> HistoryRecord:
+    record = for_settle(delivery, outcome, time.time(), settings)
+    assert record is not None
+    return record
+
+
+def records(n: int) -> list[Row]:
+    """The rows of ``n`` settles, in ``COLUMNS`` order, as the SQLite broker inserts them."""
+    settings = HistorySettings()
+    return [row_values(record_of(d, o, settings)) for d, o in settles(n)]
+
+
+def built(n: int, size: int) -> float:
+    """CPU µs per record to build ``n`` records, their rows and rollups (batches of ``size``)."""
+    settings = HistorySettings()
+    made = settles(n)
     start = time.process_time()
     held: list[HistoryRecord] = []
-    for delivery, outcome in settles:
-        record = for_settle(delivery, outcome, time.time(), settings)
-        assert record is not None
-        held.append(record)
+    for delivery, outcome in made:
+        held.append(record_of(delivery, outcome, settings))
         if len(held) == size:
             _ = [row_values(r) for r in held], rollups_of(map(sample_of, held))
             held = []
