@@ -18,11 +18,11 @@ with the others run by run:
 * **table only**: ``potatoq_history`` with no index but its primary key (the floor of a
   row per record);
 * **build**: what the worker does in Python before any of them: the record of each settle
-  (``history.for_settle`` of a decoded delivery, a stored result of ``None``), and per
-  batch its rows and its rollups (``history_rollup.rollups_of``), as the SQLite broker
-  makes them.
+  (``history.row_for_settle`` of a decoded delivery, a stored result of ``None``: the
+  row itself), and per batch its rollups (``history_rollup.rollups_of``), as the SQLite
+  broker makes them.
 
-The records are a benchmark worker's, made by ``history.for_settle`` as it makes them:
+The records are a benchmark worker's, made by ``history.row_for_settle`` as it makes them:
 UUID7 task ids, three task names, one queue, one state, sent as groups of 100, a short
 argument preview. Reported: the median
 µs per record of each layout, and the file's size after the last run.
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from potatoq import states
-from potatoq.brokers.history import HistoryRecord, HistorySettings, for_settle
-from potatoq.brokers.history_rollup import rollups_of, sample_of
-from potatoq.brokers.history_sql import COLUMNS, row_values
+from potatoq.brokers.history import HistoryRow, HistorySettings, row_for_settle
+from potatoq.brokers.history_rollup import rollups_of, sample_of_row
+from potatoq.brokers.history_sql import COLUMNS
 from potatoq.brokers.records import Complete, Delivery, ResultRecord, WorkerRef, decode_delivery
 from potatoq.brokers.sqlite.setup import SQL, migrate
 from potatoq.message import Message, new_id
@@ -83,16 +83,16 @@ def settles(n: int) -> list[tuple[Delivery, Complete]]:
     return out
 
 
-def record_of(delivery: Delivery, outcome: Complete, settings: HistorySettings) -> HistoryRecord:
-    record = for_settle(delivery, outcome, time.time(), settings)
-    assert record is not None
-    return record
+def record_of(delivery: Delivery, outcome: Complete, settings: HistorySettings) -> HistoryRow:
+    row = row_for_settle(delivery, outcome, time.time(), settings)
+    assert row is not None
+    return row
 
 
 def records(n: int) -> list[Row]:
     """The rows of ``n`` settles, in ``COLUMNS`` order, as the SQLite broker inserts them."""
     settings = HistorySettings()
-    return [row_values(record_of(d, o, settings)) for d, o in settles(n)]
+    return [record_of(d, o, settings) for d, o in settles(n)]
 
 
 def built(n: int, size: int) -> float:
@@ -100,11 +100,11 @@ def built(n: int, size: int) -> float:
     settings = HistorySettings()
     made = settles(n)
     start = time.process_time()
-    held: list[HistoryRecord] = []
+    held: list[HistoryRow] = []
     for delivery, outcome in made:
         held.append(record_of(delivery, outcome, settings))
         if len(held) == size:
-            _ = [row_values(r) for r in held], rollups_of(map(sample_of, held))
+            _ = rollups_of(map(sample_of_row, held))
             held = []
     return (time.process_time() - start) / n * 1e6
 

@@ -40,7 +40,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .history import HistoryBucket, HistoryRecord
+from .history import HistoryBucket, HistoryRecord, HistoryRow
 
 __all__ = [
     "ALL",
@@ -61,6 +61,7 @@ __all__ = [
     "rollup_values",
     "rollups_of",
     "sample_of",
+    "sample_of_row",
     "value_of",
 ]
 
@@ -155,6 +156,17 @@ def sample_of(record: HistoryRecord) -> Sample:
     """A full record's sample: runtime only for a record that ran (as the charts count)."""
     runtime = record.runtime if record.started_at is not None else None
     return record.name, record.state, record.finished_at, runtime, record.latency
+
+
+def sample_of_row(row: HistoryRow) -> Sample:
+    """:func:`sample_of` of ``HistoryRecord(*row)``, read from the row's places (name 1,
+    state 3, finished 4, started 5, enqueued 6, due 7, runtime 8)."""
+    started_at = row[5]
+    if started_at is None:
+        return row[1], row[3], row[4], None, None
+    enqueued_at = row[6]
+    latency = None if enqueued_at is None else max(0.0, started_at - max(enqueued_at, row[7] or 0.0))
+    return row[1], row[3], row[4], row[8], latency
 
 
 class Keyed(NamedTuple):

@@ -37,6 +37,7 @@ from .history import (
     HistoryPage,
     HistoryQuery,
     HistoryRecord,
+    HistoryRow,
     LinkedTask,
     link_filter,
     linked_tasks,
@@ -155,11 +156,9 @@ def compose(statements: Mapping[str, str], shape: Shape) -> tuple[str, str]:
     return page.replace("/*window*/", window).replace("/*floor*/", bound).replace("/*checks*/", checks), floor
 
 
-def column_values(records: Sequence[HistoryRecord]) -> dict[str, list[Any]]:
-    """``records`` column by column (parameters of an insert from parallel arrays)."""
-    return dict(
-        zip(COLUMNS, (list(column) for column in zip(*map(row_values, records), strict=True)), strict=True)
-    )
+def column_values(rows: Sequence[HistoryRow]) -> dict[str, list[Any]]:
+    """``rows`` column by column (parameters of an insert from parallel arrays)."""
+    return dict(zip(COLUMNS, (list(column) for column in zip(*rows, strict=True)), strict=True))
 
 
 def query_params(query: HistoryQuery) -> dict[str, Any]:

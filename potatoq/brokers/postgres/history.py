@@ -32,13 +32,14 @@ from ..base import (
     LinkedTask,
     Outcome,
 )
+from ..history import HistoryRow
 from ..history_buffer import HeldHistory
 from ..history_rollup import (
     buckets_from_rollups,
     rollup_of_row,
     rollup_values,
     rollups_of,
-    sample_of,
+    sample_of_row,
     window_minutes,
 )
 from ..history_sql import (
@@ -50,6 +51,7 @@ from ..history_sql import (
     links_statement,
     page_from_rows,
     query_params,
+    row_values,
 )
 from . import statements
 
@@ -64,7 +66,7 @@ _BLOCKS = (
 _SHAPED: dict[tuple[str, Shape], tuple[statements.Statement, statements.Statement]] = {}
 
 
-class PostgresHistory(HeldHistory[HistoryRecord], Broker):
+class PostgresHistory(HeldHistory[HistoryRow], Broker):
     """Mixin of :class:`PostgresBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:
@@ -74,19 +76,29 @@ class PostgresHistory(HeldHistory[HistoryRecord], Broker):
         def _connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
 
     def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
-        """Hold the record of a settle that committed (inserted with a later round trip)."""
-        self._history_buffer().add(hist.for_settle(delivery, outcome, now, self.config.history))
+        """Hold the record of a settle that committed (inserted with a later round trip):
+        its row, made straight from the delivery (see ``history.row_for_settle``)."""
+        self._history_buffer().add(hist.row_for_settle(delivery, outcome, now, self.config.history))
 
-    def _history_in(self, conn: psycopg.Connection[Any], records: Sequence[HistoryRecord]) -> None:
-        """Queue the INSERT (and now and then the trim) of ``records`` on ``conn``."""
-        if not records:
+    def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> HistoryRow | None:
+        return hist.row_for_settle(delivery, outcome, now, self.config.history)
+
+    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
+        buffer = self._history_buffer()
+        buffer.extend([row_values(r) for r in records])  # held as rows
+        if buffer.due(self.config.history):
+            self._history_flush()
+
+    def _history_in(self, conn: psycopg.Connection[Any], rows: Sequence[HistoryRow]) -> None:
+        """Queue the INSERT (and now and then the trim) of ``rows`` on ``conn``."""
+        if not rows:
             return
         stmts = self._statements()
-        rollups = rollup_values(rollups_of(map(sample_of, records)))
-        conn.execute(stmts["history_insert"].query, {**column_values(records), **rollups})
+        rollups = rollup_values(rollups_of(map(sample_of_row, rows)))
+        conn.execute(stmts["history_insert"].query, {**column_values(rows), **rollups})
         settings = self.config.history
-        if hist.should_trim(settings, len(records)):
-            cutoff = max(r.finished_at for r in records) - settings.max_age
+        if hist.should_trim(settings, len(rows)):
+            cutoff = max(r[4] for r in rows) - settings.max_age  # finished_at
             conn.execute(stmts["history_trim"].query, {"cutoff": cutoff, "keep": settings.max_count})
             conn.execute(stmts["history_rollups_trim"].query, {"cutoff": cutoff})
 
@@ -113,7 +125,7 @@ class PostgresHistory(HeldHistory[HistoryRecord], Broker):
             raise
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
-        self._history_buffer().extend(records)
+        self._history_buffer().extend([row_values(r) for r in records])
         self._history_flush()
 
     def history(self, query: HistoryQuery) -> HistoryPage:

@@ -30,6 +30,7 @@ from ..base import (
     LinkedTask,
     Outcome,
 )
+from ..history import HistoryRow
 from ..history_buffer import HeldHistory
 from ..history_rollup import (
     Keyed,
@@ -37,7 +38,7 @@ from ..history_rollup import (
     rollup_of_row,
     rollup_row,
     rollups_of,
-    sample_of,
+    sample_of_row,
     window_minutes,
 )
 from ..history_sql import (
@@ -67,12 +68,12 @@ class _Built(NamedTuple):
     """Some records as a write inserts them: their rows and their rollups (not yet merged
     with the stored ones), built in Python before the write lock is taken."""
 
-    rows: list[tuple[Any, ...]]
+    rows: Sequence[HistoryRow]
     rollups: list[Keyed]
 
     @classmethod
-    def of(cls, records: Sequence[HistoryRecord]) -> _Built:
-        return cls([row_values(r) for r in records], rollups_of(map(sample_of, records)))
+    def of(cls, rows: Sequence[HistoryRow]) -> _Built:
+        return cls(rows, rollups_of(map(sample_of_row, rows)))
 
 
 @functools.cache
@@ -81,7 +82,7 @@ def _shaped(shape: Shape) -> tuple[str, str]:
     return compose(SQL, shape)
 
 
-class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
+class SQLiteHistory(HeldHistory[HistoryRow], Broker):
     """Mixin of :class:`SQLiteBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:
@@ -106,8 +107,18 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
                 yield conn
 
     def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
-        """Hold the record of a settle that committed (inserted with a later transaction)."""
-        self._history_buffer().add(hist.for_settle(delivery, outcome, now, self.config.history))
+        """Hold the record of a settle that committed (inserted with a later transaction):
+        its row, made straight from the delivery (see ``history.row_for_settle``)."""
+        self._history_buffer().add(hist.row_for_settle(delivery, outcome, now, self.config.history))
+
+    def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> HistoryRow | None:
+        return hist.row_for_settle(delivery, outcome, now, self.config.history)
+
+    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
+        buffer = self._history_buffer()
+        buffer.extend([row_values(r) for r in records])  # held as rows
+        if buffer.due(self.config.history):
+            self._history_flush()
 
     def _history_flush(self) -> None:
         """Insert this thread's held records now (idle, before a read, at close)."""
@@ -116,7 +127,7 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
             return
         try:
             with self._write(rings=()) as conn:  # frees no work: no waiter to wake
-                self._history_rows_in(conn, pending, self.clock())
+                self._history_built_in(conn, _Built.of(pending), self.clock())
         except BaseException:
             self._history_buffer().restore(pending)
             raise
@@ -149,7 +160,7 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
     def _history_rows_in(
         self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float
     ) -> None:
-        self._history_built_in(conn, _Built.of(records), now)
+        self._history_built_in(conn, _Built.of([row_values(r) for r in records]), now)
 
     def _history_built_in(self, conn: sqlite3.Connection, built: _Built, now: float) -> None:
         conn.executemany(SQL["history_insert"], built.rows)
@@ -191,5 +202,5 @@ class SQLiteHistory(HeldHistory[HistoryRecord], Broker):
         return _shaped(Shape.of(query))[0], query_params(query)
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
-        self._history_buffer().extend(records)
+        self._history_buffer().extend([row_values(r) for r in records])
         self._history_flush()
