@@ -41,13 +41,17 @@ from .history import (
     LinkedTask,
     link_filter,
     linked_tasks,
+    row_for_settle,
     text_window,
 )
+from .history_buffer import HeldHistory
+from .records import Delivery, Outcome
 
 __all__ = [
     "COLUMNS",
     "CURSOR_START",
     "SCAN_MAX",
+    "HeldRows",
     "Shape",
     "column_values",
     "compose",
@@ -231,3 +235,25 @@ def links_from_rows(rows: Sequence[Sequence[Any]], cutoff: float) -> list[Linked
     """``history_links_*`` rows (task_id, name, state, finished_at, parent_id, group_id),
     newest first, as one :class:`LinkedTask` per task."""
     return linked_tasks((LinkedTask(*row) for row in rows), cutoff)
+
+
+class HeldRows(HeldHistory[HistoryRow]):
+    """Mixin of the SQL brokers: a thread's records are held as rows (:data:`HistoryRow`,
+    made by ``history.row_for_settle`` straight from the delivery) and inserted as they are."""
+
+    def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
+        """Hold the record of a settle that committed (inserted with a later write)."""
+        self._history_buffer().add(row_for_settle(delivery, outcome, now, self.config.history))
+
+    def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> HistoryRow | None:
+        return row_for_settle(delivery, outcome, now, self.config.history)
+
+    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
+        buffer = self._history_buffer()
+        buffer.extend([row_values(r) for r in records])
+        if buffer.due(self.config.history):
+            self._history_flush()
+
+    def append_history(self, records: Sequence[HistoryRecord]) -> None:
+        self._history_buffer().extend([row_values(r) for r in records])
+        self._history_flush()

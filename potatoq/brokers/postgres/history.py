@@ -24,16 +24,12 @@ from ...message import Message
 from .. import history as hist
 from ..base import (
     Broker,
-    Delivery,
     HistoryBucket,
     HistoryPage,
     HistoryQuery,
-    HistoryRecord,
     LinkedTask,
-    Outcome,
 )
 from ..history import HistoryRow
-from ..history_buffer import HeldHistory
 from ..history_rollup import (
     buckets_from_rollups,
     rollup_of_row,
@@ -43,6 +39,7 @@ from ..history_rollup import (
     window_minutes,
 )
 from ..history_sql import (
+    HeldRows,
     Shape,
     column_values,
     compose,
@@ -51,7 +48,6 @@ from ..history_sql import (
     links_statement,
     page_from_rows,
     query_params,
-    row_values,
 )
 from . import statements
 
@@ -66,7 +62,7 @@ _BLOCKS = (
 _SHAPED: dict[tuple[str, Shape], tuple[statements.Statement, statements.Statement]] = {}
 
 
-class PostgresHistory(HeldHistory[HistoryRow], Broker):
+class PostgresHistory(HeldRows, Broker):
     """Mixin of :class:`PostgresBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:
@@ -74,20 +70,6 @@ class PostgresHistory(HeldHistory[HistoryRow], Broker):
         def _run(self, name: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]: ...
         def _statements(self) -> statements.Statements: ...
         def _connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
-
-    def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
-        """Hold the record of a settle that committed (inserted with a later round trip):
-        its row, made straight from the delivery (see ``history.row_for_settle``)."""
-        self._history_buffer().add(hist.row_for_settle(delivery, outcome, now, self.config.history))
-
-    def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> HistoryRow | None:
-        return hist.row_for_settle(delivery, outcome, now, self.config.history)
-
-    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
-        buffer = self._history_buffer()
-        buffer.extend([row_values(r) for r in records])  # held as rows
-        if buffer.due(self.config.history):
-            self._history_flush()
 
     def _history_in(self, conn: psycopg.Connection[Any], rows: Sequence[HistoryRow]) -> None:
         """Queue the INSERT (and now and then the trim) of ``rows`` on ``conn``."""
@@ -123,10 +105,6 @@ class PostgresHistory(HeldHistory[HistoryRow], Broker):
         except BaseException:
             self._history_buffer().restore(pending)
             raise
-
-    def append_history(self, records: Sequence[HistoryRecord]) -> None:
-        self._history_buffer().extend([row_values(r) for r in records])
-        self._history_flush()
 
     def history(self, query: HistoryQuery) -> HistoryPage:
         self._history_flush()  # this thread's own settles are visible to it at once

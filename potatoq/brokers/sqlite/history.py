@@ -22,16 +22,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .. import history as hist
 from ..base import (
     Broker,
-    Delivery,
     HistoryBucket,
     HistoryPage,
     HistoryQuery,
     HistoryRecord,
     LinkedTask,
-    Outcome,
 )
 from ..history import HistoryRow
-from ..history_buffer import HeldHistory
 from ..history_rollup import (
     Keyed,
     buckets_from_rollups,
@@ -42,6 +39,7 @@ from ..history_rollup import (
     window_minutes,
 )
 from ..history_sql import (
+    HeldRows,
     Shape,
     compose,
     drop_expired,
@@ -82,7 +80,7 @@ def _shaped(shape: Shape) -> tuple[str, str]:
     return compose(SQL, shape)
 
 
-class SQLiteHistory(HeldHistory[HistoryRow], Broker):
+class SQLiteHistory(HeldRows, Broker):
     """Mixin of :class:`SQLiteBroker`: writing and reading ``potatoq_history``."""
 
     if TYPE_CHECKING:
@@ -105,20 +103,6 @@ class SQLiteHistory(HeldHistory[HistoryRow], Broker):
                 if built is not None:
                     self._history_built_in(conn, built, now)
                 yield conn
-
-    def _history_settled(self, delivery: Delivery, outcome: Outcome, now: float) -> None:
-        """Hold the record of a settle that committed (inserted with a later transaction):
-        its row, made straight from the delivery (see ``history.row_for_settle``)."""
-        self._history_buffer().add(hist.row_for_settle(delivery, outcome, now, self.config.history))
-
-    def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> HistoryRow | None:
-        return hist.row_for_settle(delivery, outcome, now, self.config.history)
-
-    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
-        buffer = self._history_buffer()
-        buffer.extend([row_values(r) for r in records])  # held as rows
-        if buffer.due(self.config.history):
-            self._history_flush()
 
     def _history_flush(self) -> None:
         """Insert this thread's held records now (idle, before a read, at close)."""
@@ -200,7 +184,3 @@ class SQLiteHistory(HeldHistory[HistoryRow], Broker):
     def _history_statement(self, query: HistoryQuery) -> tuple[str, dict[str, Any]]:
         """The SQL and parameters :meth:`history` runs for ``query`` (plan guards, benchmarks)."""
         return _shaped(Shape.of(query))[0], query_params(query)
-
-    def append_history(self, records: Sequence[HistoryRecord]) -> None:
-        self._history_buffer().extend([row_values(r) for r in records])
-        self._history_flush()
