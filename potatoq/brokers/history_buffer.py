@@ -146,9 +146,13 @@ class HeldHistory(Broker, Generic[R]):
             if buffer.due(self.config.history):
                 self._history_flush()
 
-    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
+    def _as_held(self, records: Sequence[HistoryRecord]) -> Sequence[R]:
+        """``records`` in the form this broker holds (the SQL brokers: rows)."""
         # R includes HistoryRecord in every broker that holds records (mixed in below)
-        self._history_buffer().extend(cast("Sequence[R]", records))
+        return cast("Sequence[R]", records)
+
+    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
+        self._history_buffer().extend(self._as_held(records))
         if self._history_buffer().due(self.config.history):
             self._history_flush()
 

@@ -33,6 +33,7 @@ from .history import (
     _outcome_fields,
     args_preview,
     for_settle,
+    queue_wait,
 )
 from .history_rollup import Sample
 from .records import Complete, Delivery, Outcome, Requeue
@@ -105,11 +106,7 @@ def for_settle_compact(
         extra = _ENCODER.encode(shown) if shown else ""
     worker = delivery.worker
     sent_at = _float(message.headers.get("sent_at"))
-    latency = (
-        ""
-        if sent_at is None
-        else round(max(0.0, delivery.claimed_at - max(sent_at, message.eta or 0.0)) * 1e6)
-    )
+    latency = "" if sent_at is None else round(queue_wait(delivery.claimed_at, sent_at, message.eta) * 1e6)
     meta = (
         f"{message.task}\0{state}\0{delivery.queue}\0{int(now * 1e6)}\0"
         f"{round(delivery.claimed_at * 1e6)}\0{delivery.deliveries}\0{worker.node}\0{worker.pid}\0"

@@ -40,7 +40,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .history import HistoryBucket, HistoryRecord, HistoryRow
+from .history import HistoryBucket, HistoryRecord, HistoryRow, queue_wait
 
 __all__ = [
     "ALL",
@@ -165,7 +165,7 @@ def sample_of_row(row: HistoryRow) -> Sample:
     if started_at is None:
         return row[1], row[3], row[4], None, None
     enqueued_at = row[6]
-    latency = None if enqueued_at is None else max(0.0, started_at - max(enqueued_at, row[7] or 0.0))
+    latency = None if enqueued_at is None else queue_wait(started_at, enqueued_at, row[7])
     return row[1], row[3], row[4], row[8], latency
 
 

@@ -248,12 +248,9 @@ class HeldRows(HeldHistory[HistoryRow]):
     def _history_record(self, delivery: Delivery, outcome: Outcome, now: float) -> HistoryRow | None:
         return row_for_settle(delivery, outcome, now, self.config.history)
 
-    def hold_history(self, records: Sequence[HistoryRecord]) -> None:
-        buffer = self._history_buffer()
-        buffer.extend([row_values(r) for r in records])
-        if buffer.due(self.config.history):
-            self._history_flush()
+    def _as_held(self, records: Sequence[HistoryRecord]) -> list[HistoryRow]:
+        return [row_values(r) for r in records]
 
     def append_history(self, records: Sequence[HistoryRecord]) -> None:
-        self._history_buffer().extend([row_values(r) for r in records])
+        self._history_buffer().extend(self._as_held(records))
         self._history_flush()

@@ -47,7 +47,6 @@ from ..history_sql import (
     links_statement,
     page_from_rows,
     query_params,
-    row_values,
 )
 from .setup import SQL
 
@@ -144,7 +143,7 @@ class SQLiteHistory(HeldRows, Broker):
     def _history_rows_in(
         self, conn: sqlite3.Connection, records: Sequence[HistoryRecord], now: float
     ) -> None:
-        self._history_built_in(conn, _Built.of([row_values(r) for r in records]), now)
+        self._history_built_in(conn, _Built.of(self._as_held(records)), now)
 
     def _history_built_in(self, conn: sqlite3.Connection, built: _Built, now: float) -> None:
         conn.executemany(SQL["history_insert"], built.rows)
